@@ -1,0 +1,77 @@
+"""``runyard dev``: API, worker and reaper in one process for a laptop.
+
+It uses ``RUNYARD_DATABASE_URL`` when set, else an embedded Postgres under ``./var/pg``.
+Auth is switched off and the banner says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import uvicorn
+
+from api.main import create_app
+from reaper.__main__ import build_reaper
+from runyard.db import migrate
+from runyard.logs import configure
+from runyard.settings import Settings
+from worker.__main__ import build_worker
+
+logger = logging.getLogger("runyard.dev")
+
+
+def embedded_database_url(data_dir: Path) -> str:
+    """Start (or reuse) a pgserver Postgres in ``data_dir`` and return its URL."""
+    from pgserver.postgres_server import get_server
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    server = get_server(data_dir, cleanup_mode="stop")
+    return str(server.get_uri())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Bring everything up; Ctrl-C stops it."""
+    parser = argparse.ArgumentParser(prog="runyard dev", description=__doc__)
+    parser.add_argument("--host", default=None)
+    parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--data-dir", default="var/pg", help="embedded Postgres data directory")
+    args = parser.parse_args(argv)
+
+    os.environ["RUNYARD_AUTH_DISABLED"] = "true"
+    if not os.environ.get("RUNYARD_DATABASE_URL"):
+        os.environ["RUNYARD_DATABASE_URL"] = embedded_database_url(Path(args.data_dir).resolve())
+    settings = Settings()
+    configure(settings.log_level, settings.log_format)
+    migrate(settings.database_url)
+
+    worker = build_worker(settings)
+    reaper = build_reaper(settings)
+    threading.Thread(target=worker.run_forever, name="dev-worker", daemon=True).start()
+    threading.Thread(target=reaper.run_forever, name="dev-reaper", daemon=True).start()
+
+    host = args.host or settings.api_host
+    port = args.port or settings.api_port
+    url = f"http://{host}:{port}"
+    banner = (
+        f"\nrunyard dev is up at {url}\n"
+        "  auth is OFF (RUNYARD_AUTH_DISABLED=true): do not expose this port\n"
+        f"  try: curl -s -X POST {url}/v1/runs -H 'content-type: application/json' "
+        '-d \'{"tool":"echo","input":{"hello":"world"}}\'\n'
+    )
+    print(banner, flush=True)  # noqa: T201
+    try:
+        uvicorn.run(create_app(settings), host=host, port=port, log_config=None, access_log=False)
+    finally:
+        worker.hand_over()
+        reaper.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""``python -m reaper`` / ``runyard reaper``: run the stale-lease reaper."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from types import FrameType
+
+from reaper.service import Reaper, ReaperConfig
+from runyard.db import make_engine
+from runyard.logs import configure
+from runyard.queue import JobQueue
+from runyard.settings import Settings
+
+logger = logging.getLogger("reaper")
+
+
+def build_reaper(settings: Settings) -> Reaper:
+    """Wire a reaper from settings."""
+    engine = make_engine(settings.database_url, pool_size=2, max_overflow=2)
+    queue = JobQueue(
+        engine,
+        backoff_base_seconds=settings.retry_backoff_base_seconds,
+        backoff_max_seconds=settings.retry_backoff_max_seconds,
+    )
+    config = ReaperConfig(
+        batch_size=settings.reaper_batch_size,
+        engine_dead_after_seconds=settings.engine_dead_after_seconds,
+        retention_seconds=settings.retention_days * 86400,
+        interval_seconds=settings.reaper_interval_seconds,
+    )
+    return Reaper(queue, config)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """One pass with ``--once``; otherwise a pass every interval until SIGTERM."""
+    parser = argparse.ArgumentParser(prog="runyard reaper", description=__doc__)
+    parser.add_argument("--once", action="store_true", help="one pass, then exit")
+    args = parser.parse_args(argv)
+    settings = Settings()
+    configure(settings.log_level, settings.log_format)
+    reaper = build_reaper(settings)
+    if args.once:
+        result = reaper.run_once()
+        logger.info("reaper --once done", extra=result.__dict__)
+        return 0
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        reaper.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    reaper.run_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""ORM table definitions: the Alembic target and the shape of plain reads.
+
+State changes never go through these classes; ``runyard.queue`` owns them with written-out SQL.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Enum,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class RunStatus(enum.StrEnum):
+    """Status of a run and of its job (ADR-0062); the last four are terminal."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        """True for the statuses that never change again."""
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset(
+    {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.CANCELLED}
+)
+
+
+class RunMode(enum.StrEnum):
+    """How a run executes: through the queue and a worker, or inline in the API."""
+
+    QUEUE = "queue"
+    SYNC = "sync"
+
+
+class Base(DeclarativeBase):
+    """Declarative base with a naming convention so migrations name constraints stably."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def _status_column_type() -> Enum:
+    return Enum(
+        RunStatus,
+        name="run_status",
+        values_callable=lambda members: [m.value for m in members],
+        validate_strings=True,
+    )
+
+
+class ToolRun(Base):
+    """The user-facing record of one tool run."""
+
+    __tablename__ = "tool_runs"
+    __table_args__ = (
+        UniqueConstraint("tenant", "idempotency_key", name="uq_tool_runs_tenant_idempotency_key"),
+        CheckConstraint("mode IN ('queue', 'sync')", name="mode_known"),
+        Index(
+            "ix_tool_runs_tenant_requested", "tenant", text("requested_at DESC"), text("id DESC")
+        ),
+        Index("ix_tool_runs_status_mode", "status", "mode"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    tenant: Mapped[str] = mapped_column(Text)
+    tool: Mapped[str] = mapped_column(Text)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    image_digest: Mapped[str | None] = mapped_column(Text)
+    input: Mapped[Any] = mapped_column(JSONB)
+    status: Mapped[RunStatus] = mapped_column(
+        _status_column_type(), server_default=RunStatus.QUEUED.value
+    )
+    mode: Mapped[str] = mapped_column(Text, server_default=RunMode.QUEUE.value)
+    requested_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    max_attempts: Mapped[int] = mapped_column(Integer, server_default="1")
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    result: Mapped[Any | None] = mapped_column(JSONB)
+    stdout: Mapped[str | None] = mapped_column(Text)
+    stderr: Mapped[str | None] = mapped_column(Text)
+    stdout_truncated: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    stderr_truncated: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    error_code: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    idempotency_key: Mapped[str | None] = mapped_column(Text)
+    request_hash: Mapped[str | None] = mapped_column(Text)
+    # Sync mode only: which API process runs it inline and until when it vouches for it.
+    sync_owner: Mapped[str | None] = mapped_column(Text)
+    sync_owner_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class ToolRunJob(Base):
+    """The queue entry of a run (ADR-0062 §1) plus the fencing and adoption columns."""
+
+    __tablename__ = "tool_run_jobs"
+    __table_args__ = (
+        Index("ix_tool_run_jobs_status_available_priority", "status", "available_at", "priority"),
+        Index("ix_tool_run_jobs_status_locked_until", "status", "locked_until"),
+        Index(
+            "ix_tool_run_jobs_queued",
+            "queue",
+            text("priority DESC"),
+            "created_at",
+            postgresql_where=text("status = 'queued'"),
+        ),
+        Index(
+            "ix_tool_run_jobs_adoptable",
+            "engine_id",
+            text("priority DESC"),
+            "created_at",
+            postgresql_where=text("status = 'running' AND locked_until IS NULL"),
+        ),
+        CheckConstraint("attempts >= 0", name="attempts_non_negative"),
+        CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    run_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("tool_runs.id", ondelete="CASCADE"), unique=True
+    )
+    status: Mapped[RunStatus] = mapped_column(
+        _status_column_type(), server_default=RunStatus.QUEUED.value
+    )
+    queue: Mapped[str] = mapped_column(Text, server_default="default")
+    priority: Mapped[int] = mapped_column(Integer, server_default="0")
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    max_attempts: Mapped[int] = mapped_column(Integer, server_default="1")
+    timeout_seconds: Mapped[int] = mapped_column(Integer)
+    available_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+    locked_by: Mapped[str | None] = mapped_column(Text)
+    locked_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    lease_token: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    engine_id: Mapped[str | None] = mapped_column(Text)
+    deadline_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class ToolRunEvent(Base):
+    """One append-only event of a run; ``id`` is global and doubles as the SSE event id."""
+
+    __tablename__ = "tool_run_events"
+    __table_args__ = (Index("ix_tool_run_events_run_id_id", "run_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    run_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("tool_runs.id", ondelete="CASCADE")
+    )
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    type: Mapped[str] = mapped_column(Text)
+    data: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+
+
+class Worker(Base):
+    """One worker process and the Docker engine it drives."""
+
+    __tablename__ = "workers"
+    __table_args__ = (Index("ix_workers_engine_id_last_seen_at", "engine_id", "last_seen_at"),)
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    engine_id: Mapped[str] = mapped_column(Text)
+    host: Mapped[str] = mapped_column(Text)
+    pid: Mapped[int] = mapped_column(Integer)
+    concurrency: Mapped[int] = mapped_column(Integer, server_default="1")
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    last_seen_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+    stopped_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class ApiKey(Base):
+    """An API key: only its hash is stored; ``prefix`` finds the row without the secret."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    prefix: Mapped[str] = mapped_column(Text, unique=True)
+    key_hash: Mapped[str] = mapped_column(Text)
+    tenant: Mapped[str] = mapped_column(Text)
+    name: Mapped[str | None] = mapped_column(Text)
+    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'::text[]"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

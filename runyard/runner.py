@@ -1,0 +1,109 @@
+"""The runner port: what the worker needs from a container engine, and what it gets back."""
+
+from __future__ import annotations
+
+import enum
+import threading
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from runyard.models import RunStatus
+
+
+class ErrorCode(enum.StrEnum):
+    """Machine-readable reasons a run did not succeed."""
+
+    TOOL_FAILED = "tool_failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+    OOM_KILLED = "oom_killed"
+    INVALID_RESULT = "invalid_result"
+    CONTAINER_LOST = "container_lost"
+    IMAGE_NOT_FOUND = "image_not_found"
+    INFRASTRUCTURE = "infrastructure_error"
+    API_LOST = "api_lost"
+
+
+class ContainerState(enum.StrEnum):
+    """What the engine knows about an attempt's container."""
+
+    MISSING = "missing"
+    CREATED = "created"
+    RUNNING = "running"
+    EXITED = "exited"
+
+
+@dataclass(frozen=True)
+class AttemptSpec:
+    """Everything needed to start (or adopt) one attempt's container."""
+
+    run_id: uuid.UUID
+    attempt: int
+    tool: dict[str, Any]
+    input: Any
+    deadline_at: datetime
+
+    @property
+    def container_name(self) -> str:
+        """Deterministic name: a second create for the same attempt gets a 409."""
+        return container_name(self.run_id, self.attempt)
+
+
+def container_name(run_id: uuid.UUID, attempt: int) -> str:
+    """``runyard-{run_id}-{attempt}`` (DESIGN §5)."""
+    return f"runyard-{run_id}-{attempt}"
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    """The terminal outcome of one attempt, ready to be finalized."""
+
+    status: RunStatus
+    exit_code: int | None = None
+    result: Any | None = None
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    error_code: str | None = None
+    error: str | None = None
+    image_digest: str | None = None
+
+
+@dataclass
+class AttemptControl:
+    """Signals from the worker to a running attempt: cancel it, or walk away from it."""
+
+    cancel: threading.Event = field(default_factory=threading.Event)
+    # Set when the lease is lost or the worker hands over: stop waiting, touch nothing.
+    abandon: threading.Event = field(default_factory=threading.Event)
+
+
+class RunnerUnavailable(Exception):
+    """The container engine could not be reached or answered with an error; decide nothing."""
+
+
+class AttemptAbandoned(Exception):
+    """The worker stopped waiting on the attempt (lease lost or handover); it was left alone."""
+
+
+class Runner(Protocol):
+    """A container engine that runs attempts; the Docker adapter and the fake implement it."""
+
+    def engine_id(self) -> str:
+        """A stable id unique to this engine (not ``docker info``'s ID)."""
+        ...
+
+    def state(self, run_id: uuid.UUID, attempt: int) -> ContainerState:
+        """What the engine knows of the attempt's container."""
+        ...
+
+    def run(self, spec: AttemptSpec, control: AttemptControl) -> AttemptResult:
+        """Start the attempt's container, or adopt it if it exists, and wait for its outcome."""
+        ...
+
+    def discard(self, run_id: uuid.UUID, attempt: int) -> None:
+        """Remove the attempt's container and volume; call only after the terminal commit."""
+        ...

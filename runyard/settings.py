@@ -1,0 +1,77 @@
+"""Settings read from the environment (prefix ``RUNYARD_``), validated once in entry points."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every knob of the platform; built only by entry points and tests, never at import."""
+
+    model_config = SettingsConfigDict(env_prefix="RUNYARD_", extra="ignore", frozen=True)
+
+    database_url: str = ""
+    queue_enabled: bool = True
+    sync_max_concurrency: int = Field(default=4, ge=1, le=1024)
+
+    lease_seconds: float = Field(default=30.0, gt=0, le=3600)
+    heartbeat_seconds: float | None = Field(default=None, gt=0)
+    reaper_interval_seconds: float = Field(default=5.0, gt=0)
+    reaper_batch_size: int = Field(default=500, ge=1, le=10_000)
+    engine_dead_after_seconds: float = Field(default=120.0, gt=0)
+    retention_days: float = Field(default=30.0, gt=0)
+    retry_backoff_base_seconds: float = Field(default=2.0, ge=0)
+    retry_backoff_max_seconds: float = Field(default=300.0, ge=0)
+
+    worker_concurrency: int = Field(default=4, ge=1, le=256)
+    worker_poll_seconds: float = Field(default=1.0, gt=0)
+    worker_id: str | None = None
+
+    tools_file: Path = Path("tools/tools.toml")
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(default=8000, ge=1, le=65535)
+    auth_disabled: bool = False
+    max_wait_seconds: float = Field(default=60.0, ge=0)
+    max_request_bytes: int = Field(default=1_048_576, ge=1024)
+
+    # Operator maxima: a tool's registry entry may ask for up to these, never more.
+    max_timeout_seconds: int = Field(default=3600, ge=1)
+    max_memory_mb: int = Field(default=4096, ge=6)
+    max_cpus: float = Field(default=4.0, gt=0)
+    max_pids: int = Field(default=1024, ge=1)
+    stdout_cap_bytes: int = Field(default=1_048_576, ge=1024)
+    result_cap_bytes: int = Field(default=1_048_576, ge=1024)
+    stop_grace_seconds: float = Field(default=5.0, ge=0)
+    docker_timeout_seconds: float = Field(default=30.0, gt=0)
+
+    log_format: Literal["text", "json"] = "text"
+    log_level: str = "INFO"
+
+    @model_validator(mode="after")
+    def _check_heartbeat(self) -> Settings:
+        if self.heartbeat_seconds is not None and self.heartbeat_seconds >= self.lease_seconds:
+            raise ValueError("RUNYARD_HEARTBEAT_SECONDS must be shorter than RUNYARD_LEASE_SECONDS")
+        return self
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """Seconds between lease renewals: the setting, or a third of the lease."""
+        return self.heartbeat_seconds or self.lease_seconds / 3
+
+    def sqlalchemy_url(self) -> str:
+        """The database URL with the psycopg 3 driver named, as SQLAlchemy wants it."""
+        return normalize_database_url(self.database_url)
+
+
+def normalize_database_url(url: str) -> str:
+    """Turn ``postgres://`` / ``postgresql://`` URLs into ``postgresql+psycopg://``."""
+    if not url:
+        raise ValueError("RUNYARD_DATABASE_URL is not set")
+    for prefix in ("postgresql+psycopg2://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url

@@ -1,0 +1,53 @@
+"""Turning a caller's request into a ``NewRun``: tool lookup, input validation, snapshot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+
+from runyard.queue import NewRun
+from runyard.tools import ToolRegistry
+
+
+class UnknownTool(Exception):
+    """No tool of that name is registered."""
+
+
+class InvalidInput(Exception):
+    """The input does not match the tool's input schema."""
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+def prepare_run(
+    registry: ToolRegistry,
+    *,
+    tenant: str,
+    tool_name: str,
+    input_value: Any,
+    priority: int = 0,
+    idempotency_key: str | None = None,
+) -> NewRun:
+    """Resolve the tool, check the input against its schema, snapshot its definition."""
+    tool = registry.get(tool_name)
+    if tool is None:
+        raise UnknownTool(f"no tool named {tool_name!r}; GET /v1/tools lists them")
+    if tool.input_schema is not None:
+        validator = jsonschema.Draft202012Validator(tool.input_schema)
+        error = jsonschema.exceptions.best_match(validator.iter_errors(input_value))
+        if error is not None:
+            path = ".".join(str(part) for part in ("input", *error.absolute_path))
+            raise InvalidInput(f"{path}: {error.message}", path)
+    return NewRun(
+        tenant=tenant,
+        tool=tool.name,
+        spec=tool.snapshot(),
+        input=input_value,
+        max_attempts=tool.max_attempts,
+        timeout_seconds=tool.timeout_seconds,
+        priority=priority,
+        idempotency_key=idempotency_key,
+    )

@@ -1,0 +1,56 @@
+"""A callable-backed fake runner for unit tests of the worker loop (never for Postgres)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+
+from runyard.models import RunStatus
+from runyard.runner import AttemptControl, AttemptResult, AttemptSpec, ContainerState
+
+Handler = Callable[[AttemptSpec, AttemptControl], AttemptResult]
+
+
+def succeed_with_input(spec: AttemptSpec, control: AttemptControl) -> AttemptResult:
+    """Default handler: the ``echo`` tool, without a container."""
+    return AttemptResult(status=RunStatus.SUCCEEDED, exit_code=0, result=spec.input)
+
+
+class FakeRunner:
+    """Runs attempts by calling ``handler``; remembers containers like an engine would."""
+
+    def __init__(self, handler: Handler = succeed_with_input, engine_id: str = "fake-engine"):
+        self._handler = handler
+        self._engine_id = engine_id
+        self._lock = threading.Lock()
+        self.containers: dict[tuple[uuid.UUID, int], ContainerState] = {}
+        self.started: list[tuple[uuid.UUID, int]] = []
+        self.discarded: list[tuple[uuid.UUID, int]] = []
+
+    def engine_id(self) -> str:
+        """The fake engine's id."""
+        return self._engine_id
+
+    def state(self, run_id: uuid.UUID, attempt: int) -> ContainerState:
+        """The remembered state, MISSING for unknown attempts."""
+        with self._lock:
+            return self.containers.get((run_id, attempt), ContainerState.MISSING)
+
+    def run(self, spec: AttemptSpec, control: AttemptControl) -> AttemptResult:
+        """Record the start, call the handler, mark the container exited."""
+        key = (spec.run_id, spec.attempt)
+        with self._lock:
+            if key not in self.containers:
+                self.started.append(key)
+            self.containers[key] = ContainerState.RUNNING
+        result = self._handler(spec, control)
+        with self._lock:
+            self.containers[key] = ContainerState.EXITED
+        return result
+
+    def discard(self, run_id: uuid.UUID, attempt: int) -> None:
+        """Forget the container."""
+        with self._lock:
+            self.containers.pop((run_id, attempt), None)
+            self.discarded.append((run_id, attempt))

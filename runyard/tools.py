@@ -1,0 +1,123 @@
+"""The tool registry: a TOML file written by operators, validated strictly at load time."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
+
+from runyard.settings import Settings
+
+TOOL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+
+
+class RegistryError(Exception):
+    """The tool registry file is missing, unreadable or invalid."""
+
+
+class ToolSpec(BaseModel):
+    """One tool as the registry defines it; snapshotted into every run at submit time."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    name: str = Field(pattern=TOOL_NAME_PATTERN)
+    description: str = ""
+    image: str = Field(min_length=1)
+    command: list[str] = Field(min_length=1)
+    entrypoint: list[str] | None = None
+    workdir: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    user: str = "65534:65534"
+    timeout_seconds: StrictInt = Field(default=30, ge=1)
+    memory_mb: StrictInt = Field(default=128, ge=6)
+    cpus: StrictFloat | StrictInt = Field(default=0.5, gt=0)
+    pids_limit: StrictInt = Field(default=64, ge=1)
+    tmpfs_mb: StrictInt = Field(default=16, ge=1, le=4096)
+    nofile_limit: StrictInt = Field(default=1024, ge=16, le=65536)
+    max_attempts: StrictInt = Field(default=1, ge=1, le=20)
+    stdout_cap_bytes: StrictInt | None = Field(default=None, ge=1024)
+    result_cap_bytes: StrictInt | None = Field(default=None, ge=1024)
+    input_schema: dict[str, Any] | None = None
+
+    def snapshot(self) -> dict[str, Any]:
+        """The JSON stored on a run: later registry edits never change queued runs."""
+        return self.model_dump(mode="json")
+
+
+@dataclass(frozen=True)
+class ToolRegistry:
+    """The loaded registry, keyed by tool name."""
+
+    tools: Mapping[str, ToolSpec]
+
+    def get(self, name: str) -> ToolSpec | None:
+        """The tool called ``name``, or None."""
+        return self.tools.get(name)
+
+    def names(self) -> list[str]:
+        """Tool names in sorted order."""
+        return sorted(self.tools)
+
+
+def _check_against_maxima(tool: ToolSpec, settings: Settings) -> list[str]:
+    problems = []
+    if tool.timeout_seconds > settings.max_timeout_seconds:
+        problems.append(f"timeout_seconds {tool.timeout_seconds} > {settings.max_timeout_seconds}")
+    if tool.memory_mb > settings.max_memory_mb:
+        problems.append(f"memory_mb {tool.memory_mb} > {settings.max_memory_mb}")
+    if tool.cpus > settings.max_cpus:
+        problems.append(f"cpus {tool.cpus} > {settings.max_cpus}")
+    if tool.pids_limit > settings.max_pids:
+        problems.append(f"pids_limit {tool.pids_limit} > {settings.max_pids}")
+    if tool.user.split(":")[0] in ("0", "root"):
+        problems.append("user must not be root")
+    if tool.input_schema is not None:
+        try:
+            jsonschema.Draft202012Validator.check_schema(tool.input_schema)
+        except jsonschema.SchemaError as exc:
+            problems.append(f"input_schema is not a valid JSON Schema: {exc.message}")
+    return problems
+
+
+def parse_registry(document: Mapping[str, Any], settings: Settings) -> ToolRegistry:
+    """Validate a parsed TOML document; every problem is reported with its tool and key."""
+    unknown = set(document) - {"tools"}
+    if unknown:
+        raise RegistryError(f"unknown top-level keys: {', '.join(sorted(unknown))}")
+    raw_tools = document.get("tools", {})
+    if not isinstance(raw_tools, Mapping):
+        raise RegistryError("[tools] must be a table of tool tables")
+    tools: dict[str, ToolSpec] = {}
+    errors: list[str] = []
+    for name, entry in raw_tools.items():
+        if not isinstance(entry, Mapping):
+            errors.append(f"tools.{name}: must be a table")
+            continue
+        try:
+            tool = ToolSpec.model_validate({"name": name, **entry})
+        except ValidationError as exc:
+            for err in exc.errors():
+                where = ".".join(str(part) for part in err["loc"])
+                errors.append(f"tools.{name}.{where}: {err['msg']}")
+            continue
+        errors.extend(f"tools.{name}: {p}" for p in _check_against_maxima(tool, settings))
+        tools[name] = tool
+    if errors:
+        raise RegistryError("invalid tool registry:\n  " + "\n  ".join(errors))
+    return ToolRegistry(tools=tools)
+
+
+def load_registry(path: Path, settings: Settings) -> ToolRegistry:
+    """Read and validate the registry file at ``path``."""
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise RegistryError(f"tool registry not found: {path}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise RegistryError(f"tool registry {path} is not valid TOML: {exc}") from exc
+    return parse_registry(document, settings)

@@ -1,0 +1,89 @@
+"""Shared fixtures: a real Postgres (testcontainers or RUNYARD_TEST_DATABASE_URL), one
+migrated template database, and a fresh database cloned from it for every test."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
+
+from runyard.db import make_engine, migrate
+
+# Ryuk (testcontainers' reaper) is an image that cannot be pulled where no registry answers;
+# the fixtures below stop what they start instead.
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+
+TEMPLATE_DB = f"runyard_template_{os.getpid()}"
+
+
+def _libpq_url(url: str, database: str | None = None) -> str:
+    parsed = make_url(url).set(drivername="postgresql")
+    if database is not None:
+        parsed = parsed.set(database=database)
+    return parsed.render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def postgres_server_url() -> Iterator[str]:
+    """Admin URL of a Postgres server for the whole session."""
+    configured = os.environ.get("RUNYARD_TEST_DATABASE_URL")
+    if configured:
+        yield _libpq_url(configured)
+        return
+    from testcontainers.community.postgres import PostgresContainer
+
+    image = os.environ.get("RUNYARD_TEST_POSTGRES_IMAGE", "postgres:16-alpine")
+    container = PostgresContainer(image, username="runyard", password="runyard", dbname="postgres")
+    container.with_command("postgres -c max_connections=300 -c fsync=off")
+    container.start()
+    try:
+        yield _libpq_url(container.get_connection_url(driver=None))
+    finally:
+        container.stop()
+
+
+@pytest.fixture(scope="session")
+def template_database(postgres_server_url: str) -> Iterator[str]:
+    """A database migrated to head once; each test clones it."""
+    with psycopg.connect(postgres_server_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE_DB))
+        )
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE_DB)))
+    migrate(_libpq_url(postgres_server_url, TEMPLATE_DB))
+    yield TEMPLATE_DB
+    with psycopg.connect(postgres_server_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE_DB))
+        )
+
+
+@pytest.fixture
+def database_url(postgres_server_url: str, template_database: str) -> Iterator[str]:
+    """URL of a fresh, migrated database of this test's own, dropped afterwards."""
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(postgres_server_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(template_database)
+            )
+        )
+    yield _libpq_url(postgres_server_url, name)
+    with psycopg.connect(postgres_server_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    """A pooled engine on this test's database."""
+    eng = make_engine(database_url, pool_size=20, max_overflow=20)
+    yield eng
+    eng.dispose()

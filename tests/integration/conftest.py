@@ -1,0 +1,52 @@
+"""Integration fixtures: the queue, a tool registry, and a Docker client that cleans up."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+from sqlalchemy import Engine
+
+from runyard.docker_runner import LABEL_MANAGED, DockerRunner
+from runyard.queue import JobQueue
+from runyard.settings import Settings
+from runyard.tools import ToolRegistry, load_registry
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def queue(engine: Engine) -> JobQueue:
+    """A queue on this test's database, with a short backoff."""
+    return JobQueue(engine, backoff_base_seconds=2.0, backoff_max_seconds=60.0)
+
+
+@pytest.fixture(scope="session")
+def registry() -> ToolRegistry:
+    """The example registry shipped in tools/tools.toml."""
+    return load_registry(ROOT / "tools" / "tools.toml", Settings(database_url="unused"))
+
+
+@pytest.fixture
+def docker_client() -> Iterator[docker.DockerClient]:
+    """A Docker client; every runyard container and volume the test made is removed after."""
+    client = docker.from_env(timeout=60)
+    label = f"{LABEL_MANAGED}=true"
+    before_c = {c.id for c in client.containers.list(all=True, filters={"label": label})}
+    before_v = {v.name for v in client.volumes.list(filters={"label": label})}
+    yield client
+    for container in client.containers.list(all=True, filters={"label": label}):
+        if container.id not in before_c:
+            container.remove(force=True)
+    for volume in client.volumes.list(filters={"label": label}):
+        if volume.name not in before_v and volume.name != "runyard-engine-marker":
+            volume.remove(force=True)
+    client.close()
+
+
+@pytest.fixture
+def docker_runner(docker_client: docker.DockerClient) -> DockerRunner:
+    """The real Docker adapter."""
+    return DockerRunner(docker_client)

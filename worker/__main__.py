@@ -1,0 +1,103 @@
+"""``python -m worker`` / ``runyard worker``: run a worker process."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+
+from runyard.db import make_engine
+from runyard.docker_runner import DockerLimits, DockerRunner
+from runyard.logs import configure
+from runyard.queue import JobQueue
+from runyard.runner import RunnerUnavailable
+from runyard.settings import Settings
+from runyard.workers import WorkerRegistry, new_worker_id
+from worker.service import Worker, WorkerConfig
+
+logger = logging.getLogger("worker")
+
+
+def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
+    """Wire a worker from settings: engine, queue, Docker runner, registry."""
+    engine = make_engine(settings.database_url, pool_size=4, max_overflow=8)
+    runner = DockerRunner.from_env(
+        DockerLimits(
+            stdout_cap_bytes=settings.stdout_cap_bytes,
+            result_cap_bytes=settings.result_cap_bytes,
+            stop_grace_seconds=settings.stop_grace_seconds,
+            api_timeout_seconds=settings.docker_timeout_seconds,
+        )
+    )
+    config = WorkerConfig(
+        worker_id=settings.worker_id or new_worker_id(),
+        concurrency=concurrency or settings.worker_concurrency,
+        lease_seconds=settings.lease_seconds,
+        heartbeat_seconds=settings.heartbeat_interval,
+        poll_seconds=settings.worker_poll_seconds,
+    )
+    queue = JobQueue(
+        engine,
+        backoff_base_seconds=settings.retry_backoff_base_seconds,
+        backoff_max_seconds=settings.retry_backoff_max_seconds,
+    )
+    return Worker(queue, runner, config, WorkerRegistry(engine))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse flags, run until SIGTERM (hand over) or, with ``--once``, one round."""
+    parser = argparse.ArgumentParser(prog="runyard worker", description=__doc__)
+    parser.add_argument("--once", action="store_true", help="claim once, finish those runs, exit")
+    parser.add_argument(
+        "--concurrency", type=int, help="slots (default RUNYARD_WORKER_CONCURRENCY)"
+    )
+    parser.add_argument(
+        "--drain", action="store_true", help="on SIGTERM finish the runs in progress instead"
+    )
+    args = parser.parse_args(argv)
+    settings = Settings()
+    configure(settings.log_level, settings.log_format)
+    try:
+        worker = build_worker(settings, args.concurrency)
+        worker.start()
+    except RunnerUnavailable as exc:
+        logger.error("cannot start: %s", exc)
+        return 2
+    logger.info("worker started", extra={"worker_id": worker.worker_id})
+    if args.once:
+        round_ = worker.run_once()
+        worker.wait_idle()
+        worker.close()
+        logger.info(
+            "worker --once done", extra={"claimed": round_.claimed, "adopted": round_.adopted}
+        )
+        return 0
+
+    signals_seen = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if signals_seen.is_set():
+            logger.warning("second signal: exiting at once")
+            sys.exit(1)
+        signals_seen.set()
+        worker.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    worker.run_forever()
+    if args.drain:
+        logger.info("draining: waiting for runs in progress")
+        worker.wait_idle()
+        worker.close()
+    else:
+        released = worker.hand_over()
+        logger.info("handed over", extra={"released": released})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,355 @@
+"""The worker: claims jobs for free slots, runs each attempt, heartbeats, finalizes once."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from runyard.models import RunStatus
+from runyard.queue import ClaimedJob, JobQueue
+from runyard.runner import (
+    AttemptAbandoned,
+    AttemptControl,
+    AttemptResult,
+    AttemptSpec,
+    ContainerState,
+    ErrorCode,
+    Runner,
+    RunnerUnavailable,
+)
+from runyard.workers import WorkerRegistry
+
+logger = logging.getLogger(__name__)
+
+_DB_ERRORS = (OperationalError, DBAPIError)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What a worker needs to know; validated by ``Settings`` upstream."""
+
+    worker_id: str
+    concurrency: int = 4
+    lease_seconds: float = 30.0
+    heartbeat_seconds: float = 10.0
+    poll_seconds: float = 1.0
+    queues: tuple[str, ...] = ("default",)
+
+
+@dataclass
+class InFlight:
+    """A job this process holds, with the controls of its running attempt."""
+
+    job: ClaimedJob
+    control: AttemptControl = field(default_factory=AttemptControl)
+    # Monotonic time until which our lease is known to hold; past it we are not the owner.
+    lease_valid_until: float = 0.0
+
+
+@dataclass(frozen=True)
+class ClaimRound:
+    """What one ``run_once`` did."""
+
+    claimed: int
+    adopted: int
+    free_slots: int
+
+
+class Worker:
+    """Slots are threads (docker-py blocks); one claim loop, one heartbeat thread."""
+
+    def __init__(
+        self,
+        queue: JobQueue,
+        runner: Runner,
+        config: WorkerConfig,
+        registry: WorkerRegistry | None = None,
+    ) -> None:
+        self._queue = queue
+        self._runner = runner
+        self._config = config
+        self._registry = registry
+        self._pool = ThreadPoolExecutor(
+            max_workers=config.concurrency, thread_name_prefix="runyard-slot"
+        )
+        self._lock = threading.Lock()
+        self._in_flight: dict[uuid.UUID, InFlight] = {}
+        self._futures: set[Future[None]] = set()
+        self._stop = threading.Event()
+        self._heartbeat_thread: threading.Thread | None = None
+        self._engine_id: str | None = None
+        self.finalized = 0
+
+    @property
+    def worker_id(self) -> str:
+        """This process's worker id."""
+        return self._config.worker_id
+
+    def _log(self, job: ClaimedJob, **more: object) -> dict[str, object]:
+        return {
+            "run_id": str(job.run_id),
+            "attempt": job.attempt,
+            "worker_id": self._config.worker_id,
+            **more,
+        }
+
+    # --- lifecycle ---
+
+    def start(self) -> None:
+        """Learn the engine id, register, and start the heartbeat thread."""
+        self._engine_id = self._runner.engine_id()
+        if self._registry is not None:
+            self._registry.register(self.worker_id, self._engine_id, self._config.concurrency)
+        self._heartbeat_thread = threading.Thread(
+            target=self._heartbeat_loop, name="runyard-heartbeat", daemon=True
+        )
+        self._heartbeat_thread.start()
+
+    def free_slots(self) -> int:
+        """Slots with no attempt in them."""
+        with self._lock:
+            return self._config.concurrency - len(self._in_flight)
+
+    def run_once(self) -> ClaimRound:
+        """Claim jobs for the free slots and hand each to a slot thread."""
+        if self._engine_id is None:
+            self.start()
+        assert self._engine_id is not None
+        free = self.free_slots()
+        if free <= 0 or self._stop.is_set():
+            return ClaimRound(claimed=0, adopted=0, free_slots=max(free, 0))
+        jobs = self._queue.claim(
+            worker_id=self.worker_id,
+            engine_id=self._engine_id,
+            limit=free,
+            lease_seconds=self._config.lease_seconds,
+            queues=self._config.queues,
+        )
+        now = time.monotonic()
+        for job in jobs:
+            flight = InFlight(job=job, lease_valid_until=now + self._config.lease_seconds)
+            if job.cancel_requested:
+                flight.control.cancel.set()
+            with self._lock:
+                self._in_flight[job.job_id] = flight
+            logger.info(
+                "adopted job" if job.adopted else "claimed job",
+                extra=self._log(job, action="adopted" if job.adopted else "claimed"),
+            )
+            future = self._pool.submit(self._execute, flight)
+            with self._lock:
+                self._futures.add(future)
+            future.add_done_callback(self._forget_future)
+        adopted = sum(1 for job in jobs if job.adopted)
+        return ClaimRound(claimed=len(jobs) - adopted, adopted=adopted, free_slots=free - len(jobs))
+
+    def _forget_future(self, future: Future[None]) -> None:
+        with self._lock:
+            self._futures.discard(future)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until no attempt is in flight; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if not self._in_flight and not self._futures:
+                    return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+    def run_forever(self) -> None:
+        """Claim whenever slots are free until ``stop()``; then hand over and exit."""
+        self.start()
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except _DB_ERRORS as exc:
+                logger.warning("claim failed; retrying", extra={"error": str(exc)})
+            except RunnerUnavailable as exc:
+                logger.warning("engine unavailable; backing off", extra={"error": str(exc)})
+            self._stop.wait(self._config.poll_seconds)
+
+    def stop(self) -> None:
+        """Stop claiming (the running attempts are not touched)."""
+        self._stop.set()
+
+    def hand_over(self) -> int:
+        """Release every lease so the runs are adoptable at once; containers keep running."""
+        self._stop.set()
+        with self._lock:
+            flights = list(self._in_flight.values())
+        released = 0
+        for flight in flights:
+            flight.control.abandon.set()
+            try:
+                if self._queue.release(flight.job.job_id, flight.job.lease_token):
+                    released += 1
+            except _DB_ERRORS as exc:
+                logger.warning("release failed", extra=self._log(flight.job, error=str(exc)))
+        self.close(stopped=True)
+        return released
+
+    def close(self, *, stopped: bool = True) -> None:
+        """Shut the slot pool down and mark this worker stopped."""
+        self._stop.set()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        if stopped and self._registry is not None:
+            try:
+                self._registry.stopped(self.worker_id)
+            except _DB_ERRORS:
+                logger.warning("could not mark worker stopped", exc_info=True)
+
+    # --- heartbeats ---
+
+    def heartbeat_once(self) -> None:
+        """Renew every lease in flight; a lost lease or a cancel reaches its attempt."""
+        with self._lock:
+            flights = list(self._in_flight.values())
+        for flight in flights:
+            job = flight.job
+            try:
+                beat = self._queue.heartbeat(
+                    job.job_id, job.lease_token, lease_seconds=self._config.lease_seconds
+                )
+            except _DB_ERRORS as exc:
+                logger.warning("heartbeat failed", extra=self._log(job, error=str(exc)))
+                if time.monotonic() >= flight.lease_valid_until:
+                    self._lose(flight, "lease expired while the database was unreachable")
+                continue
+            if not beat.owned:
+                self._lose(flight, "lease taken away")
+                continue
+            flight.lease_valid_until = time.monotonic() + self._config.lease_seconds
+            if beat.cancel_requested and not flight.control.cancel.is_set():
+                logger.info("cancel requested", extra=self._log(job, action="cancel"))
+                flight.control.cancel.set()
+        if self._registry is not None:
+            try:
+                self._registry.seen(self.worker_id)
+            except _DB_ERRORS:
+                logger.warning("could not record worker liveness", exc_info=True)
+
+    def _lose(self, flight: InFlight, why: str) -> None:
+        if not flight.control.abandon.is_set():
+            logger.warning("lease lost: %s", why, extra=self._log(flight.job, action="lease_lost"))
+            flight.control.abandon.set()
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(self._config.heartbeat_seconds):
+            self.heartbeat_once()
+        # After stop() keep renewing the leases of attempts still running (drain).
+        while True:
+            with self._lock:
+                if not self._in_flight:
+                    return
+            time.sleep(self._config.heartbeat_seconds)
+            self.heartbeat_once()
+
+    # --- execution ---
+
+    def _execute(self, flight: InFlight) -> None:
+        job = flight.job
+        try:
+            self._execute_attempt(flight)
+        except Exception:
+            logger.exception("attempt crashed in the worker", extra=self._log(job))
+        finally:
+            with self._lock:
+                self._in_flight.pop(job.job_id, None)
+
+    def _execute_attempt(self, flight: InFlight) -> None:
+        job = flight.job
+        if job.adopted:
+            try:
+                state = self._runner.state(job.run_id, job.attempt)
+            except RunnerUnavailable as exc:
+                self._release(flight, f"engine unavailable: {exc}")
+                return
+            if state in (ContainerState.MISSING, ContainerState.CREATED):
+                if state is ContainerState.CREATED:
+                    self._runner.discard(job.run_id, job.attempt)
+                result = self._queue.requeue(
+                    job.job_id,
+                    job.lease_token,
+                    error_code=ErrorCode.CONTAINER_LOST,
+                    error=f"the container of attempt {job.attempt} was {state.value}",
+                )
+                logger.warning(
+                    "container lost",
+                    extra=self._log(job, action="requeued", status=str(result.status)),
+                )
+                return
+        elif job.cancel_requested:
+            self._finalize(
+                flight,
+                AttemptResult(
+                    status=RunStatus.CANCELLED,
+                    error_code=ErrorCode.CANCELLED,
+                    error="cancelled before it started",
+                ),
+            )
+            return
+        spec = AttemptSpec(
+            run_id=job.run_id,
+            attempt=job.attempt,
+            tool=job.spec,
+            input=job.input,
+            deadline_at=job.deadline_at,
+        )
+        try:
+            outcome = self._runner.run(spec, flight.control)
+        except AttemptAbandoned:
+            logger.info("attempt left to its next owner", extra=self._log(job, action="abandon"))
+            return
+        except RunnerUnavailable as exc:
+            self._release(flight, str(exc))
+            return
+        self._finalize(flight, outcome)
+
+    def _release(self, flight: InFlight, why: str) -> None:
+        """Decide nothing: give the lease back so adoption looks again later."""
+        logger.warning("engine trouble; releasing lease: %s", why, extra=self._log(flight.job))
+        try:
+            self._queue.release(flight.job.job_id, flight.job.lease_token)
+        except _DB_ERRORS:
+            logger.warning("release failed; the reaper will clear the lease", exc_info=True)
+
+    def _finalize(self, flight: InFlight, outcome: AttemptResult) -> None:
+        """Commit the outcome, retrying DB errors while the lease holds; then clean up."""
+        job = flight.job
+        delay = 0.1
+        while True:
+            if flight.control.abandon.is_set():
+                logger.warning("not finalizing: lease lost", extra=self._log(job))
+                return
+            try:
+                owned = self._queue.finalize(job.job_id, job.lease_token, outcome)
+                break
+            except _DB_ERRORS as exc:
+                if time.monotonic() + delay >= flight.lease_valid_until:
+                    logger.warning(
+                        "finalize gave up; adoption will finish the run",
+                        extra=self._log(job, error=str(exc)),
+                    )
+                    return
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        if not owned:
+            logger.warning("lease lost before finalize", extra=self._log(job, action="lease_lost"))
+            return
+        self.finalized += 1
+        logger.info(
+            "run finalized",
+            extra=self._log(job, action="finalized", status=outcome.status.value),
+        )
+        try:
+            self._runner.discard(job.run_id, job.attempt)
+        except RunnerUnavailable as exc:
+            logger.warning("cleanup deferred to the sweep", extra=self._log(job, error=str(exc)))
