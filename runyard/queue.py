@@ -103,7 +103,8 @@ CLAIM = _sql(
         FROM picked
         WHERE j.id = picked.id
         RETURNING j.id, j.run_id, j.attempts, j.max_attempts, j.lease_token, j.locked_until,
-                  j.deadline_at, j.started_at, j.cancel_requested_at, picked.adopted
+                  j.deadline_at, j.started_at, j.cancel_requested_at, j.priority,
+                  j.created_at, picked.adopted
     ), run AS (
         UPDATE tool_runs r SET status = 'running',
                                started_at = coalesce(r.started_at, c.started_at),
@@ -125,7 +126,7 @@ CLAIM = _sql(
     SELECT c.id, c.run_id, c.attempts, c.max_attempts, c.lease_token, c.locked_until,
            c.deadline_at, c.cancel_requested_at, c.adopted, r.spec, r.input
     FROM claimed c JOIN tool_runs r ON r.id = c.run_id
-    ORDER BY c.adopted DESC
+    ORDER BY c.adopted DESC, c.priority DESC, c.created_at
     """
 )
 

@@ -1,0 +1,244 @@
+"""The Docker adapter against the real engine: contract, hardening, outcomes, adoption."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import docker
+import pytest
+
+from runyard.docker_runner import DockerLimits, DockerRunner
+from runyard.models import RunStatus
+from runyard.runner import (
+    AttemptAbandoned,
+    AttemptControl,
+    AttemptSpec,
+    ContainerState,
+    container_name,
+)
+from runyard.tools import ToolRegistry
+
+pytestmark = pytest.mark.docker
+
+
+def spec_for(
+    registry: ToolRegistry,
+    tool: str,
+    input_value: Any,
+    *,
+    timeout: float = 30,
+    **overrides: Any,
+) -> AttemptSpec:
+    found = registry.get(tool)
+    assert found is not None
+    definition = {**found.snapshot(), **overrides}
+    return AttemptSpec(
+        run_id=uuid.uuid4(),
+        attempt=1,
+        tool=definition,
+        input=input_value,
+        deadline_at=datetime.now(UTC) + timedelta(seconds=timeout),
+    )
+
+
+def shell(registry: ToolRegistry, script: str, **kw: Any) -> AttemptSpec:
+    return spec_for(registry, "shell", {"script": script}, **kw)
+
+
+def test_echo__result_labels_name_and_hardening(
+    docker_runner: DockerRunner, docker_client: docker.DockerClient, registry: ToolRegistry
+):
+    spec = spec_for(registry, "echo", {"a": [1, 2, "x"]})
+    result = docker_runner.run(spec, AttemptControl())
+    assert result.status == RunStatus.SUCCEEDED, result
+    assert result.result == {"a": [1, 2, "x"]}
+    assert result.exit_code == 0 and result.image_digest.startswith("sha256:")
+
+    container = docker_client.containers.get(container_name(spec.run_id, 1))
+    labels = container.labels
+    assert labels["io.runyard.managed"] == "true"
+    assert labels["io.runyard.run_id"] == str(spec.run_id)
+    assert labels["io.runyard.attempt"] == "1"
+    assert labels["io.runyard.tool"] == "echo"
+    assert datetime.fromisoformat(labels["io.runyard.deadline"]) == spec.deadline_at
+    host = container.attrs["HostConfig"]
+    config = container.attrs["Config"]
+    assert config["User"] == "65534:65534"
+    assert host["CapDrop"] == ["ALL"]
+    assert "no-new-privileges" in host["SecurityOpt"]
+    assert host["ReadonlyRootfs"] is True
+    assert host["NetworkMode"] == "none"
+    assert host["Privileged"] is False
+    assert host["Init"] is True
+    assert host["Memory"] == host["MemorySwap"] == 64 * 1024 * 1024
+    assert host["NanoCpus"] == 500_000_000
+    assert host["PidsLimit"] == 64
+    assert "noexec" in host["Tmpfs"]["/tmp"] and "nosuid" in host["Tmpfs"]["/tmp"]
+    assert host["AutoRemove"] is False
+    assert not host.get("Binds")
+    assert [m["Destination"] for m in container.attrs["Mounts"]] == ["/runyard"]
+    env = dict(e.split("=", 1) for e in config["Env"])
+    assert env["RUNYARD_RUN_ID"] == str(spec.run_id) and env["RUNYARD_ATTEMPT"] == "1"
+    assert env["RUNYARD_INPUT"] == "/runyard/input.json"
+    assert env["RUNYARD_OUTPUT_DIR"] == "/runyard/out"
+
+    docker_runner.discard(spec.run_id, 1)
+    assert docker_runner.state(spec.run_id, 1) is ContainerState.MISSING
+    assert not docker_client.volumes.list(filters={"name": container_name(spec.run_id, 1)})
+
+
+def test_tool_sandbox__cannot_write_root_input_or_reach_network(
+    docker_runner: DockerRunner, registry: ToolRegistry
+):
+    script = (
+        "id -u; "
+        "touch /etc/x 2>/dev/null && echo root-writable; "
+        "echo tamper > /runyard/input.json 2>/dev/null && echo input-writable; "
+        "ls /sys/class/net; "
+        "cp /tmp/script.sh /tmp/x && chmod +x /tmp/x && /tmp/x 2>/dev/null && echo tmp-exec; "
+        "echo ok"
+    )
+    result = docker_runner.run(shell(registry, script), AttemptControl())
+    assert result.status == RunStatus.FAILED or result.status == RunStatus.SUCCEEDED
+    lines = result.stdout.split()
+    assert lines[0] == "65534"
+    assert "root-writable" not in lines and "input-writable" not in lines
+    assert "tmp-exec" not in lines
+    assert "eth0" not in lines and "lo" in lines
+    assert lines[-1] == "ok"
+
+
+def test_failure__exit_code_and_stderr(docker_runner: DockerRunner, registry: ToolRegistry):
+    result = docker_runner.run(spec_for(registry, "fail", {}), AttemptControl())
+    assert result.status == RunStatus.FAILED
+    assert result.exit_code == 3 and result.error_code == "tool_failed"
+    assert result.stderr == "about to fail\n" and result.stdout == ""
+
+
+def test_timeout__stops_the_container_at_the_deadline(
+    docker_runner: DockerRunner, registry: ToolRegistry
+):
+    runner = docker_runner
+    started = time.monotonic()
+    result = runner.run(spec_for(registry, "sleep", {"seconds": 60}, timeout=1.5), AttemptControl())
+    assert result.status == RunStatus.TIMED_OUT and result.error_code == "timed_out"
+    assert time.monotonic() - started < 15
+    assert "sleeping 60" in result.stdout
+
+
+def test_cancel__stops_the_container(docker_runner: DockerRunner, registry: ToolRegistry):
+    control = AttemptControl()
+    threading.Timer(1.0, control.cancel.set).start()
+    result = docker_runner.run(spec_for(registry, "sleep", {"seconds": 60}), control)
+    assert result.status == RunStatus.CANCELLED and result.error_code == "cancelled"
+
+
+def test_oom__is_reported_as_such(docker_runner: DockerRunner, registry: ToolRegistry):
+    # /tmp is tmpfs, charged to the container's memory: filling it past the limit OOMs.
+    script = "yes xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx | head -c 100000000 > /tmp/fill"
+    spec = shell(registry, script, memory_mb=16, tmpfs_mb=512)
+    result = docker_runner.run(spec, AttemptControl())
+    assert result.status == RunStatus.FAILED
+    assert result.error_code == "oom_killed", result
+
+
+def test_output__capped_head_and_tail_kept(registry: ToolRegistry, docker_client):
+    runner = DockerRunner(docker_client, DockerLimits(stdout_cap_bytes=4096))
+    script = "echo FIRST; yes 0123456789 | head -c 2000000; echo; echo LAST"
+    result = runner.run(shell(registry, script), AttemptControl())
+    assert result.status == RunStatus.SUCCEEDED
+    assert result.stdout_truncated and not result.stderr_truncated
+    assert result.stdout.startswith("FIRST\n") and result.stdout.endswith("LAST\n")
+    assert len(result.stdout) < 4096 + 100
+
+
+@pytest.mark.parametrize(
+    ("script", "problem"),
+    [
+        ("echo not json > /runyard/out/result.json", "not valid JSON"),
+        ("ln -s /etc/passwd /runyard/out/result.json", "link"),
+        ("mkdir /runyard/out/result.json", "regular file"),
+        ("yes 1 | head -c 3000000 > /runyard/out/result.json", "larger than"),
+    ],
+)
+def test_result__invalid_results_are_rejected(
+    docker_runner: DockerRunner, registry: ToolRegistry, script: str, problem: str
+):
+    result = docker_runner.run(shell(registry, script), AttemptControl())
+    assert result.status == RunStatus.FAILED
+    assert result.error_code == "invalid_result"
+    assert problem in (result.error or "")
+
+
+def test_no_result_file__succeeds_with_null_result(
+    docker_runner: DockerRunner, registry: ToolRegistry
+):
+    result = docker_runner.run(shell(registry, "echo hi"), AttemptControl())
+    assert result.status == RunStatus.SUCCEEDED and result.result is None
+    assert result.stdout == "hi\n"
+
+
+def test_adoption__running_container_is_waited_on_not_restarted(
+    docker_runner: DockerRunner, docker_client: docker.DockerClient, registry: ToolRegistry
+):
+    spec = spec_for(registry, "sleep", {"seconds": 2})
+    control = AttemptControl()
+    threading.Timer(0.7, control.abandon.set).start()
+    with pytest.raises(AttemptAbandoned):
+        docker_runner.run(spec, control)
+    assert docker_runner.state(spec.run_id, 1) is ContainerState.RUNNING
+    first_start = docker_client.containers.get(spec.container_name).attrs["State"]["StartedAt"]
+
+    result = docker_runner.run(spec, AttemptControl())  # the adopter, same spec and deadline
+    assert result.status == RunStatus.SUCCEEDED and result.result == {"slept": True}
+    container = docker_client.containers.get(spec.container_name)
+    assert container.attrs["State"]["StartedAt"] == first_start
+    assert container.attrs["RestartCount"] == 0
+    assert result.stdout.count("sleeping") == 1
+
+
+def test_adoption__exited_container_is_finalized_from_its_outputs(
+    docker_runner: DockerRunner, docker_client: docker.DockerClient, registry: ToolRegistry
+):
+    spec = spec_for(registry, "echo", {"x": 1})
+    docker_runner.run(spec, AttemptControl())
+    first_start = docker_client.containers.get(spec.container_name).attrs["State"]["StartedAt"]
+    again = docker_runner.run(spec, AttemptControl())
+    assert again.status == RunStatus.SUCCEEDED and again.result == {"x": 1}
+    assert (
+        docker_client.containers.get(spec.container_name).attrs["State"]["StartedAt"] == first_start
+    )
+
+
+def test_created_but_never_started__is_recreated(
+    docker_runner: DockerRunner, docker_client: docker.DockerClient, registry: ToolRegistry
+):
+    spec = spec_for(registry, "echo", {"y": 2})
+    docker_client.containers.create(
+        "runyard/toolbox:latest",
+        ["true"],
+        name=spec.container_name,
+        labels={"io.runyard.managed": "true"},
+    )
+    assert docker_runner.state(spec.run_id, 1) is ContainerState.CREATED
+    result = docker_runner.run(spec, AttemptControl())
+    assert result.status == RunStatus.SUCCEEDED and result.result == {"y": 2}
+    assert len(docker_client.containers.list(all=True, filters={"name": spec.container_name})) == 1
+
+
+def test_missing_image__fails_clearly(docker_runner: DockerRunner, registry: ToolRegistry):
+    spec = spec_for(registry, "echo", {}, image="runyard/does-not-exist:0")
+    result = docker_runner.run(spec, AttemptControl())
+    assert result.status == RunStatus.FAILED and result.error_code == "image_not_found"
+
+
+def test_engine_id__stable_and_not_docker_info_id(
+    docker_runner: DockerRunner, docker_client: docker.DockerClient
+):
+    first = docker_runner.engine_id()
+    assert first == DockerRunner(docker_client).engine_id()
+    assert first != docker_client.info()["ID"]
