@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import uvicorn
@@ -26,13 +26,13 @@ from worker.__main__ import build_worker
 logger = logging.getLogger("runyard.dev")
 
 
-def embedded_database_url(data_dir: Path) -> str:
-    """Start (or reuse) a pgserver Postgres in ``data_dir`` and return its URL."""
+def start_embedded_postgres(data_dir: Path) -> tuple[str, Callable[[], None]]:
+    """Start (or reuse) a pgserver Postgres in ``data_dir``: its URL and how to stop it."""
     from pgserver.postgres_server import get_server
 
     data_dir.mkdir(parents=True, exist_ok=True)
     server = get_server(data_dir, cleanup_mode="stop")
-    return str(server.get_uri())
+    return str(server.get_uri()), server.cleanup
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -44,8 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     os.environ["RUNYARD_AUTH_DISABLED"] = "true"
+    stop_postgres: Callable[[], None] = lambda: None  # noqa: E731
     if not os.environ.get("RUNYARD_DATABASE_URL"):
-        os.environ["RUNYARD_DATABASE_URL"] = embedded_database_url(Path(args.data_dir).resolve())
+        url, stop_postgres = start_embedded_postgres(Path(args.data_dir).resolve())
+        os.environ["RUNYARD_DATABASE_URL"] = url
     settings = Settings()
     configure(settings.log_level, settings.log_format)
     migrate(settings.database_url)
@@ -70,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         worker.hand_over()
         reaper.stop()
+        stop_postgres()
     return 0
 
 

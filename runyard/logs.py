@@ -7,7 +7,7 @@ import logging
 import logging.config
 from typing import Any
 
-_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "color_message"}
 
 
 class JsonFormatter(logging.Formatter):
@@ -55,6 +55,9 @@ def configure(level: str = "INFO", fmt: str = "text") -> None:
                 "stderr": {"class": "logging.StreamHandler", "formatter": formatter},
             },
             "root": {"level": level.upper(), "handlers": ["stderr"]},
-            "loggers": {"uvicorn.access": {"level": "WARNING"}},
+            "loggers": {
+                "uvicorn.access": {"level": "WARNING"},
+                "alembic": {"level": "WARNING"},
+            },
         }
     )

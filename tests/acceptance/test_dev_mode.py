@@ -1,0 +1,90 @@
+"""``runyard dev`` as a real process: embedded Postgres, API, worker and reaper together."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.docker
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def http(method: str, url: str, body: object | None = None) -> tuple[int, dict[str, object]]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        url, data=data, method=method, headers={"content-type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.status, json.loads(response.read())
+
+
+@pytest.mark.timeout(240)
+def test_dev__echo_run_succeeds_with_embedded_postgres(tmp_path: Path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNYARD_")} | {
+        "RUNYARD_TOOLS_FILE": str(ROOT / "tools" / "tools.toml"),
+        "RUNYARD_WORKER_POLL_SECONDS": "0.2",
+    }
+    log = (tmp_path / "dev.log").open("w")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "runyard.cli",
+            "dev",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(tmp_path / "pg"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, (tmp_path / "dev.log").read_text()
+            try:
+                if http("GET", f"{base}/readyz")[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, (tmp_path / "dev.log").read_text()
+            time.sleep(0.3)
+        status, run = http("POST", f"{base}/v1/runs", {"tool": "echo", "input": {"hi": 1}})
+        assert status == 202 and run["status"] == "queued"
+        deadline = time.monotonic() + 60
+        while run["status"] in ("queued", "running") and time.monotonic() < deadline:
+            time.sleep(0.3)
+            run = http("GET", f"{base}/v1/runs/{run['id']}")[1]
+        assert run["status"] == "succeeded", run
+        assert run["result"] == {"hi": 1}
+        banner = (tmp_path / "dev.log").read_text()
+        assert "auth is OFF" in banner and f"{base}/v1/runs" in banner
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+    assert not (tmp_path / "pg" / "postmaster.pid").exists(), "embedded Postgres left running"

@@ -1,0 +1,169 @@
+"""The worker loop with the fake runner and real Postgres: finalize once, fencing, cancel."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import Engine, text
+
+from runyard.models import RunStatus
+from runyard.queue import JobQueue, NewRun
+from runyard.runner import AttemptControl, AttemptResult, AttemptSpec, ContainerState
+from runyard.testing import FakeRunner
+from worker.service import Worker, WorkerConfig
+
+
+def enqueue(queue: JobQueue, **kw: object) -> uuid.UUID:
+    fields: dict[str, object] = {
+        "tenant": "acme",
+        "tool": "echo",
+        "spec": {"name": "echo"},
+        "input": {"v": 1},
+    }
+    fields.update(kw)
+    return queue.enqueue(NewRun(**fields)).run_id  # type: ignore[arg-type]
+
+
+def status(engine: Engine, run_id: uuid.UUID) -> str:
+    with engine.connect() as conn:
+        return str(
+            conn.execute(
+                text("SELECT status FROM tool_runs WHERE id = :id"), {"id": run_id}
+            ).scalar_one()
+        )
+
+
+def make_worker(queue: JobQueue, runner: FakeRunner, **kw: object) -> Worker:
+    config = WorkerConfig(worker_id=str(kw.pop("worker_id", "w1")), **kw)  # type: ignore[arg-type]
+    return Worker(queue, runner, config)
+
+
+def test_worker__runs_and_finalizes_then_discards(queue: JobQueue, engine: Engine):
+    run_ids = [enqueue(queue) for _ in range(3)]
+    runner = FakeRunner()
+    worker = make_worker(queue, runner, concurrency=4)
+    assert worker.run_once().claimed == 3
+    assert worker.wait_idle(timeout=10)
+    worker.close()
+    assert all(status(engine, r) == "succeeded" for r in run_ids)
+    assert sorted(runner.discarded) == sorted((r, 1) for r in run_ids)
+    assert worker.finalized == 3
+
+
+def test_worker__claims_only_for_free_slots(queue: JobQueue):
+    for _ in range(5):
+        enqueue(queue)
+    release = threading.Event()
+
+    def slow(spec: AttemptSpec, control: AttemptControl) -> AttemptResult:
+        release.wait(10)
+        return AttemptResult(status=RunStatus.SUCCEEDED, exit_code=0)
+
+    worker = make_worker(queue, FakeRunner(slow), concurrency=2)
+    assert worker.run_once().claimed == 2
+    assert worker.run_once().claimed == 0
+    release.set()
+    assert worker.wait_idle(timeout=10)
+    worker.close()
+
+
+def test_worker__lost_lease_means_no_finalize(queue: JobQueue, engine: Engine):
+    run_id = enqueue(queue)
+    started = threading.Event()
+
+    def wait_for_abandon(spec: AttemptSpec, control: AttemptControl) -> AttemptResult:
+        started.set()
+        control.abandon.wait(10)
+        return AttemptResult(status=RunStatus.SUCCEEDED, exit_code=0)
+
+    runner = FakeRunner(wait_for_abandon)
+    worker = make_worker(queue, runner, lease_seconds=30, heartbeat_seconds=3600)
+    worker.run_once()
+    assert started.wait(5)
+    later = datetime.now(UTC) + timedelta(seconds=31)
+    assert queue.clear_expired(queue.select_expired(batch=10, now=later), now=later)
+    worker.heartbeat_once()  # finds the lease gone
+    assert worker.wait_idle(timeout=10)
+    worker.close()
+    assert status(engine, run_id) == "running"
+    assert worker.finalized == 0 and runner.discarded == []
+
+
+def test_worker__cancel_reaches_attempt_through_heartbeat(queue: JobQueue, engine: Engine):
+    run_id = enqueue(queue)
+    started = threading.Event()
+
+    def until_cancel(spec: AttemptSpec, control: AttemptControl) -> AttemptResult:
+        started.set()
+        assert control.cancel.wait(10)
+        return AttemptResult(status=RunStatus.CANCELLED, error_code="cancelled")
+
+    worker = make_worker(queue, FakeRunner(until_cancel), heartbeat_seconds=3600)
+    worker.run_once()
+    assert started.wait(5)
+    assert queue.cancel(run_id).requested
+    worker.heartbeat_once()
+    assert worker.wait_idle(timeout=10)
+    worker.close()
+    assert status(engine, run_id) == "cancelled"
+
+
+def test_worker__adopted_job_with_missing_container_is_requeued(queue: JobQueue, engine: Engine):
+    run_id = enqueue(queue, max_attempts=2)
+    [job] = queue.claim(worker_id="dead", engine_id="fake-engine", limit=1, lease_seconds=30)
+    assert queue.release(job.job_id, job.lease_token)
+    runner = FakeRunner()
+    worker = make_worker(queue, runner)
+    assert worker.run_once().adopted == 1
+    assert worker.wait_idle(timeout=10)
+    worker.close()
+    assert status(engine, run_id) == "queued"
+    assert runner.started == []
+
+
+def test_worker__adopted_job_with_exited_container_finalizes_once(queue: JobQueue, engine: Engine):
+    run_id = enqueue(queue)
+    [job] = queue.claim(worker_id="dead", engine_id="fake-engine", limit=1, lease_seconds=30)
+    assert queue.release(job.job_id, job.lease_token)
+    runner = FakeRunner()
+    runner.containers[(run_id, 1)] = ContainerState.EXITED
+    worker = make_worker(queue, runner)
+    assert worker.run_once().adopted == 1
+    assert worker.wait_idle(timeout=10)
+    worker.close()
+    assert status(engine, run_id) == "succeeded"
+    assert runner.started == []  # adopted, never started again
+    with engine.connect() as conn:
+        finals = conn.execute(
+            text(
+                "SELECT count(*) FROM tool_run_events WHERE run_id = :id AND type = 'status'"
+                " AND data->>'status' = 'succeeded'"
+            ),
+            {"id": run_id},
+        ).scalar_one()
+    assert finals == 1
+
+
+def test_worker__hand_over_releases_leases_and_leaves_attempts(queue: JobQueue, engine: Engine):
+    run_id = enqueue(queue)
+    started = threading.Event()
+
+    def long(spec: AttemptSpec, control: AttemptControl) -> AttemptResult:
+        started.set()
+        control.abandon.wait(10)
+        from runyard.runner import AttemptAbandoned
+
+        raise AttemptAbandoned("handed over")
+
+    worker = make_worker(queue, FakeRunner(long))
+    worker.run_once()
+    assert started.wait(5)
+    assert worker.hand_over() == 1
+    with engine.connect() as conn:
+        row = conn.execute(
+            text("SELECT status, locked_until FROM tool_run_jobs WHERE run_id = :id"),
+            {"id": run_id},
+        ).one()
+    assert row.status == "running" and row.locked_until is None

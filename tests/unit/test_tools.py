@@ -1,0 +1,76 @@
+"""The tool registry: strict keys, operator maxima, schema checks, snapshots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runyard.settings import Settings
+from runyard.tools import RegistryError, load_registry, parse_registry
+
+ROOT = Path(__file__).resolve().parents[2]
+SETTINGS = Settings(database_url="unused")
+BASE = {"image": "img", "command": ["true"]}
+
+
+def test_shipped_registry__loads():
+    registry = load_registry(ROOT / "tools" / "tools.toml", SETTINGS)
+    assert {"echo", "sleep", "fail", "shell"} <= set(registry.names())
+    echo = registry.get("echo")
+    assert echo is not None and echo.image == "runyard/toolbox:latest"
+
+
+def test_unknown_key__is_an_error_naming_tool_and_key():
+    with pytest.raises(RegistryError, match=r"tools\.x\.privileged"):
+        parse_registry({"tools": {"x": {**BASE, "privileged": True}}}, SETTINGS)
+
+
+def test_unknown_top_level_key__is_an_error():
+    with pytest.raises(RegistryError, match="unknown top-level"):
+        parse_registry({"tool": {}}, SETTINGS)
+
+
+def test_limits_above_operator_maxima__are_rejected():
+    settings = Settings(database_url="unused", max_memory_mb=256, max_timeout_seconds=60)
+    with pytest.raises(RegistryError) as info:
+        parse_registry(
+            {"tools": {"big": {**BASE, "memory_mb": 512, "timeout_seconds": 61}}}, settings
+        )
+    assert "memory_mb 512 > 256" in str(info.value)
+    assert "timeout_seconds 61 > 60" in str(info.value)
+
+
+def test_root_user__is_rejected():
+    with pytest.raises(RegistryError, match="root"):
+        parse_registry({"tools": {"r": {**BASE, "user": "0:0"}}}, SETTINGS)
+
+
+def test_invalid_input_schema__is_rejected():
+    with pytest.raises(RegistryError, match="input_schema"):
+        parse_registry({"tools": {"s": {**BASE, "input_schema": {"type": 12}}}}, SETTINGS)
+
+
+def test_wrong_types__are_rejected_not_coerced():
+    with pytest.raises(RegistryError, match="timeout_seconds"):
+        parse_registry({"tools": {"t": {**BASE, "timeout_seconds": "30"}}}, SETTINGS)
+
+
+def test_missing_file__says_where(tmp_path: Path):
+    with pytest.raises(RegistryError, match="not found"):
+        load_registry(tmp_path / "nope.toml", SETTINGS)
+
+
+def test_bad_toml__says_so(tmp_path: Path):
+    path = tmp_path / "tools.toml"
+    path.write_text("[tools.x\n")
+    with pytest.raises(RegistryError, match="not valid TOML"):
+        load_registry(path, SETTINGS)
+
+
+def test_snapshot__is_plain_json():
+    registry = parse_registry({"tools": {"a": {**BASE, "cpus": 1}}}, SETTINGS)
+    tool = registry.get("a")
+    assert tool is not None
+    snap = tool.snapshot()
+    assert snap["name"] == "a" and snap["cpus"] == 1 and snap["user"] == "65534:65534"
