@@ -18,6 +18,10 @@ from runyard.db import make_engine, migrate
 # Ryuk (testcontainers' reaper) is an image that cannot be pulled where no registry answers;
 # the fixtures below stop what they start instead.
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+# Inside a container (/.dockerenv) testcontainers would reach Postgres through the bridge
+# gateway; tests talk to loopback only, through the published port.
+os.environ.setdefault("TESTCONTAINERS_CONNECTION_MODE", "docker_host")
+os.environ.setdefault("TESTCONTAINERS_HOST_OVERRIDE", "127.0.0.1")
 
 TEMPLATE_DB = f"runyard_template_{os.getpid()}"
 
@@ -43,7 +47,10 @@ def postgres_server_url() -> Iterator[str]:
     container.with_command("postgres -c max_connections=300 -c fsync=off")
     container.start()
     try:
-        yield _libpq_url(container.get_connection_url(driver=None))
+        url = _libpq_url(container.get_connection_url(driver=None))
+        # Tests never send traffic anywhere but this machine's loopback.
+        assert make_url(url).host in ("127.0.0.1", "localhost", "::1"), url
+        yield url
     finally:
         container.stop()
 
