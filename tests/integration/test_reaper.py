@@ -1,0 +1,66 @@
+"""The reaper service: one pass does every step, in batches, with an injected clock."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import Engine, text
+
+from reaper.service import Reaper, ReaperConfig, ReapResult
+from runyard.queue import JobQueue, NewRun
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def enqueue(queue: JobQueue, n: int, **kw: object) -> None:
+    fields: dict[str, object] = {"tenant": "t", "tool": "echo", "spec": {}, "input": {}}
+    fields.update(kw)
+    for _ in range(n):
+        queue.enqueue(NewRun(**fields), now=T0)  # type: ignore[arg-type]
+
+
+def statuses(engine: Engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT status, count(*) FROM tool_runs GROUP BY 1")).all()
+    return {str(r[0]): int(r[1]) for r in rows}
+
+
+def test_run_once__clears_in_batches_then_settles_orphans(queue: JobQueue, engine: Engine):
+    enqueue(queue, 7, max_attempts=2)
+    queue.claim(worker_id="w", engine_id="e", limit=7, lease_seconds=30, now=T0)
+    reaper = Reaper(queue, ReaperConfig(batch_size=3, engine_dead_after_seconds=60))
+
+    first = reaper.run_once(now=T0 + timedelta(seconds=31))
+    assert first == ReapResult(leases_cleared=7)
+    assert reaper.run_once(now=T0 + timedelta(seconds=32)) == ReapResult()  # idempotent
+
+    settled = reaper.run_once(now=T0 + timedelta(seconds=31 + 61))
+    assert settled == ReapResult(requeued=7)
+    assert statuses(engine) == {"queued": 7}
+
+
+def test_run_once__prunes_after_retention(queue: JobQueue, engine: Engine):
+    enqueue(queue, 2)
+    for job in queue.claim(worker_id="w", engine_id="e", limit=2, lease_seconds=30, now=T0):
+        queue.cancel(job.run_id, now=T0)
+        queue.requeue(job.job_id, job.lease_token, error_code="x", error="x", now=T0)
+    assert statuses(engine) == {"cancelled": 2}
+    reaper = Reaper(queue, ReaperConfig(retention_seconds=86400))
+    assert reaper.run_once(now=T0 + timedelta(hours=23)).pruned == 0
+    assert reaper.run_once(now=T0 + timedelta(hours=25)).pruned == 2
+
+
+def test_cli_once__runs_a_pass_and_exits(database_url: str):
+    env = {**os.environ, "RUNYARD_DATABASE_URL": database_url}
+    done = subprocess.run(
+        [sys.executable, "-m", "reaper", "--once"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "reaper --once done" in done.stderr
