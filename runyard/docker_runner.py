@@ -20,6 +20,7 @@ from docker.models.containers import Container
 from docker.types import LogConfig, Mount, Ulimit
 
 from runyard.capture import HeadTailBuffer, to_text
+from runyard.live_logs import LogFollower
 from runyard.models import RunStatus
 from runyard.runner import (
     AttemptAbandoned,
@@ -28,6 +29,7 @@ from runyard.runner import (
     AttemptSpec,
     ContainerState,
     ErrorCode,
+    ManagedAttempt,
     RunnerUnavailable,
     container_name,
 )
@@ -43,6 +45,7 @@ ENGINE_MARKER_VOLUME = "runyard-engine-marker"
 LABEL_ENGINE_ID = "io.runyard.engine_id"
 WORKDIR = "/runyard"
 POLL_SECONDS = 0.5
+CREATED_GRACE_SECONDS = 2.0
 
 _TRANSPORT_ERRORS = (
     docker.errors.APIError,
@@ -139,27 +142,46 @@ class DockerRunner:
 
     def run(self, spec: AttemptSpec, control: AttemptControl) -> AttemptResult:
         """Start or adopt the attempt's container, wait under its deadline, collect outputs."""
-        container = self._find(spec.run_id, spec.attempt)
-        if container is not None and container.attrs["State"]["Status"] == "created":
-            # Never started: its tool never ran, so a clean recreate is no twin.
-            self._remove(container)
-            container = None
-        if container is None:
+        for _ in range(3):
+            container = self._settled(self._find(spec.run_id, spec.attempt))
+            if container is not None:
+                logger.info(
+                    "adopting existing container",
+                    extra={"run_id": str(spec.run_id), "attempt": spec.attempt},
+                )
+                return self._wait_and_collect(container, spec, control)
             prepared = self._create(spec)
             if isinstance(prepared, AttemptResult):
                 return prepared
             container, created = prepared
-            if created:
-                try:
-                    container.start()
-                except _TRANSPORT_ERRORS as exc:
-                    raise RunnerUnavailable(f"cannot start container: {exc}") from exc
-        else:
-            logger.info(
-                "adopting existing container",
-                extra={"run_id": str(spec.run_id), "attempt": spec.attempt},
-            )
-        return self._wait_and_collect(container, spec, control)
+            if not created or container is None:
+                continue  # a 409: someone else's container; look at it again
+            try:
+                container.start()
+            except _TRANSPORT_ERRORS as exc:
+                raise RunnerUnavailable(f"cannot start container: {exc}") from exc
+            return self._wait_and_collect(container, spec, control)
+        raise RunnerUnavailable(f"could not settle on one container for {spec.container_name}")
+
+    def _settled(self, container: Container | None) -> Container | None:
+        """A started container to adopt, or None after removing one stuck in ``created``.
+
+        A container seen in ``created`` may be about to be started by its creator, so it gets a
+        short grace; if it stays there its tool never ran and a recreate is no twin.
+        """
+        deadline = time.monotonic() + CREATED_GRACE_SECONDS
+        while container is not None and container.attrs["State"]["Status"] == "created":
+            if time.monotonic() >= deadline:
+                self._remove(container)
+                return None
+            time.sleep(0.1)
+            try:
+                container.reload()
+            except docker.errors.NotFound:
+                return None
+            except _TRANSPORT_ERRORS as exc:
+                raise RunnerUnavailable(f"cannot inspect {container.name}: {exc}") from exc
+        return container
 
     def _image_id(self, image: str) -> str | AttemptResult:
         try:
@@ -179,7 +201,7 @@ class DockerRunner:
         except _TRANSPORT_ERRORS as exc:
             raise RunnerUnavailable(f"cannot pull image {image}: {exc}") from exc
 
-    def _create(self, spec: AttemptSpec) -> tuple[Container, bool] | AttemptResult:
+    def _create(self, spec: AttemptSpec) -> tuple[Container | None, bool] | AttemptResult:
         tool = spec.tool
         image_id = self._image_id(tool["image"])
         if isinstance(image_id, AttemptResult):
@@ -233,11 +255,8 @@ class DockerRunner:
             )
         except docker.errors.APIError as exc:
             if exc.status_code == 409:
-                # The attempt's container already exists: adopt it, never make a twin.
-                existing = self._find(spec.run_id, spec.attempt)
-                if existing is None:
-                    raise RunnerUnavailable(f"container {name} vanished after 409") from exc
-                return existing, False
+                # The attempt's container already exists: look again, never make a twin.
+                return self._find(spec.run_id, spec.attempt), False
             raise RunnerUnavailable(f"cannot create container {name}: {exc}") from exc
         except _TRANSPORT_ERRORS as exc:
             raise RunnerUnavailable(f"cannot create container {name}: {exc}") from exc
@@ -269,6 +288,26 @@ class DockerRunner:
     def _wait_and_collect(
         self, container: Container, spec: AttemptSpec, control: AttemptControl
     ) -> AttemptResult:
+        followers: list[LogFollower] = []
+        if control.logs is not None:
+            cap = int(spec.tool.get("stdout_cap_bytes") or self._limits.stdout_cap_bytes)
+            followers = [
+                LogFollower(container, stream, control.logs, cap) for stream in ("stdout", "stderr")
+            ]
+            for follower in followers:
+                follower.start()
+        try:
+            stopped_for = self._wait(container, spec, control)
+        except BaseException:
+            for follower in followers:
+                follower.stop()
+            raise
+        for follower in followers:
+            follower.join(timeout=5.0)
+        return self._collect(container, spec, stopped_for)
+
+    def _wait(self, container: Container, spec: AttemptSpec, control: AttemptControl) -> str | None:
+        """Wait for exit; stop the container on cancel or at the deadline."""
         stopped_for: str | None = None
         while True:
             if control.abandon.is_set():
@@ -293,7 +332,7 @@ class DockerRunner:
                 raise RunnerUnavailable(f"container {container.name} disappeared") from exc
             except _TRANSPORT_ERRORS as exc:
                 raise RunnerUnavailable(f"cannot wait on {container.name}: {exc}") from exc
-        return self._collect(container, spec, stopped_for)
+        return stopped_for
 
     def _stop(self, container: Container) -> None:
         """SIGTERM, the grace period, then SIGKILL (Docker's stop does exactly that)."""
@@ -445,3 +484,30 @@ class DockerRunner:
             pass
         except _TRANSPORT_ERRORS as exc:
             raise RunnerUnavailable(f"cannot remove volume {name}: {exc}") from exc
+
+    def managed_attempts(self) -> list[ManagedAttempt]:
+        """Labelled containers, and labelled volumes left without their container."""
+        selector = {"label": f"{LABEL_MANAGED}=true"}
+        found: dict[tuple[uuid.UUID, int], ManagedAttempt] = {}
+        try:
+            containers = self._client.containers.list(all=True, filters=selector)
+            volumes = self._client.volumes.list(filters=selector)
+        except _TRANSPORT_ERRORS as exc:
+            raise RunnerUnavailable(f"cannot list managed containers: {exc}") from exc
+        for container in containers:
+            attempt = _attempt_of(container.labels)
+            if attempt is not None:
+                running = container.attrs["State"]["Status"] in ("running", "paused", "restarting")
+                found[attempt] = ManagedAttempt(attempt[0], attempt[1], running)
+        for volume in volumes:
+            attempt = _attempt_of(volume.attrs.get("Labels") or {})
+            if attempt is not None and attempt not in found:
+                found[attempt] = ManagedAttempt(attempt[0], attempt[1], False)
+        return list(found.values())
+
+
+def _attempt_of(labels: dict[str, str]) -> tuple[uuid.UUID, int] | None:
+    try:
+        return uuid.UUID(labels[LABEL_RUN_ID]), int(labels[LABEL_ATTEMPT])
+    except (KeyError, ValueError):
+        return None

@@ -263,6 +263,32 @@ CANCEL_RUNNING = _sql(
     """
 )
 
+# Fenced like every owner write: a worker that lost its lease cannot repeat log lines.
+APPEND_LOG = _sql(
+    """
+    WITH job AS (
+        SELECT run_id, attempts FROM tool_run_jobs
+        WHERE id = :job_id AND lease_token = :token AND status = 'running'
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT run_id, {NOW}, :stream,
+               jsonb_build_object('attempt', attempts, 'text', CAST(:text AS text),
+                                  'until', CAST(:until AS text))
+        FROM job
+        RETURNING run_id
+    )
+    SELECT run_id, pg_notify('runyard_events', CAST(run_id AS text)) FROM event
+    """
+)
+
+LAST_LOG_POSITION = _sql(
+    """
+    SELECT data->>'until' FROM tool_run_events
+    WHERE run_id = :run_id AND type = :stream AND (data->>'attempt')::int = :attempt
+    ORDER BY id DESC LIMIT 1
+    """
+)
+
 RUN_STATUS = _sql("SELECT CAST(status AS text) FROM tool_runs WHERE id = :run_id")
 
 SELECT_EXPIRED = _sql(
@@ -619,6 +645,41 @@ class JobQueue:
         with self._engine.begin() as conn:
             row = conn.execute(RELEASE, {"job_id": job_id, "token": token, "now": now})
             return row.one_or_none() is not None
+
+    def append_log(
+        self,
+        job_id: uuid.UUID,
+        token: uuid.UUID,
+        *,
+        stream: str,
+        text_chunk: str,
+        until: str,
+        now: datetime | None = None,
+    ) -> bool:
+        """Append a live log chunk to the run's events; False if the lease is gone."""
+        if stream not in ("stdout", "stderr"):
+            raise ValueError(f"unknown stream {stream!r}")
+        with self._engine.begin() as conn:
+            row = conn.execute(
+                APPEND_LOG,
+                {
+                    "job_id": job_id,
+                    "token": token,
+                    "stream": stream,
+                    "text": text_chunk,
+                    "until": until,
+                    "now": now,
+                },
+            ).first()
+        return row is not None
+
+    def last_log_position(self, run_id: uuid.UUID, attempt: int, stream: str) -> str | None:
+        """Engine timestamp of the last stored chunk of ``stream`` for that attempt."""
+        with self._engine.connect() as conn:
+            value = conn.execute(
+                LAST_LOG_POSITION, {"run_id": run_id, "attempt": attempt, "stream": stream}
+            ).scalar_one_or_none()
+        return None if value is None else str(value)
 
     def cancel(self, run_id: uuid.UUID, *, now: datetime | None = None) -> CancelResult:
         """Cancel a queued run at once; flag a running one so its owner stops it."""

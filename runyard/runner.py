@@ -72,6 +72,18 @@ class AttemptResult:
     image_digest: str | None = None
 
 
+class LogSink(Protocol):
+    """Where live log chunks of an attempt go while it runs (the run's event log)."""
+
+    def resume_point(self, stream: str) -> str | None:
+        """The engine timestamp of the last chunk already stored for ``stream``, if any."""
+        ...
+
+    def write(self, stream: str, text: str, until: str) -> bool:
+        """Store a chunk that ends at engine timestamp ``until``; False: stop sending."""
+        ...
+
+
 @dataclass
 class AttemptControl:
     """Signals from the worker to a running attempt: cancel it, or walk away from it."""
@@ -79,6 +91,7 @@ class AttemptControl:
     cancel: threading.Event = field(default_factory=threading.Event)
     # Set when the lease is lost or the worker hands over: stop waiting, touch nothing.
     abandon: threading.Event = field(default_factory=threading.Event)
+    logs: LogSink | None = None
 
 
 class RunnerUnavailable(Exception):
@@ -87,6 +100,15 @@ class RunnerUnavailable(Exception):
 
 class AttemptAbandoned(Exception):
     """The worker stopped waiting on the attempt (lease lost or handover); it was left alone."""
+
+
+@dataclass(frozen=True)
+class ManagedAttempt:
+    """A container or volume the engine holds for some attempt, found by its labels."""
+
+    run_id: uuid.UUID
+    attempt: int
+    running: bool
 
 
 class Runner(Protocol):
@@ -106,4 +128,8 @@ class Runner(Protocol):
 
     def discard(self, run_id: uuid.UUID, attempt: int) -> None:
         """Remove the attempt's container and volume; call only after the terminal commit."""
+        ...
+
+    def managed_attempts(self) -> list[ManagedAttempt]:
+        """Every attempt the engine holds a labelled container or volume for."""
         ...

@@ -30,6 +30,8 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(default=4, ge=1, le=256)
     worker_poll_seconds: float = Field(default=1.0, gt=0)
     worker_id: str | None = None
+    sweep_interval_seconds: float = Field(default=60.0, gt=0)
+    sweep_grace_seconds: float = Field(default=60.0, ge=0)
 
     tools_file: Path = Path("tools/tools.toml")
     api_host: str = "127.0.0.1"

@@ -7,7 +7,13 @@ import uuid
 from collections.abc import Callable
 
 from runyard.models import RunStatus
-from runyard.runner import AttemptControl, AttemptResult, AttemptSpec, ContainerState
+from runyard.runner import (
+    AttemptControl,
+    AttemptResult,
+    AttemptSpec,
+    ContainerState,
+    ManagedAttempt,
+)
 
 Handler = Callable[[AttemptSpec, AttemptControl], AttemptResult]
 
@@ -54,3 +60,11 @@ class FakeRunner:
         with self._lock:
             self.containers.pop((run_id, attempt), None)
             self.discarded.append((run_id, attempt))
+
+    def managed_attempts(self) -> list[ManagedAttempt]:
+        """Every remembered container."""
+        with self._lock:
+            return [
+                ManagedAttempt(run_id, attempt, state is ContainerState.RUNNING)
+                for (run_id, attempt), state in self.containers.items()
+            ]

@@ -94,3 +94,39 @@ def engine(database_url: str) -> Iterator[Engine]:
     eng = make_engine(database_url, pool_size=20, max_overflow=20)
     yield eng
     eng.dispose()
+
+
+def _managed_docker_objects() -> set[str] | None:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        label = {"label": "io.runyard.managed=true"}
+        names = {f"container:{c.name}" for c in client.containers.list(all=True, filters=label)}
+        names |= {f"volume:{v.name}" for v in client.volumes.list(filters=label)}
+        client.close()
+    except Exception:
+        return None
+    return names - {"volume:runyard-engine-marker"}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Remember which runyard containers and volumes existed before the suite."""
+    session.config.stash[_BEFORE] = _managed_docker_objects()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The suite must leave no labelled container or volume behind."""
+    before = session.config.stash.get(_BEFORE, None)
+    after = _managed_docker_objects()
+    if before is None or after is None:
+        return
+    leftover = sorted(after - before)
+    if leftover:
+        session.config.get_terminal_writer().line(
+            f"runyard containers/volumes left over by the suite: {leftover}", red=True
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_BEFORE = pytest.StashKey[set[str] | None]()

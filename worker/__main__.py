@@ -18,6 +18,7 @@ from runyard.runner import RunnerUnavailable
 from runyard.settings import Settings
 from runyard.workers import WorkerRegistry, new_worker_id
 from worker.service import Worker, WorkerConfig
+from worker.sweep import Sweeper
 
 logger = logging.getLogger("worker")
 
@@ -39,13 +40,15 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
         lease_seconds=settings.lease_seconds,
         heartbeat_seconds=settings.heartbeat_interval,
         poll_seconds=settings.worker_poll_seconds,
+        sweep_interval_seconds=settings.sweep_interval_seconds,
     )
     queue = JobQueue(
         engine,
         backoff_base_seconds=settings.retry_backoff_base_seconds,
         backoff_max_seconds=settings.retry_backoff_max_seconds,
     )
-    return Worker(queue, runner, config, WorkerRegistry(engine))
+    sweeper = Sweeper(engine, runner, grace_seconds=settings.sweep_grace_seconds)
+    return Worker(queue, runner, config, WorkerRegistry(engine), sweeper)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -24,6 +24,7 @@ from runyard.runner import (
     RunnerUnavailable,
 )
 from runyard.workers import WorkerRegistry
+from worker.sweep import Sweeper
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ class WorkerConfig:
     heartbeat_seconds: float = 10.0
     poll_seconds: float = 1.0
     queues: tuple[str, ...] = ("default",)
+    sweep_interval_seconds: float = 60.0
 
 
 @dataclass
@@ -50,6 +52,34 @@ class InFlight:
     control: AttemptControl = field(default_factory=AttemptControl)
     # Monotonic time until which our lease is known to hold; past it we are not the owner.
     lease_valid_until: float = 0.0
+
+
+class QueueLogSink:
+    """Live log chunks go to the run's events, fenced by the attempt's lease."""
+
+    def __init__(self, queue: JobQueue, job: ClaimedJob) -> None:
+        self._queue = queue
+        self._job = job
+
+    def resume_point(self, stream: str) -> str | None:
+        """Where the previous owner of this attempt stopped, if anywhere."""
+        return self._queue.last_log_position(self._job.run_id, self._job.attempt, stream)
+
+    def write(self, stream: str, text: str, until: str) -> bool:
+        """Append a chunk; a lost lease stops the stream, a passing DB error is retried."""
+        for delay in (0.1, 0.5, 1.0):
+            try:
+                return self._queue.append_log(
+                    self._job.job_id,
+                    self._job.lease_token,
+                    stream=stream,
+                    text_chunk=text,
+                    until=until,
+                )
+            except _DB_ERRORS:
+                time.sleep(delay)
+        logger.warning("dropped a live log chunk", extra={"run_id": str(self._job.run_id)})
+        return True
 
 
 @dataclass(frozen=True)
@@ -70,8 +100,11 @@ class Worker:
         runner: Runner,
         config: WorkerConfig,
         registry: WorkerRegistry | None = None,
+        sweeper: Sweeper | None = None,
     ) -> None:
         self._queue = queue
+        self._sweeper = sweeper
+        self._next_sweep = 0.0
         self._runner = runner
         self._config = config
         self._registry = registry
@@ -134,6 +167,7 @@ class Worker:
         now = time.monotonic()
         for job in jobs:
             flight = InFlight(job=job, lease_valid_until=now + self._config.lease_seconds)
+            flight.control.logs = QueueLogSink(self._queue, job)
             if job.cancel_requested:
                 flight.control.cancel.set()
             with self._lock:
@@ -170,11 +204,18 @@ class Worker:
         while not self._stop.is_set():
             try:
                 self.run_once()
+                self._maybe_sweep()
             except _DB_ERRORS as exc:
                 logger.warning("claim failed; retrying", extra={"error": str(exc)})
             except RunnerUnavailable as exc:
                 logger.warning("engine unavailable; backing off", extra={"error": str(exc)})
             self._stop.wait(self._config.poll_seconds)
+
+    def _maybe_sweep(self) -> None:
+        if self._sweeper is None or time.monotonic() < self._next_sweep:
+            return
+        self._next_sweep = time.monotonic() + self._config.sweep_interval_seconds
+        self._sweeper.run_once()
 
     def stop(self) -> None:
         """Stop claiming (the running attempts are not touched)."""

@@ -242,3 +242,71 @@ def test_engine_id__stable_and_not_docker_info_id(
     first = docker_runner.engine_id()
     assert first == DockerRunner(docker_client).engine_id()
     assert first != docker_client.info()["ID"]
+
+
+def test_fork_bomb__ends_cleanly_and_host_stays_healthy(
+    registry: ToolRegistry, docker_client: docker.DockerClient
+):
+    runner = DockerRunner(docker_client, DockerLimits(stop_grace_seconds=1))
+    bomb = shell(registry, "f(){ f | f & }; f; sleep 30", timeout=3, pids_limit=32)
+    result = runner.run(bomb, AttemptControl())
+    assert result.status in (RunStatus.TIMED_OUT, RunStatus.FAILED), result
+    container = docker_client.containers.get(bomb.container_name)
+    assert container.attrs["HostConfig"]["PidsLimit"] == 32
+    after = runner.run(spec_for(registry, "echo", {"still": "fine"}), AttemptControl())
+    assert after.status == RunStatus.SUCCEEDED and after.result == {"still": "fine"}
+
+
+def test_stdout_flood__truncated_with_bounded_memory(
+    registry: ToolRegistry, docker_client: docker.DockerClient
+):
+    import tracemalloc
+
+    runner = DockerRunner(docker_client, DockerLimits(stdout_cap_bytes=64 * 1024))
+    flood = shell(registry, "yes flood-flood-flood | head -c 30000000; echo; echo END")
+    tracemalloc.start()
+    try:
+        result = runner.run(flood, AttemptControl())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.status == RunStatus.SUCCEEDED
+    assert result.stdout_truncated and result.stdout.endswith("END\n")
+    assert len(result.stdout) < 64 * 1024 + 100
+    assert peak < 8 * 1024 * 1024, peak  # 30 MB went through; memory stayed bounded
+
+
+def test_second_create_for_same_attempt__never_makes_a_twin(
+    docker_runner: DockerRunner, docker_client: docker.DockerClient, registry: ToolRegistry
+):
+    spec = spec_for(registry, "sleep", {"seconds": 1})
+    results = []
+    barrier = threading.Barrier(2)
+
+    def run() -> None:
+        barrier.wait()
+        results.append(DockerRunner(docker_client).run(spec, AttemptControl()))
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert [r.status for r in results] == [RunStatus.SUCCEEDED, RunStatus.SUCCEEDED]
+    found = docker_client.containers.list(all=True, filters={"name": spec.container_name})
+    assert len(found) == 1
+    assert found[0].attrs["RestartCount"] == 0
+    assert results[0].stdout.count("sleeping") == 1
+
+
+def test_live_container__has_no_docker_socket_and_no_host_mounts(
+    docker_runner: DockerRunner, docker_client: docker.DockerClient, registry: ToolRegistry
+):
+    spec = shell(registry, "ls /var/run/docker.sock /run/docker.sock 2>&1; cat /proc/1/status")
+    result = docker_runner.run(spec, AttemptControl())
+    assert "No such file" in result.stdout
+    mounts = docker_client.containers.get(spec.container_name).attrs["Mounts"]
+    assert all(m["Type"] == "volume" for m in mounts)
+    status = dict(line.split(":\t", 1) for line in result.stdout.splitlines() if ":\t" in line)
+    assert status["CapEff"].strip("0\n ") == ""  # no effective capabilities
+    assert status["NoNewPrivs"].strip() == "1"

@@ -1,0 +1,78 @@
+"""Live log chunks in the event log, resumed by an adopter without loss or repetition."""
+
+from __future__ import annotations
+
+import time
+
+import docker
+import pytest
+from sqlalchemy import Engine, text
+
+from runyard.docker_runner import DockerRunner
+from runyard.queue import JobQueue
+from runyard.submit import prepare_run
+from runyard.tools import ToolRegistry
+from worker.service import Worker, WorkerConfig
+
+pytestmark = pytest.mark.docker
+
+SCRIPT = "for i in 1 2 3 4 5 6 7 8; do echo out$i; echo err$i >&2; sleep 0.25; done"
+
+
+def stream_events(engine: Engine, run_id: object, stream: str) -> list[dict[str, object]]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT data FROM tool_run_events WHERE run_id = :id AND type = :t ORDER BY id"),
+            {"id": run_id, "t": stream},
+        ).scalars()
+        return list(rows)
+
+
+def test_live_logs__stream_while_running(
+    queue: JobQueue, engine: Engine, registry: ToolRegistry, docker_client: docker.DockerClient
+):
+    run = prepare_run(registry, tenant="t", tool_name="shell", input_value={"script": SCRIPT})
+    run_id = queue.enqueue(run).run_id
+    worker = Worker(queue, DockerRunner(docker_client), WorkerConfig(worker_id="w1"))
+    worker.run_once()
+    deadline = time.monotonic() + 20
+    while not stream_events(engine, run_id, "stdout") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with engine.connect() as conn:
+        status = conn.execute(
+            text("SELECT status FROM tool_runs WHERE id = :id"), {"id": run_id}
+        ).scalar_one()
+    assert status == "running"  # the first chunk arrived before the end
+    assert worker.wait_idle(timeout=30)
+    worker.close()
+    out = "".join(str(e["text"]) for e in stream_events(engine, run_id, "stdout"))
+    err = "".join(str(e["text"]) for e in stream_events(engine, run_id, "stderr"))
+    assert out == "".join(f"out{i}\n" for i in range(1, 9))
+    assert err == "".join(f"err{i}\n" for i in range(1, 9))
+
+
+def test_live_logs__adopter_resumes_without_loss_or_repeat(
+    queue: JobQueue, engine: Engine, registry: ToolRegistry, docker_client: docker.DockerClient
+):
+    run = prepare_run(registry, tenant="t", tool_name="shell", input_value={"script": SCRIPT})
+    run_id = queue.enqueue(run).run_id
+    runner = DockerRunner(docker_client)
+    first = Worker(queue, runner, WorkerConfig(worker_id="w1"))
+    first.run_once()
+    deadline = time.monotonic() + 20
+    while len(stream_events(engine, run_id, "stdout")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert first.hand_over() == 1  # leases released, container left running
+
+    second = Worker(queue, DockerRunner(docker_client), WorkerConfig(worker_id="w2"))
+    assert second.run_once().adopted == 1
+    assert second.wait_idle(timeout=30)
+    second.close()
+    out = "".join(str(e["text"]) for e in stream_events(engine, run_id, "stdout"))
+    assert out == "".join(f"out{i}\n" for i in range(1, 9))
+    with engine.connect() as conn:
+        row = conn.execute(
+            text("SELECT status, attempts, stdout FROM tool_runs WHERE id = :id"), {"id": run_id}
+        ).one()
+    assert row.status == "succeeded" and row.attempts == 1
+    assert row.stdout == "".join(f"out{i}\n" for i in range(1, 9))
