@@ -20,6 +20,7 @@ from docker.models.containers import Container
 from docker.types import LogConfig, Mount, Ulimit
 
 from runyard.capture import HeadTailBuffer, to_text
+from runyard.faults import AFTER_CREATE, crash_point
 from runyard.live_logs import LogFollower
 from runyard.models import RunStatus
 from runyard.runner import (
@@ -156,6 +157,7 @@ class DockerRunner:
             container, created = prepared
             if not created or container is None:
                 continue  # a 409: someone else's container; look at it again
+            crash_point(AFTER_CREATE)
             try:
                 container.start()
             except _TRANSPORT_ERRORS as exc:

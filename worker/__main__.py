@@ -19,6 +19,7 @@ from runyard.settings import Settings
 from runyard.workers import WorkerRegistry, new_worker_id
 from worker.service import Worker, WorkerConfig
 from worker.sweep import Sweeper
+from worker.wakeup import Wakeups
 
 logger = logging.getLogger("worker")
 
@@ -48,7 +49,10 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
         backoff_max_seconds=settings.retry_backoff_max_seconds,
     )
     sweeper = Sweeper(engine, runner, grace_seconds=settings.sweep_grace_seconds)
-    return Worker(queue, runner, config, WorkerRegistry(engine), sweeper)
+    heartbeat_engine = make_engine(settings.database_url, pool_size=1, max_overflow=1)
+    return Worker(
+        queue, runner, config, WorkerRegistry(engine), sweeper, JobQueue(heartbeat_engine)
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -91,7 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    wakeups = Wakeups(settings.database_url, worker.notify_job, worker.notify_cancel)
+    wakeups.start()
     worker.run_forever()
+    wakeups.stop()
     if args.drain:
         logger.info("draining: waiting for runs in progress")
         worker.wait_idle()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 import uuid
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from runyard.faults import BEFORE_FINALIZE, crash_point
 from runyard.models import RunStatus
 from runyard.queue import ClaimedJob, JobQueue
 from runyard.runner import (
@@ -101,8 +103,12 @@ class Worker:
         config: WorkerConfig,
         registry: WorkerRegistry | None = None,
         sweeper: Sweeper | None = None,
+        heartbeat_queue: JobQueue | None = None,
     ) -> None:
         self._queue = queue
+        # Heartbeats get their own connection so a busy pool never starves a lease.
+        self._heartbeat_queue = heartbeat_queue or queue
+        self._wake = threading.Event()
         self._sweeper = sweeper
         self._next_sweep = 0.0
         self._runner = runner
@@ -209,7 +215,21 @@ class Worker:
                 logger.warning("claim failed; retrying", extra={"error": str(exc)})
             except RunnerUnavailable as exc:
                 logger.warning("engine unavailable; backing off", extra={"error": str(exc)})
-            self._stop.wait(self._config.poll_seconds)
+            # Polling is the source of truth; a notification or a freed slot cuts it short.
+            self._wake.wait(self._config.poll_seconds * random.uniform(0.8, 1.2))
+            self._wake.clear()
+
+    def notify_job(self) -> None:
+        """A job may be waiting: claim now rather than at the next poll."""
+        self._wake.set()
+
+    def notify_cancel(self, job_id: uuid.UUID) -> None:
+        """A cancel was requested for ``job_id``: stop its attempt if it runs here."""
+        with self._lock:
+            flight = self._in_flight.get(job_id)
+        if flight is not None:
+            logger.info("cancel notified", extra=self._log(flight.job, action="cancel"))
+            flight.control.cancel.set()
 
     def _maybe_sweep(self) -> None:
         if self._sweeper is None or time.monotonic() < self._next_sweep:
@@ -220,6 +240,7 @@ class Worker:
     def stop(self) -> None:
         """Stop claiming (the running attempts are not touched)."""
         self._stop.set()
+        self._wake.set()
 
     def hand_over(self) -> int:
         """Release every lease so the runs are adoptable at once; containers keep running."""
@@ -256,7 +277,7 @@ class Worker:
         for flight in flights:
             job = flight.job
             try:
-                beat = self._queue.heartbeat(
+                beat = self._heartbeat_queue.heartbeat(
                     job.job_id, job.lease_token, lease_seconds=self._config.lease_seconds
                 )
             except _DB_ERRORS as exc:
@@ -304,6 +325,7 @@ class Worker:
         finally:
             with self._lock:
                 self._in_flight.pop(job.job_id, None)
+            self._wake.set()
 
     def _execute_attempt(self, flight: InFlight) -> None:
         job = flight.job
@@ -352,6 +374,7 @@ class Worker:
         except RunnerUnavailable as exc:
             self._release(flight, str(exc))
             return
+        crash_point(BEFORE_FINALIZE)
         self._finalize(flight, outcome)
 
     def _release(self, flight: InFlight, why: str) -> None:

@@ -1,0 +1,44 @@
+"""Fixtures for the fault tests: a cluster on this test's database and the real engine."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+from sqlalchemy import Engine
+
+from runyard.docker_runner import LABEL_MANAGED
+from runyard.queue import JobQueue
+from runyard.settings import Settings
+from runyard.tools import load_registry
+from tests.acceptance.cluster import ROOT, Cluster
+
+
+@pytest.fixture
+def cluster(database_url: str, engine: Engine, tmp_path: Path) -> Iterator[Cluster]:
+    """Worker/reaper processes started by the test; all stopped and cleaned up after."""
+    client = docker.from_env(timeout=60)
+    registry = load_registry(ROOT / "tools" / "tools.toml", Settings(database_url="unused"))
+    made = Cluster(
+        database_url=database_url,
+        engine=engine,
+        queue=JobQueue(engine),
+        registry=registry,
+        logs=tmp_path,
+        docker_client=client,
+    )
+    try:
+        yield made
+    finally:
+        made.close()
+        runs = {str(r) for r in made.accepted}
+        label = {"label": f"{LABEL_MANAGED}=true"}
+        for container in client.containers.list(all=True, filters=label):
+            if container.labels.get("io.runyard.run_id") in runs:
+                container.remove(force=True)
+        for volume in client.volumes.list(filters=label):
+            if (volume.attrs.get("Labels") or {}).get("io.runyard.run_id") in runs:
+                volume.remove(force=True)
+        client.close()

@@ -1,0 +1,93 @@
+"""LISTEN/NOTIFY wake-ups for the worker, on a dedicated connection that heals itself.
+
+Polling stays the source of truth; a notification only makes the worker react sooner: a new
+job wakes the claim loop, a cancel reaches the attempt before the next heartbeat.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+
+import psycopg
+
+from runyard.queue import CANCEL_CHANNEL, JOBS_CHANNEL
+from runyard.settings import normalize_database_url
+
+logger = logging.getLogger(__name__)
+
+HEALTH_CHECK_SECONDS = 15.0
+
+
+def libpq_url(database_url: str) -> str:
+    """A URL psycopg accepts directly (no SQLAlchemy driver name)."""
+    return normalize_database_url(database_url).replace("postgresql+psycopg://", "postgresql://")
+
+
+class Wakeups:
+    """Listens on the job and cancel channels; reconnects with backoff when the link drops."""
+
+    def __init__(
+        self,
+        database_url: str,
+        on_job: Callable[[], None],
+        on_cancel: Callable[[uuid.UUID], None],
+    ) -> None:
+        self._url = libpq_url(database_url)
+        self._on_job = on_job
+        self._on_cancel = on_cancel
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="runyard-listen", daemon=True)
+        self.connected = threading.Event()
+
+    def start(self) -> None:
+        """Start listening in the background."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop listening (within a second)."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        delay = 0.5
+        while not self._stop.is_set():
+            try:
+                self._listen()
+                delay = 0.5
+            except psycopg.Error as exc:
+                self.connected.clear()
+                logger.warning("listen connection lost; reconnecting", extra={"error": str(exc)})
+                # Something may have been missed while disconnected: let the loop poll now.
+                self._on_job()
+                self._stop.wait(delay)
+                delay = min(delay * 2, 10.0)
+
+    def _listen(self) -> None:
+        with psycopg.connect(self._url, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f"LISTEN {JOBS_CHANNEL}")
+            conn.execute(f"LISTEN {CANCEL_CHANNEL}")
+            self.connected.set()
+            idle = 0.0
+            while not self._stop.is_set():
+                got_any = False
+                for note in conn.notifies(timeout=1.0):
+                    got_any = True
+                    self._dispatch(note.channel, note.payload)
+                idle = 0.0 if got_any else idle + 1.0
+                if idle >= HEALTH_CHECK_SECONDS:
+                    conn.execute("SELECT 1")
+                    idle = 0.0
+
+    def _dispatch(self, channel: str, payload: str) -> None:
+        if channel == JOBS_CHANNEL:
+            self._on_job()
+        elif channel == CANCEL_CHANNEL:
+            try:
+                self._on_cancel(uuid.UUID(payload))
+            except ValueError:
+                logger.warning(
+                    "ignoring a malformed cancel notification", extra={"payload": payload}
+                )
