@@ -28,6 +28,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         port=args.port or settings.api_port,
         log_config=None,
         access_log=False,
+        # Open event streams and waits must not hold a rolling restart up for long; sync-mode
+        # tools left running are settled from their containers (runyard/sync_mode.py).
+        timeout_graceful_shutdown=10,
     )
     return 0
 

@@ -5,13 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
+import anyio
 from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 
 from api.problems import Problem
 from runyard.auth import Principal, authenticate
-from runyard.queue import JobQueue
+from runyard.notify import RunNotifier
+from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.settings import Settings
+from runyard.sync_mode import SyncExecutor
 from runyard.tools import ToolRegistry
 
 DEV_TENANT = "dev"
@@ -23,8 +27,18 @@ class Services:
 
     settings: Settings
     engine: Engine
-    queue: JobQueue
+    queue: ApiQueue
     registry: ToolRegistry
+    notifier: RunNotifier
+    caps: AdmissionCaps
+    migration_heads: frozenset[str]
+    # Database reads of the event streams share these few tokens: streams never hold a
+    # connection while they wait, and together they never take more than this many.
+    events_limiter: anyio.CapacityLimiter
+    # Sync mode only: the inline runner and the threads its attempts run in.
+    sync: SyncExecutor | None = None
+    sync_limiter: anyio.CapacityLimiter | None = None
+    open_streams: int = 0
 
 
 def get_services(request: Request) -> Services:
@@ -35,21 +49,29 @@ def get_services(request: Request) -> Services:
 
 ServicesDep = Annotated[Services, Depends(get_services)]
 
+_bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="apiKey",
+    description="An API key from `runyard keys create --tenant T`",
+)
 
-def get_principal(request: Request, services: ServicesDep) -> Principal:
+
+def get_principal(
+    services: ServicesDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
     """Authenticate the Bearer key; with auth disabled everyone is the admin of ``dev``."""
     if services.settings.auth_disabled:
         return Principal(tenant=DEV_TENANT, admin=True)
-    header = request.headers.get("authorization", "")
-    scheme, _, key = header.partition(" ")
-    if scheme.lower() != "bearer" or not key.strip():
+    key = credentials.credentials.strip() if credentials is not None else ""
+    if not key:
         raise Problem(
             401,
             "unauthenticated",
             "send an API key as 'Authorization: Bearer <key>'",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    principal = authenticate(services.engine, key.strip())
+    principal = authenticate(services.engine, key)
     if principal is None:
         raise Problem(
             401,
@@ -61,3 +83,8 @@ def get_principal(request: Request, services: ServicesDep) -> Principal:
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+def visible_tenant(principal: Principal) -> str | None:
+    """The tenant whose runs the caller may see; None for an admin (every tenant)."""
+    return None if principal.admin else principal.tenant

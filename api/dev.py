@@ -22,6 +22,7 @@ from runyard.db import migrate
 from runyard.logs import configure
 from runyard.settings import Settings
 from worker.__main__ import build_worker
+from worker.wakeup import Wakeups
 
 logger = logging.getLogger("runyard.dev")
 
@@ -54,6 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     worker = build_worker(settings)
     reaper = build_reaper(settings)
+    wakeups = Wakeups(settings.database_url, worker.notify_job, worker.notify_cancel)
+    wakeups.start()
     threading.Thread(target=worker.run_forever, name="dev-worker", daemon=True).start()
     threading.Thread(target=reaper.run_forever, name="dev-reaper", daemon=True).start()
 
@@ -70,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         uvicorn.run(create_app(settings), host=host, port=port, log_config=None, access_log=False)
     finally:
+        wakeups.stop()
         worker.hand_over()
         reaper.stop()
         stop_postgres()

@@ -2,20 +2,58 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
 from fastapi import FastAPI
 from sqlalchemy import Engine
 
 import runyard
 from api.deps import Services
+from api.guard import RequestGuard
+from api.openapi import install_openapi
 from api.problems import install_problem_handlers
-from api.routes import health, runs, tools
+from api.routes import events, health, metrics, runs, tools
 from runyard.db import make_engine
-from runyard.queue import JobQueue
+from runyard.docker_runner import DockerLimits, DockerRunner
+from runyard.notify import RunNotifier
+from runyard.queue import AdmissionCaps, ApiQueue
+from runyard.runner import Runner
+from runyard.schema_version import script_heads
 from runyard.settings import Settings
+from runyard.sync_mode import SyncExecutor, SyncOrphanSettler
 from runyard.tools import ToolRegistry, load_registry
+
+logger = logging.getLogger(__name__)
+
+DESCRIPTION = """\
+Run registered tools in hardened containers through a durable queue.
+
+Authenticate with `Authorization: Bearer <api key>` (keys come from
+`runyard keys create --tenant T [--admin]`). A key sees only its tenant's runs; another
+tenant's run answers 404. Every error is an `application/problem+json` document with a stable
+`code` and, where one field is at fault, its name in `field`.
+"""
+
+
+def _listen_url(engine: Engine) -> str:
+    """The engine's database as a plain libpq URL, for the LISTEN connection."""
+    return engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def _docker_runner(settings: Settings) -> DockerRunner:
+    return DockerRunner.from_env(
+        DockerLimits(
+            stdout_cap_bytes=settings.stdout_cap_bytes,
+            result_cap_bytes=settings.result_cap_bytes,
+            stop_grace_seconds=settings.stop_grace_seconds,
+            api_timeout_seconds=settings.docker_timeout_seconds,
+        )
+    )
 
 
 def create_app(
@@ -23,37 +61,89 @@ def create_app(
     *,
     engine: Engine | None = None,
     registry: ToolRegistry | None = None,
+    runner: Runner | None = None,
 ) -> FastAPI:
-    """Build the app; ``engine`` and ``registry`` may be injected by tests."""
+    """Build the app; ``engine``, ``registry`` and the sync-mode ``runner`` may be injected.
+
+    With ``RUNYARD_QUEUE_ENABLED=false`` the app runs tools inline (ADR-0016) with ``runner``,
+    or a Docker runner built from the environment.
+    """
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own_engine = engine is None
-        db = engine if engine is not None else make_engine(settings.database_url, pool_size=10)
-        app.state.services = Services(
+        db = (
+            engine
+            if engine is not None
+            else make_engine(settings.database_url, pool_size=settings.api_db_pool_size)
+        )
+        queue = ApiQueue(
+            db,
+            backoff_base_seconds=settings.retry_backoff_base_seconds,
+            backoff_max_seconds=settings.retry_backoff_max_seconds,
+        )
+        notifier = RunNotifier(_listen_url(db))
+        services = Services(
             settings=settings,
             engine=db,
-            queue=JobQueue(
-                db,
-                backoff_base_seconds=settings.retry_backoff_base_seconds,
-                backoff_max_seconds=settings.retry_backoff_max_seconds,
-            ),
+            queue=queue,
             registry=registry or load_registry(settings.tools_file, settings),
+            notifier=notifier,
+            caps=AdmissionCaps(
+                max_queue_depth=settings.max_queue_depth,
+                tenant_max_queued=settings.tenant_max_queued,
+                tenant_max_running=settings.tenant_max_running,
+            ),
+            migration_heads=script_heads(),
+            events_limiter=anyio.CapacityLimiter(settings.events_db_concurrency),
         )
+        if not settings.queue_enabled:
+            sync_runner = runner if runner is not None else _docker_runner(settings)
+            services.sync = SyncExecutor(
+                queue,
+                sync_runner,
+                max_concurrency=settings.sync_max_concurrency,
+                lease_seconds=settings.lease_seconds,
+                settler=SyncOrphanSettler(queue, sync_runner, lease_seconds=settings.lease_seconds),
+                settle_interval_seconds=settings.reaper_interval_seconds,
+            )
+            # Sync attempts get threads of their own, so a full cap never starves other routes.
+            services.sync_limiter = anyio.CapacityLimiter(settings.sync_max_concurrency)
+            notifier.add_listener(services.sync.on_notification)
+            services.sync.start()
+            logger.info(
+                "sync mode: tools run inline in the API",
+                extra={"max_concurrency": settings.sync_max_concurrency},
+            )
+        app.state.services = services
+        listening = asyncio.create_task(notifier.run(), name="runyard-listen")
         try:
             yield
         finally:
+            listening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listening
+            if services.sync is not None:
+                await anyio.to_thread.run_sync(services.sync.stop)
             if own_engine:
                 db.dispose()
 
     app = FastAPI(
         title="runyard",
         version=runyard.__version__,
-        description="Run registered tools in hardened containers through a durable queue.",
+        description=DESCRIPTION,
         lifespan=lifespan,
     )
     install_problem_handlers(app)
+    app.add_middleware(
+        RequestGuard,
+        max_body_bytes=settings.max_request_bytes,
+        max_json_depth=settings.max_json_depth,
+    )
     app.include_router(health.router)
+    app.include_router(metrics.router)
     app.include_router(runs.router)
+    app.include_router(events.router)
     app.include_router(tools.router)
+    install_openapi(app)
     return app

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+logger = logging.getLogger(__name__)
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -52,7 +57,16 @@ def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     errors = []
     for err in exc.errors():
         loc = [str(part) for part in err.get("loc", ())]
-        errors.append({"field": ".".join(loc), "message": err.get("msg", "invalid")})
+        where = loc[0] if loc and loc[0] in ("body", "query", "path", "header") else ""
+        field = ".".join(loc[1:] if where else loc)
+        errors.append(
+            {
+                "field": field,
+                "in": where,
+                "message": str(err.get("msg", "invalid")),
+                "type": str(err.get("type", "invalid")),
+            }
+        )
     return errors
 
 
@@ -65,17 +79,37 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        code = HTTPStatus(exc.status_code).phrase.lower().replace(" ", "_")
+        code = HTTPStatus(exc.status_code).phrase.lower().replace(" ", "_").replace("-", "_")
         detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+        if exc.status_code == 404:
+            detail = f"no route {request.url.path}"
         return problem_response(exc.status_code, code, detail, dict(exc.headers or {}))
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
         errors = _validation_errors(exc)
-        first = errors[0] if errors else {"field": "", "message": "invalid request"}
+        first = errors[0] if errors else {"field": "", "in": "", "message": "invalid request"}
         detail = f"{first['field']}: {first['message']}" if first["field"] else first["message"]
-        return problem_response(422, "validation_error", detail, errors=errors)
+        return problem_response(
+            422, "validation_error", detail, field=first["field"], errors=errors
+        )
+
+    async def on_database_down(request: Request, exc: Exception) -> JSONResponse:
+        logger.warning("database unavailable", extra={"error": str(exc)[:300]})
+        return problem_response(
+            503,
+            "database_unavailable",
+            "the database is unavailable; retry later",
+            {"Retry-After": "2"},
+        )
+
+    async def on_crash(request: Request, exc: Exception) -> JSONResponse:
+        # Logged with its traceback by the server; the caller gets no internals.
+        return problem_response(500, "internal_error", "an unexpected error occurred")
 
     app.add_exception_handler(Problem, on_problem)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(OperationalError, on_database_down)
+    app.add_exception_handler(SQLAlchemyTimeoutError, on_database_down)
+    app.add_exception_handler(Exception, on_crash)

@@ -9,24 +9,60 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from runyard.models import RunStatus, ToolRun
+from runyard.tools import TOOL_NAME_PATTERN
+
+RUN_EXAMPLE: dict[str, Any] = {
+    "id": "0f8a3c52-5a7e-4d6b-9a53-2d1f8f5f9c11",
+    "tool": "echo",
+    "status": "succeeded",
+    "mode": "queue",
+    "input": {"message": "hello"},
+    "result": {"message": "hello"},
+    "exit_code": 0,
+    "attempts": 1,
+    "max_attempts": 1,
+    "error_code": None,
+    "error": None,
+    "stdout_truncated": False,
+    "stderr_truncated": False,
+    "requested_at": "2026-11-26T10:00:00.000000Z",
+    "started_at": "2026-11-26T10:00:00.120000Z",
+    "finished_at": "2026-11-26T10:00:00.910000Z",
+}
 
 
 class RunCreate(BaseModel):
-    """A request to run a registered tool with some input."""
+    """A request to run a registered tool with some input; unknown fields are refused."""
 
     model_config = ConfigDict(
         extra="forbid",
         strict=True,
-        json_schema_extra={"examples": [{"tool": "echo", "input": {"message": "hello"}}]},
+        json_schema_extra={
+            "examples": [
+                {"tool": "echo", "input": {"message": "hello"}},
+                {"tool": "sleep", "input": {"seconds": 2}, "priority": 10},
+            ]
+        },
     )
 
-    tool: str = Field(min_length=1, max_length=63, description="Name of a registered tool")
-    input: Any = Field(default_factory=dict, description="JSON input, checked against the tool")
-    priority: int = Field(default=0, ge=-100, le=100)
+    tool: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=TOOL_NAME_PATTERN,
+        description="Name of a registered tool (GET /v1/tools)",
+    )
+    input: Any = Field(
+        default_factory=dict, description="JSON input, checked against the tool's input_schema"
+    )
+    priority: int = Field(
+        default=0, ge=-100, le=100, description="Higher runs first; queue mode only"
+    )
 
 
 class RunOut(BaseModel):
     """A run as the API shows it: no lease tokens, container ids or streams."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [RUN_EXAMPLE]})
 
     id: uuid.UUID
     tool: str
@@ -71,12 +107,34 @@ class RunOut(BaseModel):
 class RunPage(BaseModel):
     """One page of runs, newest first, with the cursor of the next page."""
 
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"items": [RUN_EXAMPLE], "next_cursor": None}]}
+    )
+
     items: list[RunOut]
-    next_cursor: str | None
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; null: end")
 
 
 class ToolOut(BaseModel):
     """A registered tool and its limits."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "echo",
+                    "description": "Return the input as the result",
+                    "image": "runyard/toolbox:latest",
+                    "timeout_seconds": 30,
+                    "memory_mb": 64,
+                    "cpus": 0.5,
+                    "pids_limit": 64,
+                    "max_attempts": 1,
+                    "input_schema": {"type": "object"},
+                }
+            ]
+        }
+    )
 
     name: str
     description: str
@@ -87,3 +145,47 @@ class ToolOut(BaseModel):
     pids_limit: int
     max_attempts: int
     input_schema: dict[str, Any] | None
+
+
+class FieldError(BaseModel):
+    """One failing field of a request."""
+
+    field: str
+    message: str
+    type: str | None = None
+    in_: str | None = Field(default=None, alias="in")
+
+
+class ProblemOut(BaseModel):
+    """An RFC 9457 problem document; ``code`` is stable and meant for programs."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "examples": [
+                {
+                    "type": "about:blank",
+                    "title": "Unprocessable Content",
+                    "status": 422,
+                    "code": "validation_error",
+                    "detail": "priority: Input should be a valid integer",
+                    "field": "priority",
+                }
+            ]
+        },
+    )
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    code: str
+    detail: str
+    field: str | None = None
+    errors: list[FieldError] | None = None
+
+
+class HealthOut(BaseModel):
+    """Liveness or readiness."""
+
+    status: str
+    revision: str | None = None

@@ -9,6 +9,7 @@ from datetime import datetime
 
 from runyard.queue import JobQueue
 from runyard.runner import ErrorCode
+from runyard.sync_mode import SyncOrphanSettler
 
 logger = logging.getLogger(__name__)
 
@@ -31,14 +32,19 @@ class ReapResult:
     requeued: int = 0
     failed: int = 0
     pruned: int = 0
+    sync_settled: int = 0
 
 
 class Reaper:
     """Batched and idempotent; several copies may run at once."""
 
-    def __init__(self, queue: JobQueue, config: ReaperConfig) -> None:
+    def __init__(
+        self, queue: JobQueue, config: ReaperConfig, sync_settler: SyncOrphanSettler | None = None
+    ) -> None:
         self._queue = queue
         self._config = config
+        # Without a runner the settler still fails orphaned sync runs after their deadline.
+        self._sync_settler = sync_settler or SyncOrphanSettler(queue)
         self._stop = threading.Event()
 
     def run_once(self, *, now: datetime | None = None) -> ReapResult:
@@ -46,7 +52,8 @@ class Reaper:
         cleared = self._clear_expired(now)
         requeued, failed = self._settle_orphans(now)
         pruned = self._prune(now)
-        result = ReapResult(cleared, requeued, failed, pruned)
+        sync_settled = self._sync_settler.run_once(batch=self._config.batch_size, now=now)
+        result = ReapResult(cleared, requeued, failed, pruned, sync_settled)
         if result != ReapResult():
             logger.info("reaper pass", extra={"action": "reaped", **result.__dict__})
         return result
@@ -71,13 +78,15 @@ class Reaper:
                 now=now,
             )
             for job_id in ids:
-                result = self._queue.requeue(
-                    job_id,
-                    None,
-                    error_code=ErrorCode.CONTAINER_LOST,
-                    error="no live worker on the engine that held the container",
-                    now=now,
-                )
+                result = self._queue.requeue_unstarted(job_id, None, now=now)
+                if not result.owned:
+                    result = self._queue.requeue(
+                        job_id,
+                        None,
+                        error_code=ErrorCode.CONTAINER_LOST,
+                        error="no live worker on the engine that held the container",
+                        now=now,
+                    )
                 if result.owned and result.status is not None:
                     if result.status.value == "queued":
                         requeued += 1

@@ -314,10 +314,16 @@ class DockerRunner:
         while True:
             if control.abandon.is_set():
                 raise AttemptAbandoned(container.name)
-            if stopped_for is None and control.cancel.is_set():
+            if stopped_for is None and control.cancel.is_set() and self._is_running(container):
                 stopped_for = ErrorCode.CANCELLED
                 self._stop(container)
-            elif stopped_for is None and datetime.now(UTC) >= spec.deadline_at:
+            elif (
+                stopped_for is None
+                and datetime.now(UTC) >= spec.deadline_at
+                and self._is_running(container)
+            ):
+                # Only a container still running at its deadline is stopped for it: one an
+                # adopter finds already exited keeps the outcome it finished with.
                 stopped_for = ErrorCode.TIMED_OUT
                 self._stop(container)
             remaining = (spec.deadline_at - datetime.now(UTC)).total_seconds()
@@ -335,6 +341,15 @@ class DockerRunner:
             except _TRANSPORT_ERRORS as exc:
                 raise RunnerUnavailable(f"cannot wait on {container.name}: {exc}") from exc
         return stopped_for
+
+    def _is_running(self, container: Container) -> bool:
+        try:
+            container.reload()
+        except docker.errors.NotFound as exc:
+            raise RunnerUnavailable(f"container {container.name} disappeared") from exc
+        except _TRANSPORT_ERRORS as exc:
+            raise RunnerUnavailable(f"cannot inspect {container.name}: {exc}") from exc
+        return bool(container.attrs["State"]["Status"] in ("running", "paused", "restarting"))
 
     def _stop(self, container: Container) -> None:
         """SIGTERM, the grace period, then SIGKILL (Docker's stop does exactly that)."""

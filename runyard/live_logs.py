@@ -55,12 +55,21 @@ class LogFollower:
     def stop(self) -> None:
         """Stop following now (closes the engine's stream)."""
         self._stopped.set()
-        handle = self._handle
-        if handle is not None:
-            try:
+        self._close(interrupt=True)
+
+    def _close(self, *, interrupt: bool) -> None:
+        handle, self._handle = self._handle, None
+        if handle is None:
+            return
+        try:
+            if interrupt:
+                # Shuts the socket down under a reader blocked in another thread.
                 handle.close()
-            except Exception:
-                logger.debug("closing the log stream failed", exc_info=True)
+            # Releasing the response also drops the file object that wraps the socket, so
+            # nothing is left for the garbage collector to find unclosed.
+            handle._response.close()
+        except Exception:
+            logger.debug("closing the log stream failed", exc_info=True)
 
     def join(self, timeout: float) -> None:
         """Wait for the thread to finish the stream."""
@@ -76,7 +85,7 @@ class LogFollower:
             if not self._stopped.is_set():
                 logger.warning("live log follow ended early", exc_info=True)
         finally:
-            self.stop()
+            self._close(interrupt=False)
 
     def _follow(self) -> None:
         resume = self._sink.resume_point(self._stream)

@@ -171,6 +171,9 @@ class ToolRunJob(Base):
     engine_id: Mapped[str | None] = mapped_column(Text)
     deadline_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     cancel_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Written (fenced) just before the attempt's container is created: an adopter that finds
+    # no container and no such mark knows the tool never ran and the attempt never began.
+    container_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

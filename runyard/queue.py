@@ -99,12 +99,14 @@ CLAIM = _sql(
             started_at = CASE WHEN picked.adopted THEN j.started_at ELSE {NOW} END,
             deadline_at = CASE WHEN picked.adopted THEN j.deadline_at
                           ELSE {NOW} + make_interval(secs => j.timeout_seconds) END,
+            container_requested_at = CASE WHEN picked.adopted THEN j.container_requested_at
+                                     ELSE NULL END,
             updated_at = {NOW}
         FROM picked
         WHERE j.id = picked.id
         RETURNING j.id, j.run_id, j.attempts, j.max_attempts, j.lease_token, j.locked_until,
                   j.deadline_at, j.started_at, j.cancel_requested_at, j.priority,
-                  j.created_at, picked.adopted
+                  j.created_at, j.container_requested_at, picked.adopted
     ), run AS (
         UPDATE tool_runs r SET status = 'running',
                                started_at = coalesce(r.started_at, c.started_at),
@@ -124,7 +126,8 @@ CLAIM = _sql(
         WHERE e.data IS NOT NULL
     )
     SELECT c.id, c.run_id, c.attempts, c.max_attempts, c.lease_token, c.locked_until,
-           c.deadline_at, c.cancel_requested_at, c.adopted, r.spec, r.input
+           c.deadline_at, c.cancel_requested_at, c.container_requested_at, c.adopted,
+           c.started_at, r.requested_at, r.spec, r.input
     FROM claimed c JOIN tool_runs r ON r.id = c.run_id
     ORDER BY c.adopted DESC, c.priority DESC, c.created_at
     """
@@ -215,6 +218,47 @@ REQUEUE = _sql(
     """
 )
 
+MARK_CONTAINER_REQUESTED = _sql(
+    """
+    UPDATE tool_run_jobs SET container_requested_at = {NOW}, updated_at = {NOW}
+    WHERE id = :job_id AND lease_token = :token AND status = 'running'
+    RETURNING id
+    """
+)
+
+# The attempt never began (no container was ever asked for): back to the queue at once,
+# and the attempt it was charged is given back, so a crash before the start costs nothing.
+REQUEUE_UNSTARTED = _sql(
+    """
+    WITH job AS (
+        UPDATE tool_run_jobs
+        SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+                          ELSE 'queued' END::run_status,
+            attempts = attempts - 1, available_at = {NOW},
+            locked_by = NULL, locked_until = NULL, lease_token = NULL, engine_id = NULL,
+            deadline_at = NULL, updated_at = {NOW},
+            finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN {NOW} END
+        WHERE id = :job_id AND status = 'running' AND container_requested_at IS NULL
+          AND (lease_token = :token OR (CAST(:token AS uuid) IS NULL AND locked_until IS NULL))
+        RETURNING run_id, status, attempts, available_at
+    ), run AS (
+        UPDATE tool_runs r
+        SET status = job.status, attempts = job.attempts,
+            finished_at = CASE WHEN job.status = 'cancelled' THEN {NOW} END,
+            error_code = CASE WHEN job.status = 'cancelled' THEN 'cancelled' END
+        FROM job WHERE r.id = job.run_id
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT job.run_id, {NOW}, e.type, e.data FROM job
+        CROSS JOIN LATERAL (VALUES
+            ('requeued', jsonb_build_object('attempt', job.attempts + 1, 'unstarted', true)),
+            ('status', jsonb_build_object('status', CAST(job.status AS text)))
+        ) AS e(type, data)
+    )
+    SELECT run_id, CAST(status AS text) AS status, attempts, available_at FROM job
+    """
+)
+
 RELEASE = _sql(
     """
     WITH job AS (
@@ -269,15 +313,13 @@ APPEND_LOG = _sql(
     WITH job AS (
         SELECT run_id, attempts FROM tool_run_jobs
         WHERE id = :job_id AND lease_token = :token AND status = 'running'
-    ), event AS (
-        INSERT INTO tool_run_events (run_id, at, type, data)
-        SELECT run_id, {NOW}, :stream,
-               jsonb_build_object('attempt', attempts, 'text', CAST(:text AS text),
-                                  'until', CAST(:until AS text))
-        FROM job
-        RETURNING run_id
     )
-    SELECT run_id, pg_notify('runyard_events', CAST(run_id AS text)) FROM event
+    INSERT INTO tool_run_events (run_id, at, type, data)
+    SELECT run_id, {NOW}, :stream,
+           jsonb_build_object('attempt', attempts, 'text', CAST(:text AS text),
+                              'until', CAST(:until AS text))
+    FROM job
+    RETURNING run_id
     """
 )
 
@@ -405,6 +447,9 @@ class ClaimedJob:
     adopted: bool
     spec: dict[str, Any]
     input: Any
+    container_requested: bool = True
+    requested_at: datetime | None = None
+    started_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -534,6 +579,9 @@ class JobQueue:
                 adopted=row.adopted,
                 spec=row.spec,
                 input=row.input,
+                container_requested=row.container_requested_at is not None,
+                requested_at=row.requested_at,
+                started_at=row.started_at,
             )
             for row in rows
         ]
@@ -630,6 +678,38 @@ class JobQueue:
                 conn.execute(
                     text("SELECT pg_notify(:channel, :payload)"),
                     {"channel": channel, "payload": str(row.run_id)},
+                )
+        if row is None:
+            return RequeueResult(owned=False)
+        return RequeueResult(
+            owned=True,
+            status=RunStatus(row.status),
+            attempts=row.attempts,
+            available_at=row.available_at,
+        )
+
+    def mark_container_requested(
+        self, job_id: uuid.UUID, token: uuid.UUID, *, now: datetime | None = None
+    ) -> bool:
+        """Record, under the lease, that this attempt's container is about to be created."""
+        with self._engine.begin() as conn:
+            row = conn.execute(
+                MARK_CONTAINER_REQUESTED, {"job_id": job_id, "token": token, "now": now}
+            ).first()
+        return row is not None
+
+    def requeue_unstarted(
+        self, job_id: uuid.UUID, token: uuid.UUID | None, *, now: datetime | None = None
+    ) -> RequeueResult:
+        """Put back an attempt whose container was never asked for, without charging it."""
+        with self._engine.begin() as conn:
+            row = conn.execute(
+                REQUEUE_UNSTARTED, {"job_id": job_id, "token": token, "now": now}
+            ).one_or_none()
+            if row is not None:
+                conn.execute(
+                    text("SELECT pg_notify(:channel, :payload)"),
+                    {"channel": JOBS_CHANNEL, "payload": str(row.run_id)},
                 )
         if row is None:
             return RequeueResult(owned=False)
@@ -739,3 +819,503 @@ class JobQueue:
 def run_mode_is_queue(mode: str) -> bool:
     """True for runs that go through the queue (sync runs have no job row)."""
     return mode == RunMode.QUEUE.value
+
+
+# --- sync mode and admission (ADR-0016) ---
+#
+# The API's own transitions: submits that pass admission caps, and runs executed inline by an
+# API process (``mode='sync'``, no job row). A sync run is fenced by ``sync_owner`` the way a
+# job is fenced by its lease token: the owner renews ``sync_owner_until`` while the tool runs,
+# and whoever takes an expired run over (the reaper, another API process) writes its own id
+# first, so a late write of the old owner changes nothing.
+
+EVENTS_CHANNEL = "runyard_events"
+
+# Serializes the admission check and the insert of one tenant's submits, so caps are exact.
+ADMISSION_LOCK = _sql(
+    "SELECT pg_advisory_xact_lock(hashtextextended('runyard.admission:' || :tenant, 0))"
+)
+
+# Bounded: counting stops at the cap, so a deep queue costs no more than the cap.
+QUEUE_DEPTH = _sql(
+    "SELECT count(*) FROM (SELECT 1 FROM tool_run_jobs WHERE status = 'queued' LIMIT :cap) q"
+)
+
+TENANT_ACTIVE = _sql(
+    """
+    SELECT count(*) FILTER (WHERE status = 'queued') AS queued,
+           count(*) FILTER (WHERE status = 'running') AS running
+    FROM tool_runs WHERE tenant = :tenant AND status IN ('queued', 'running')
+    """
+)
+
+SYNC_RECORD = _sql(
+    """
+    WITH run AS (
+        INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode, requested_at,
+                               attempts, max_attempts, idempotency_key, request_hash,
+                               sync_owner, sync_owner_until)
+        VALUES (:run_id, :tenant, :tool, CAST(:spec AS jsonb), CAST(:input AS jsonb), 'queued',
+                'sync', {NOW}, 0, 1, :idempotency_key, :request_hash, :owner,
+                {NOW} + make_interval(secs => CAST(:lease AS double precision)))
+        ON CONFLICT (tenant, idempotency_key) DO NOTHING
+        RETURNING id
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT id, {NOW}, 'status', jsonb_build_object('status', 'queued', 'mode', 'sync')
+        FROM run
+    )
+    SELECT id FROM run
+    """
+)
+
+SYNC_START = _sql(
+    """
+    WITH run AS (
+        UPDATE tool_runs
+        SET status = 'running', started_at = {NOW}, attempts = 1,
+            sync_owner_until = {NOW} + make_interval(secs => CAST(:lease AS double precision))
+        WHERE id = :run_id AND sync_owner = :owner AND status = 'queued'
+        RETURNING id, started_at,
+                  started_at + make_interval(
+                      secs => CAST(spec->>'timeout_seconds' AS double precision)) AS deadline_at
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT run.id, {NOW}, e.type, e.data FROM run
+        CROSS JOIN LATERAL (VALUES
+            ('claimed', jsonb_build_object('attempt', 1, 'api_id', CAST(:owner AS text),
+                                           'engine_id', CAST(:engine_id AS text))),
+            ('status', jsonb_build_object('status', 'running', 'attempt', 1))
+        ) AS e(type, data)
+    )
+    SELECT id, started_at, deadline_at, pg_notify('runyard_events', CAST(id AS text)) FROM run
+    """
+)
+
+SYNC_APPEND_LOG = _sql(
+    """
+    WITH run AS (
+        SELECT id FROM tool_runs
+        WHERE id = :run_id AND sync_owner = :owner AND status = 'running'
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT id, {NOW}, :stream,
+               jsonb_build_object('attempt', 1, 'text', CAST(:text AS text),
+                                  'until', CAST(:until AS text))
+        FROM run
+        RETURNING run_id
+    )
+    SELECT run_id, pg_notify('runyard_events', CAST(run_id AS text)) FROM event
+    """
+)
+
+SYNC_FINALIZE = _sql(
+    """
+    WITH run AS (
+        UPDATE tool_runs r
+        SET status = CAST(:status AS run_status), finished_at = {NOW},
+            exit_code = :exit_code, result = CAST(:result AS jsonb),
+            stdout = :stdout, stderr = :stderr,
+            stdout_truncated = :stdout_truncated, stderr_truncated = :stderr_truncated,
+            error_code = :error_code, error = :error,
+            image_digest = coalesce(:image_digest, r.image_digest),
+            sync_owner_until = NULL
+        WHERE id = :run_id AND sync_owner = :owner AND status IN ('queued', 'running')
+        RETURNING id, attempts
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT id, {NOW}, 'status',
+               jsonb_build_object('status', CAST(:status AS text), 'attempt', attempts,
+                                  'exit_code', CAST(:exit_code AS integer),
+                                  'error_code', CAST(:error_code AS text))
+        FROM run
+    )
+    SELECT id, pg_notify('runyard_runs', CAST(id AS text)) FROM run
+    """
+)
+
+# Renews the runs an API process still owns; a run missing from the answer is no longer its.
+SYNC_RENEW = _sql(
+    """
+    UPDATE tool_runs r
+    SET sync_owner_until = {NOW} + make_interval(secs => CAST(:lease AS double precision))
+    WHERE id = ANY(CAST(:run_ids AS uuid[])) AND sync_owner = :owner
+      AND status IN ('queued', 'running')
+    RETURNING id, EXISTS (
+        SELECT 1 FROM tool_run_events e WHERE e.run_id = r.id AND e.type = 'cancel_requested'
+    ) AS cancel_requested
+    """
+)
+
+SYNC_CANCEL_REQUESTED = _sql(
+    """
+    SELECT EXISTS (
+        SELECT 1 FROM tool_run_events WHERE run_id = :run_id AND type = 'cancel_requested'
+    )
+    """
+)
+
+# A sync run has no job row: the cancel request is an event its owner sees on renewal, sooner
+# through the NOTIFY.
+SYNC_CANCEL = _sql(
+    """
+    WITH run AS (
+        SELECT id FROM tool_runs
+        WHERE id = :run_id AND mode = 'sync' AND status IN ('queued', 'running')
+          AND NOT EXISTS (SELECT 1 FROM tool_run_events e
+                          WHERE e.run_id = :run_id AND e.type = 'cancel_requested')
+        FOR UPDATE
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT id, {NOW}, 'cancel_requested', '{}'::jsonb FROM run
+    )
+    SELECT id, pg_notify('runyard_runs', CAST(id AS text)) FROM run
+    """
+)
+
+SELECT_SYNC_ORPHANS = _sql(
+    """
+    SELECT r.id, CAST(r.status AS text) AS status, r.spec, r.input, r.started_at,
+           r.started_at + make_interval(
+               secs => CAST(r.spec->>'timeout_seconds' AS double precision)) AS deadline_at,
+           (SELECT e.data->>'engine_id' FROM tool_run_events e
+            WHERE e.run_id = r.id AND e.type = 'claimed'
+            ORDER BY e.id DESC LIMIT 1) AS engine_id
+    FROM tool_runs r
+    WHERE r.status IN ('queued', 'running') AND r.mode = 'sync' AND r.sync_owner_until < {NOW}
+    ORDER BY r.sync_owner_until
+    LIMIT :batch
+    """
+)
+
+# The expiry is re-checked inside the UPDATE: of two settlers only one takes each run over.
+SYNC_TAKE_OVER = _sql(
+    """
+    WITH run AS (
+        UPDATE tool_runs
+        SET sync_owner = :owner,
+            sync_owner_until = {NOW} + make_interval(secs => CAST(:lease AS double precision))
+        WHERE id = :run_id AND mode = 'sync' AND status IN ('queued', 'running')
+          AND sync_owner_until < {NOW}
+        RETURNING id, attempts
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT id, {NOW}, 'adopted',
+               jsonb_build_object('attempt', attempts, 'api_id', CAST(:owner AS text))
+        FROM run
+    )
+    SELECT id FROM run
+    """
+)
+
+
+@dataclass(frozen=True)
+class AdmissionCaps:
+    """Admission limits; 0 means no cap."""
+
+    max_queue_depth: int = 0
+    tenant_max_queued: int = 0
+    tenant_max_running: int = 0
+
+
+class AdmissionRefused(Exception):
+    """The run was not admitted: the queue or the tenant is at a cap."""
+
+    def __init__(self, reason: str, limit: int) -> None:
+        messages = {
+            "queue_full": f"the queue holds {limit} runs, its maximum; retry later",
+            "tenant_queued": f"this tenant already has {limit} queued runs, its maximum",
+            "tenant_running": f"this tenant already has {limit} running runs, its maximum",
+        }
+        super().__init__(messages[reason])
+        self.reason = reason
+        self.limit = limit
+
+
+@dataclass(frozen=True)
+class SyncStart:
+    """A sync run now running: its start time and deadline (database clock)."""
+
+    started_at: datetime
+    deadline_at: datetime
+
+
+@dataclass(frozen=True)
+class SyncOrphan:
+    """A sync run whose API process stopped renewing it."""
+
+    run_id: uuid.UUID
+    status: RunStatus
+    spec: dict[str, Any]
+    input: Any
+    started_at: datetime | None
+    deadline_at: datetime | None
+    engine_id: str | None
+
+
+class ApiQueue(JobQueue):
+    """The queue plus the API's operations: admitted submits and sync-mode runs."""
+
+    def _replay(self, conn: Connection, run: NewRun, request_hash: str | None) -> uuid.UUID | None:
+        if run.idempotency_key is None:
+            return None
+        existing = conn.execute(
+            FIND_IDEMPOTENT, {"tenant": run.tenant, "key": run.idempotency_key}
+        ).one_or_none()
+        if existing is None:
+            return None
+        if existing.request_hash != request_hash:
+            raise IdempotencyConflict(
+                "this Idempotency-Key was already used with a different request"
+            )
+        return uuid.UUID(str(existing.id))
+
+    def _admit(self, conn: Connection, tenant: str, caps: AdmissionCaps, *, queue: bool) -> None:
+        if queue and caps.max_queue_depth > 0:
+            depth = conn.execute(QUEUE_DEPTH, {"cap": caps.max_queue_depth}).scalar_one()
+            if depth >= caps.max_queue_depth:
+                raise AdmissionRefused("queue_full", caps.max_queue_depth)
+        if caps.tenant_max_queued > 0 or caps.tenant_max_running > 0:
+            active = conn.execute(TENANT_ACTIVE, {"tenant": tenant}).one()
+            if 0 < caps.tenant_max_queued <= active.queued:
+                raise AdmissionRefused("tenant_queued", caps.tenant_max_queued)
+            if 0 < caps.tenant_max_running <= active.running:
+                raise AdmissionRefused("tenant_running", caps.tenant_max_running)
+
+    def _lock_tenant(self, conn: Connection, tenant: str, caps: AdmissionCaps) -> None:
+        if caps.tenant_max_queued > 0 or caps.tenant_max_running > 0:
+            conn.execute(ADMISSION_LOCK, {"tenant": tenant})
+
+    def submit(
+        self, run: NewRun, caps: AdmissionCaps, *, now: datetime | None = None
+    ) -> EnqueueResult:
+        """Enqueue if admitted; an idempotent replay returns the first run and skips the caps.
+
+        Raises ``AdmissionRefused`` or ``IdempotencyConflict``.
+        """
+        run_id, job_id = uuid.uuid4(), uuid.uuid4()
+        request_hash = run.request_hash() if run.idempotency_key else None
+        with self._engine.begin() as conn:
+            self._lock_tenant(conn, run.tenant, caps)
+            replayed = self._replay(conn, run, request_hash)
+            if replayed is not None:
+                return EnqueueResult(run_id=replayed, created=False)
+            self._admit(conn, run.tenant, caps, queue=True)
+            created = conn.execute(
+                ENQUEUE,
+                {
+                    "run_id": run_id,
+                    "job_id": job_id,
+                    "tenant": run.tenant,
+                    "tool": run.tool,
+                    "spec": json.dumps(run.spec),
+                    "input": json.dumps(run.input),
+                    "max_attempts": run.max_attempts,
+                    "timeout_seconds": run.timeout_seconds,
+                    "queue": run.queue,
+                    "priority": run.priority,
+                    "idempotency_key": run.idempotency_key,
+                    "request_hash": request_hash,
+                    "now": now,
+                },
+            ).scalar_one_or_none()
+            if created is None:
+                # A concurrent submit with the same key committed first (ON CONFLICT).
+                replayed = self._replay(conn, run, request_hash)
+                assert replayed is not None
+                return EnqueueResult(run_id=replayed, created=False)
+            conn.execute(
+                text("SELECT pg_notify(:channel, :queue)"),
+                {"channel": JOBS_CHANNEL, "queue": run.queue},
+            )
+        return EnqueueResult(run_id=created, created=True)
+
+    def record_sync(
+        self,
+        run: NewRun,
+        caps: AdmissionCaps,
+        *,
+        owner: str,
+        lease_seconds: float,
+        now: datetime | None = None,
+    ) -> EnqueueResult:
+        """Record a sync run as ``queued`` and owned by ``owner``; no job row is written."""
+        run_id = uuid.uuid4()
+        request_hash = run.request_hash() if run.idempotency_key else None
+        with self._engine.begin() as conn:
+            self._lock_tenant(conn, run.tenant, caps)
+            replayed = self._replay(conn, run, request_hash)
+            if replayed is not None:
+                return EnqueueResult(run_id=replayed, created=False)
+            self._admit(conn, run.tenant, caps, queue=False)
+            created = conn.execute(
+                SYNC_RECORD,
+                {
+                    "run_id": run_id,
+                    "tenant": run.tenant,
+                    "tool": run.tool,
+                    "spec": json.dumps(run.spec),
+                    "input": json.dumps(run.input),
+                    "idempotency_key": run.idempotency_key,
+                    "request_hash": request_hash,
+                    "owner": owner,
+                    "lease": lease_seconds,
+                    "now": now,
+                },
+            ).scalar_one_or_none()
+            if created is None:
+                replayed = self._replay(conn, run, request_hash)
+                assert replayed is not None
+                return EnqueueResult(run_id=replayed, created=False)
+        return EnqueueResult(run_id=created, created=True)
+
+    def start_sync(
+        self,
+        run_id: uuid.UUID,
+        *,
+        owner: str,
+        engine_id: str | None,
+        lease_seconds: float,
+        now: datetime | None = None,
+    ) -> SyncStart | None:
+        """``queued -> running`` for a sync run we own; None if it is no longer ours."""
+        with self._engine.begin() as conn:
+            row = conn.execute(
+                SYNC_START,
+                {
+                    "run_id": run_id,
+                    "owner": owner,
+                    "engine_id": engine_id,
+                    "lease": lease_seconds,
+                    "now": now,
+                },
+            ).one_or_none()
+        if row is None:
+            return None
+        return SyncStart(started_at=row.started_at, deadline_at=row.deadline_at)
+
+    def append_sync_log(
+        self,
+        run_id: uuid.UUID,
+        *,
+        owner: str,
+        stream: str,
+        text_chunk: str,
+        until: str,
+        now: datetime | None = None,
+    ) -> bool:
+        """Append a live log chunk of a sync run we own; False if it is no longer ours."""
+        if stream not in ("stdout", "stderr"):
+            raise ValueError(f"unknown stream {stream!r}")
+        with self._engine.begin() as conn:
+            row = conn.execute(
+                SYNC_APPEND_LOG,
+                {
+                    "run_id": run_id,
+                    "owner": owner,
+                    "stream": stream,
+                    "text": text_chunk,
+                    "until": until,
+                    "now": now,
+                },
+            ).first()
+        return row is not None
+
+    def finalize_sync(
+        self,
+        run_id: uuid.UUID,
+        outcome: AttemptResult,
+        *,
+        owner: str,
+        now: datetime | None = None,
+    ) -> bool:
+        """Write the terminal outcome of a sync run we own; False if it is no longer ours."""
+        if not outcome.status.is_terminal:
+            raise ValueError(f"finalize needs a terminal status, not {outcome.status}")
+        with self._engine.begin() as conn:
+            row = conn.execute(
+                SYNC_FINALIZE,
+                {
+                    "run_id": run_id,
+                    "owner": owner,
+                    "status": outcome.status.value,
+                    "exit_code": outcome.exit_code,
+                    "result": None if outcome.result is None else json.dumps(outcome.result),
+                    "stdout": outcome.stdout,
+                    "stderr": outcome.stderr,
+                    "stdout_truncated": outcome.stdout_truncated,
+                    "stderr_truncated": outcome.stderr_truncated,
+                    "error_code": outcome.error_code,
+                    "error": outcome.error,
+                    "image_digest": outcome.image_digest,
+                    "now": now,
+                },
+            ).one_or_none()
+        return row is not None
+
+    def renew_sync(
+        self,
+        run_ids: Sequence[uuid.UUID],
+        *,
+        owner: str,
+        lease_seconds: float,
+        now: datetime | None = None,
+    ) -> dict[uuid.UUID, bool]:
+        """Extend our sync runs' ownership: ``{run id: cancel requested}`` for those still ours."""
+        if not run_ids:
+            return {}
+        with self._engine.begin() as conn:
+            rows = conn.execute(
+                SYNC_RENEW,
+                {"run_ids": list(run_ids), "owner": owner, "lease": lease_seconds, "now": now},
+            ).all()
+        return {row.id: bool(row.cancel_requested) for row in rows}
+
+    def sync_cancel_requested(self, run_id: uuid.UUID) -> bool:
+        """Whether someone asked to cancel this sync run."""
+        with self._engine.connect() as conn:
+            return bool(conn.execute(SYNC_CANCEL_REQUESTED, {"run_id": run_id}).scalar_one())
+
+    def cancel_sync(self, run_id: uuid.UUID, *, now: datetime | None = None) -> CancelResult:
+        """Ask the owner of a sync run to stop it (its container is stopped, then finalized)."""
+        with self._engine.begin() as conn:
+            if conn.execute(SYNC_CANCEL, {"run_id": run_id, "now": now}).first():
+                return CancelResult(found=True, status=RunStatus.RUNNING, requested=True)
+            status = conn.execute(RUN_STATUS, {"run_id": run_id}).scalar_one_or_none()
+        if status is None:
+            return CancelResult(found=False, status=None)
+        run_status = RunStatus(status)
+        return CancelResult(found=True, status=run_status, requested=not run_status.is_terminal)
+
+    def select_sync_orphans(self, *, batch: int, now: datetime | None = None) -> list[SyncOrphan]:
+        """Sync runs not terminal whose owner stopped renewing them (no lock taken)."""
+        with self._engine.connect() as conn:
+            rows = conn.execute(SELECT_SYNC_ORPHANS, {"batch": batch, "now": now}).all()
+        return [
+            SyncOrphan(
+                run_id=row.id,
+                status=RunStatus(row.status),
+                spec=row.spec,
+                input=row.input,
+                started_at=row.started_at,
+                deadline_at=row.deadline_at,
+                engine_id=row.engine_id,
+            )
+            for row in rows
+        ]
+
+    def take_over_sync(
+        self,
+        run_id: uuid.UUID,
+        *,
+        owner: str,
+        lease_seconds: float,
+        now: datetime | None = None,
+    ) -> bool:
+        """Become the owner of an orphaned sync run; False if it was renewed or taken."""
+        with self._engine.begin() as conn:
+            row = conn.execute(
+                SYNC_TAKE_OVER,
+                {"run_id": run_id, "owner": owner, "lease": lease_seconds, "now": now},
+            ).first()
+        return row is not None

@@ -10,7 +10,9 @@ from datetime import datetime
 from sqlalchemy import Engine, select, tuple_
 from sqlalchemy.orm import Session
 
-from runyard.models import RunStatus, ToolRun, ToolRunEvent
+from runyard.models import TERMINAL_STATUSES, RunStatus, ToolRun, ToolRunEvent
+
+LOG_STREAMS = ("stdout", "stderr")
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,7 @@ class RunFilter:
     tenant: str | None
     status: RunStatus | None = None
     tool: str | None = None
+    mode: str | None = None
 
 
 class BadCursor(Exception):
@@ -35,10 +38,15 @@ def encode_cursor(run: ToolRun) -> str:
 def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
     """Inverse of ``encode_cursor``; raises ``BadCursor`` for anything else."""
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        stamp, _, run_id = raw.partition("|")
-        return datetime.fromisoformat(stamp), uuid.UUID(run_id)
-    except (ValueError, UnicodeDecodeError) as exc:
+        raw = base64.b64decode(
+            cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True
+        ).decode()
+        stamp_text, _, run_id = raw.partition("|")
+        stamp = datetime.fromisoformat(stamp_text)
+        if stamp.tzinfo is None:
+            raise ValueError("naive timestamp")
+        return stamp, uuid.UUID(run_id)
+    except (ValueError, UnicodeDecodeError, OverflowError) as exc:
         raise BadCursor("the cursor is malformed; use next_cursor from a previous page") from exc
 
 
@@ -68,6 +76,8 @@ class RunReader:
             query = query.where(ToolRun.status == filters.status)
         if filters.tool is not None:
             query = query.where(ToolRun.tool == filters.tool)
+        if filters.mode is not None:
+            query = query.where(ToolRun.mode == filters.mode)
         if cursor is not None:
             stamp, last_id = decode_cursor(cursor)
             query = query.where(tuple_(ToolRun.requested_at, ToolRun.id) < tuple_(stamp, last_id))
@@ -93,3 +103,56 @@ class RunReader:
             for row in rows:
                 session.expunge(row)
         return rows
+
+    def status_and_events(
+        self, run_id: uuid.UUID, after_id: int = 0, limit: int = 500
+    ) -> tuple[RunStatus | None, list[ToolRunEvent]]:
+        """The run's status, then its events after ``after_id``, on one connection.
+
+        Read in that order, a terminal status guarantees its final event is in the answer
+        (both are written in one transaction), unless it was pruned or already seen.
+        """
+        with Session(self._engine, expire_on_commit=False) as session:
+            status = session.scalar(select(ToolRun.status).where(ToolRun.id == run_id))
+            rows = list(
+                session.scalars(
+                    select(ToolRunEvent)
+                    .where(ToolRunEvent.run_id == run_id, ToolRunEvent.id > after_id)
+                    .order_by(ToolRunEvent.id)
+                    .limit(limit)
+                )
+            )
+            for row in rows:
+                session.expunge(row)
+        return status, rows
+
+    def find_idempotent(self, tenant: str, key: str) -> ToolRun | None:
+        """The run a tenant created with this Idempotency-Key, if any."""
+        with Session(self._engine, expire_on_commit=False) as session:
+            run = session.scalar(
+                select(ToolRun).where(ToolRun.tenant == tenant, ToolRun.idempotency_key == key)
+            )
+            if run is not None:
+                session.expunge(run)
+            return run
+
+    def live_logs(self, run_id: uuid.UUID, attempt: int, streams: tuple[str, ...]) -> str:
+        """The live log chunks of one attempt so far, in the order they were stored."""
+        texts = (
+            select(ToolRunEvent.data["text"].astext)
+            .where(
+                ToolRunEvent.run_id == run_id,
+                ToolRunEvent.type.in_(streams),
+                ToolRunEvent.data["attempt"].astext == str(attempt),
+            )
+            .order_by(ToolRunEvent.id)
+        )
+        with Session(self._engine) as session:
+            return "".join(text or "" for text in session.scalars(texts))
+
+
+def is_terminal_event(event: ToolRunEvent) -> bool:
+    """A ``status`` event that reports a terminal status: the last event of a run."""
+    if event.type != "status" or not isinstance(event.data, dict):
+        return False
+    return event.data.get("status") in {s.value for s in TERMINAL_STATUSES}

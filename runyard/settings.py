@@ -31,6 +31,9 @@ class Settings(BaseSettings):
     worker_poll_seconds: float = Field(default=1.0, gt=0)
     worker_id: str | None = None
     sweep_interval_seconds: float = Field(default=60.0, gt=0)
+    worker_metrics_port: int = Field(default=0, ge=0, le=65535)
+    reaper_metrics_port: int = Field(default=0, ge=0, le=65535)
+    metrics_host: str = "127.0.0.1"
     sweep_grace_seconds: float = Field(default=60.0, ge=0)
 
     tools_file: Path = Path("tools/tools.toml")
@@ -39,6 +42,21 @@ class Settings(BaseSettings):
     auth_disabled: bool = False
     max_wait_seconds: float = Field(default=60.0, ge=0)
     max_request_bytes: int = Field(default=1_048_576, ge=1024)
+    max_json_depth: int = Field(default=64, ge=2, le=512)
+    api_db_pool_size: int = Field(default=10, ge=1, le=500)
+
+    # Admission (0 = no cap): a full queue answers 503, a tenant at one of its caps 429.
+    max_queue_depth: int = Field(default=100_000, ge=0)
+    tenant_max_queued: int = Field(default=10_000, ge=0)
+    tenant_max_running: int = Field(default=0, ge=0)
+    retry_after_seconds: int = Field(default=2, ge=1, le=3600)
+
+    # Live events (SSE): LISTEN/NOTIFY wakes streams; the poll is only a safety net.
+    events_poll_seconds: float = Field(default=2.0, gt=0, le=60)
+    events_keepalive_seconds: float = Field(default=15.0, gt=0, le=300)
+    events_max_stream_seconds: float = Field(default=900.0, gt=0)
+    events_db_concurrency: int = Field(default=4, ge=1, le=100)
+    max_event_streams: int = Field(default=1000, ge=1)
 
     # Operator maxima: a tool's registry entry may ask for up to these, never more.
     max_timeout_seconds: int = Field(default=3600, ge=1)

@@ -13,6 +13,7 @@ from types import FrameType
 from runyard.db import make_engine
 from runyard.docker_runner import DockerLimits, DockerRunner
 from runyard.logs import configure
+from runyard.metrics import Metrics
 from runyard.queue import JobQueue
 from runyard.runner import RunnerUnavailable
 from runyard.settings import Settings
@@ -50,8 +51,17 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
     )
     sweeper = Sweeper(engine, runner, grace_seconds=settings.sweep_grace_seconds)
     heartbeat_engine = make_engine(settings.database_url, pool_size=1, max_overflow=1)
+    metrics = Metrics()
+    if settings.worker_metrics_port:
+        metrics.serve(settings.worker_metrics_port, settings.metrics_host)
     return Worker(
-        queue, runner, config, WorkerRegistry(engine), sweeper, JobQueue(heartbeat_engine)
+        queue,
+        runner,
+        config,
+        WorkerRegistry(engine),
+        sweeper,
+        JobQueue(heartbeat_engine),
+        metrics,
     )
 
 

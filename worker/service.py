@@ -9,10 +9,12 @@ import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from runyard.faults import BEFORE_FINALIZE, crash_point
+from runyard.metrics import Metrics
 from runyard.models import RunStatus
 from runyard.queue import ClaimedJob, JobQueue
 from runyard.runner import (
@@ -104,8 +106,11 @@ class Worker:
         registry: WorkerRegistry | None = None,
         sweeper: Sweeper | None = None,
         heartbeat_queue: JobQueue | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._queue = queue
+        self._metrics = metrics or Metrics()
+        self._metrics.slots_total.set(config.concurrency)
         # Heartbeats get their own connection so a busy pool never starves a lease.
         self._heartbeat_queue = heartbeat_queue or queue
         self._wake = threading.Event()
@@ -178,6 +183,12 @@ class Worker:
                 flight.control.cancel.set()
             with self._lock:
                 self._in_flight[job.job_id] = flight
+                self._metrics.slots_busy.set(len(self._in_flight))
+            if not job.adopted:
+                self._metrics.claims.inc()
+                if job.requested_at is not None and job.started_at is not None:
+                    wait = (job.started_at - job.requested_at).total_seconds()
+                    self._metrics.wait_time.observe(max(wait, 0.0))
             logger.info(
                 "adopted job" if job.adopted else "claimed job",
                 extra=self._log(job, action="adopted" if job.adopted else "claimed"),
@@ -300,6 +311,7 @@ class Worker:
 
     def _lose(self, flight: InFlight, why: str) -> None:
         if not flight.control.abandon.is_set():
+            self._metrics.leases_lost.inc()
             logger.warning("lease lost: %s", why, extra=self._log(flight.job, action="lease_lost"))
             flight.control.abandon.set()
 
@@ -325,6 +337,7 @@ class Worker:
         finally:
             with self._lock:
                 self._in_flight.pop(job.job_id, None)
+                self._metrics.slots_busy.set(len(self._in_flight))
             self._wake.set()
 
     def _execute_attempt(self, flight: InFlight) -> None:
@@ -335,7 +348,17 @@ class Worker:
             except RunnerUnavailable as exc:
                 self._release(flight, f"engine unavailable: {exc}")
                 return
+            self._metrics.adoptions.labels(outcome=state.value).inc()
+            if state is ContainerState.MISSING and not job.container_requested:
+                self._metrics.requeues.labels(reason="unstarted").inc()
+                result = self._queue.requeue_unstarted(job.job_id, job.lease_token)
+                logger.info(
+                    "attempt never began; requeued without charge",
+                    extra=self._log(job, action="requeued", status=str(result.status)),
+                )
+                return
             if state in (ContainerState.MISSING, ContainerState.CREATED):
+                self._metrics.requeues.labels(reason=ErrorCode.CONTAINER_LOST.value).inc()
                 if state is ContainerState.CREATED:
                     self._runner.discard(job.run_id, job.attempt)
                 result = self._queue.requeue(
@@ -358,6 +381,11 @@ class Worker:
                     error="cancelled before it started",
                 ),
             )
+            return
+        if not job.container_requested and not self._queue.mark_container_requested(
+            job.job_id, job.lease_token
+        ):
+            logger.warning("lease lost before the start", extra=self._log(job, action="lease_lost"))
             return
         spec = AttemptSpec(
             run_id=job.run_id,
@@ -406,9 +434,17 @@ class Worker:
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
         if not owned:
+            self._metrics.leases_lost.inc()
             logger.warning("lease lost before finalize", extra=self._log(job, action="lease_lost"))
             return
         self.finalized += 1
+        self._metrics.outcomes.labels(
+            status=outcome.status.value, error_code=outcome.error_code or ""
+        ).inc()
+        self._metrics.attempts.observe(job.attempt)
+        if job.started_at is not None:
+            elapsed = (datetime.now(UTC) - job.started_at).total_seconds()
+            self._metrics.duration.observe(max(elapsed, 0.0))
         logger.info(
             "run finalized",
             extra=self._log(job, action="finalized", status=outcome.status.value),

@@ -1,101 +1,297 @@
-"""Runs: submit, read, list, cancel, logs."""
+"""Runs: submit (queue or sync mode), read, list, cancel, logs."""
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Literal, TypeVar
 
-from fastapi import APIRouter, Header, Query, Response
+import anyio
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse
 
-from api.deps import PrincipalDep, ServicesDep
+from api.deps import PrincipalDep, Services, ServicesDep, visible_tenant
+from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
 from api.problems import Problem
 from api.schemas import RunCreate, RunOut, RunPage
 from runyard.auth import Principal
-from runyard.models import RunStatus, ToolRun
-from runyard.queue import IdempotencyConflict
-from runyard.runs import BadCursor, RunFilter, RunReader
+from runyard.models import RunMode, RunStatus, ToolRun
+from runyard.queue import AdmissionRefused, IdempotencyConflict, NewRun
+from runyard.runner import AttemptControl
+from runyard.runs import LOG_STREAMS, BadCursor, RunFilter, RunReader
 from runyard.submit import InvalidInput, UnknownTool, prepare_run
+from runyard.tools import TOOL_NAME_PATTERN
 
-router = APIRouter(prefix="/v1/runs", tags=["runs"])
+router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=COMMON_ERRORS)
 
-IDEMPOTENCY_KEY_PATTERN = re.compile(r"^[\x21-\x7e]{1,255}$")
+T = TypeVar("T")
+
 MAX_PAGE = 200
+MAX_WAIT_QUERY = 3600.0
+NOT_FOUND = problem("No such run, or it belongs to another tenant")
 
 
-def _visible_tenant(principal: Principal) -> str | None:
-    return None if principal.admin else principal.tenant
-
-
-def _load(services: ServicesDep, principal: Principal, run_id: uuid.UUID) -> ToolRun:
-    run = RunReader(services.engine).get(run_id, _visible_tenant(principal))
+def load_run(services: Services, principal: Principal, run_id: uuid.UUID) -> ToolRun:
+    """The run if the caller may see it; 404 otherwise (another tenant's run included)."""
+    run = RunReader(services.engine).get(run_id, visible_tenant(principal))
     if run is None:
         raise Problem(404, "run_not_found", f"no run {run_id}")
     return run
 
 
-@router.post("", status_code=202)
-def submit_run(
+def _retry_after(services: Services) -> dict[str, str]:
+    return {"Retry-After": str(services.settings.retry_after_seconds)}
+
+
+def _refused(services: Services, exc: AdmissionRefused) -> Problem:
+    if exc.reason == "queue_full":
+        return Problem(503, "queue_full", str(exc), headers=_retry_after(services))
+    code = "tenant_queued_limit" if exc.reason == "tenant_queued" else "tenant_running_limit"
+    return Problem(429, code, str(exc), headers=_retry_after(services), limit=exc.limit)
+
+
+def _conflict(exc: IdempotencyConflict) -> Problem:
+    return Problem(409, "idempotency_conflict", str(exc), field="Idempotency-Key")
+
+
+async def _watch_disconnect(request: Request, on_gone: Callable[[], None]) -> None:
+    """Call ``on_gone`` when the client closes the connection (the body is already read)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            on_gone()
+            return
+
+
+async def _watching_disconnect(
+    request: Request, on_gone: Callable[[], None], work: Callable[[], Awaitable[T]]
+) -> T:
+    """Await ``work()`` while watching for the client to leave.
+
+    An error of ``work`` comes out as itself, not wrapped in an exception group, so the
+    problem handlers still see it (a database outage stays a 503).
+    """
+    outcome: list[T] = []
+    failure: list[Exception] = []
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(_watch_disconnect, request, on_gone)
+        try:
+            outcome.append(await work())
+        except Exception as exc:
+            failure.append(exc)
+        tasks.cancel_scope.cancel()
+    if failure:
+        raise failure[0]
+    return outcome[0]
+
+
+async def _load(services: Services, principal: Principal, run_id: uuid.UUID) -> ToolRun:
+    return await run_in_threadpool(load_run, services, principal, run_id)
+
+
+async def _wait_for_outcome(
+    request: Request, services: Services, principal: Principal, run_id: uuid.UUID, wait: float
+) -> ToolRun:
+    """The run once terminal, or as it is after ``wait`` seconds (capped by the settings).
+
+    It sleeps on the run's NOTIFY channel and re-reads at most every ``events_poll_seconds``;
+    a client that goes away ends the wait.
+    """
+    seconds = min(wait, services.settings.max_wait_seconds)
+    run = await _load(services, principal, run_id)
+    if seconds <= 0 or run.status.is_terminal:
+        return run
+    deadline = time.monotonic() + seconds
+    gone = anyio.Event()
+    with services.notifier.subscribe(run_id) as subscription:
+
+        def on_gone() -> None:
+            gone.set()
+            subscription.wake()
+
+        async def wait_terminal() -> ToolRun:
+            # Subscribed first, then read: a change in between still wakes us.
+            current = await _load(services, principal, run_id)
+            while not current.status.is_terminal and not gone.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                await subscription.wait(min(remaining, services.settings.events_poll_seconds))
+                current = await _load(services, principal, run_id)
+            return current
+
+        run = await _watching_disconnect(request, on_gone, wait_terminal)
+    return run
+
+
+async def _run_inline(
+    request: Request, services: Services, principal: Principal, new_run: NewRun
+) -> tuple[ToolRun, bool]:
+    """Sync mode: take a slot or 429 at once, record the run, run it here, return it."""
+    sync = services.sync
+    assert sync is not None and services.sync_limiter is not None
+    if not sync.try_acquire():
+        raise Problem(
+            429,
+            "sync_capacity_full",
+            f"all {sync.max_concurrency} inline slots are busy; retry later",
+            headers=_retry_after(services),
+            limit=sync.max_concurrency,
+        )
+    try:
+        try:
+            recorded = await run_in_threadpool(
+                lambda: services.queue.record_sync(
+                    new_run,
+                    services.caps,
+                    owner=sync.owner_id,
+                    lease_seconds=services.settings.lease_seconds,
+                )
+            )
+        except AdmissionRefused as exc:
+            raise _refused(services, exc) from exc
+        except IdempotencyConflict as exc:
+            raise _conflict(exc) from exc
+        if recorded.created:
+            control = AttemptControl()
+
+            async def execute() -> None:
+                await anyio.to_thread.run_sync(
+                    sync.execute,
+                    recorded.run_id,
+                    new_run.spec,
+                    new_run.input,
+                    control,
+                    limiter=services.sync_limiter,
+                )
+
+            # A client that hangs up cancels its run: the container is stopped, then finalized.
+            await _watching_disconnect(request, control.cancel.set, execute)
+    finally:
+        sync.release()
+    return await _load(services, principal, recorded.run_id), recorded.created
+
+
+@router.post(
+    "",
+    status_code=202,
+    responses={
+        200: {"model": RunOut, "description": "The run is terminal (waited for, or sync mode)"},
+        202: {
+            "description": "Accepted and queued (or still running after the wait)",
+            "headers": {"Location": {"schema": {"type": "string"}}},
+        },
+        409: problem("The Idempotency-Key was used with a different request"),
+        429: problem("A tenant cap or the sync-mode cap is full", retry_after=True),
+        503: problem("The queue is full, or the database is unavailable", retry_after=True),
+        **BODY_ERRORS,
+    },
+)
+async def submit_run(
+    request: Request,
     body: RunCreate,
     response: Response,
     services: ServicesDep,
     principal: PrincipalDep,
-    wait: Annotated[float, Query(ge=0, description="Seconds to wait for the outcome")] = 0,
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    wait: Annotated[
+        float,
+        Query(
+            ge=0,
+            le=MAX_WAIT_QUERY,
+            allow_inf_nan=False,
+            description="Seconds to wait for a terminal state (capped by "
+            "RUNYARD_MAX_WAIT_SECONDS); 200 if it got there, else 202",
+        ),
+    ] = 0,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            min_length=1,
+            max_length=255,
+            pattern=r"^[\x21-\x7e]+$",
+            description="Retries with the same key and body return the first run",
+        ),
+    ] = None,
 ) -> RunOut:
-    """Validate and enqueue a run; 202 with the run and its ``Location``."""
-    if idempotency_key is not None and not IDEMPOTENCY_KEY_PATTERN.match(idempotency_key):
-        raise Problem(
-            400, "invalid_idempotency_key", "Idempotency-Key must be 1-255 printable ASCII chars"
-        )
+    """Validate the tool and input, then enqueue (queue mode) or run inline (sync mode)."""
     try:
-        new_run = prepare_run(
-            services.registry,
-            tenant=principal.tenant,
-            tool_name=body.tool,
-            input_value=body.input,
-            priority=body.priority,
-            idempotency_key=idempotency_key,
+        new_run = await run_in_threadpool(
+            lambda: prepare_run(
+                services.registry,
+                tenant=principal.tenant,
+                tool_name=body.tool,
+                input_value=body.input,
+                priority=body.priority,
+                idempotency_key=idempotency_key,
+            )
         )
     except UnknownTool as exc:
         raise Problem(422, "unknown_tool", str(exc), field="tool") from exc
     except InvalidInput as exc:
         raise Problem(422, "invalid_input", str(exc), field=exc.path) from exc
-    try:
-        enqueued = services.queue.enqueue(new_run)
-    except IdempotencyConflict as exc:
-        raise Problem(409, "idempotency_conflict", str(exc)) from exc
-    response.headers["Location"] = f"/v1/runs/{enqueued.run_id}"
-    run = _load(services, principal, enqueued.run_id)
-    deadline = time.monotonic() + min(wait, services.settings.max_wait_seconds)
-    while not run.status.is_terminal and time.monotonic() < deadline:
-        time.sleep(0.1)
-        run = _load(services, principal, enqueued.run_id)
-    if run.status.is_terminal:
-        response.status_code = 200
+
+    replay = None
+    if idempotency_key is not None:
+        replay = await run_in_threadpool(
+            RunReader(services.engine).find_idempotent, principal.tenant, idempotency_key
+        )
+        if replay is not None and replay.request_hash != new_run.request_hash():
+            raise _conflict(
+                IdempotencyConflict(
+                    "this Idempotency-Key was already used with a different request"
+                )
+            )
+
+    created = False
+    if replay is not None:
+        run = await _wait_for_outcome(request, services, principal, replay.id, wait)
+    elif services.sync is not None:
+        run, created = await _run_inline(request, services, principal, new_run)
+        if not created:
+            run = await _wait_for_outcome(request, services, principal, run.id, wait)
+    else:
+        try:
+            enqueued = await run_in_threadpool(services.queue.submit, new_run, services.caps)
+        except AdmissionRefused as exc:
+            raise _refused(services, exc) from exc
+        except IdempotencyConflict as exc:
+            raise _conflict(exc) from exc
+        created = enqueued.created
+        run = await _wait_for_outcome(request, services, principal, enqueued.run_id, wait)
+    response.headers["Location"] = f"/v1/runs/{run.id}"
+    if not created:
+        response.headers["Idempotent-Replayed"] = "true"
+    response.status_code = 200 if run.status.is_terminal else 202
     return RunOut.from_row(run)
 
 
-@router.get("/{run_id}")
+@router.get("/{run_id}", responses={404: NOT_FOUND})
 def get_run(run_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep) -> RunOut:
     """One run; another tenant's run is 404."""
-    return RunOut.from_row(_load(services, principal, run_id))
+    return RunOut.from_row(load_run(services, principal, run_id))
 
 
 @router.get("")
 def list_runs(
     services: ServicesDep,
     principal: PrincipalDep,
-    status: RunStatus | None = None,
-    tool: Annotated[str | None, Query(max_length=63)] = None,
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    status: Annotated[RunStatus | None, Query(description="Only runs in this status")] = None,
+    tool: Annotated[
+        str | None, Query(max_length=63, pattern=TOOL_NAME_PATTERN, description="Only this tool")
+    ] = None,
+    mode: Annotated[RunMode | None, Query(description="Only queue or sync runs")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Page size")] = 50,
+    cursor: Annotated[
+        str | None,
+        Query(max_length=200, pattern=r"^[A-Za-z0-9_-]+$", description="next_cursor of a page"),
+    ] = None,
 ) -> RunPage:
-    """Runs newest first, filtered by status and tool, keyset-paginated."""
+    """Runs newest first (admins: every tenant's), filtered, keyset-paginated."""
     reader = RunReader(services.engine)
-    filters = RunFilter(tenant=_visible_tenant(principal), status=status, tool=tool)
+    filters = RunFilter(tenant=visible_tenant(principal), status=status, tool=tool, mode=mode)
     try:
         rows, next_cursor = reader.page(filters, limit=limit, cursor=cursor)
     except BadCursor as exc:
@@ -103,33 +299,66 @@ def list_runs(
     return RunPage(items=[RunOut.from_row(r) for r in rows], next_cursor=next_cursor)
 
 
-@router.post("/{run_id}/cancel", status_code=202)
+@router.post(
+    "/{run_id}/cancel",
+    status_code=202,
+    responses={
+        404: NOT_FOUND,
+        409: problem("The run is already terminal; `run_status` says how it ended"),
+        **BODY_ERRORS,
+    },
+)
 def cancel_run(run_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep) -> RunOut:
-    """Cancel a queued run at once, or ask the worker of a running one to stop it."""
-    _load(services, principal, run_id)
-    result = services.queue.cancel(run_id)
+    """Cancel a queued run at once, or ask whoever runs it to stop it (202 either way)."""
+    run = load_run(services, principal, run_id)
+    if run.mode == RunMode.SYNC.value:
+        result = services.queue.cancel_sync(run_id)
+        if services.sync is not None:
+            services.sync.cancel_local(run_id)
+    else:
+        result = services.queue.cancel(run_id)
     if result.status is not None and result.status.is_terminal and not result.cancelled_now:
         raise Problem(
             409,
             "run_finished",
             f"the run is already {result.status.value}",
-            status_value=result.status.value,
+            run_status=result.status.value,
         )
-    return RunOut.from_row(_load(services, principal, run_id))
+    return RunOut.from_row(load_run(services, principal, run_id))
 
 
-@router.get("/{run_id}/logs", response_class=PlainTextResponse)
+@router.get(
+    "/{run_id}/logs",
+    response_class=PlainTextResponse,
+    responses={
+        200: {
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+            "description": "The log text (live chunks until the run ends, then the stored log)",
+        },
+        404: NOT_FOUND,
+    },
+)
 def run_logs(
     run_id: uuid.UUID,
     services: ServicesDep,
     principal: PrincipalDep,
-    stream: Annotated[str, Query(pattern="^(stdout|stderr|both)$")] = "both",
+    stream: Annotated[
+        Literal["stdout", "stderr", "both"], Query(description="Which stream(s)")
+    ] = "both",
 ) -> PlainTextResponse:
-    """The captured stdout and/or stderr of the run (empty until it finishes)."""
-    run = _load(services, principal, run_id)
-    parts = []
-    if stream in ("stdout", "both"):
-        parts.append(run.stdout or "")
-    if stream in ("stderr", "both"):
-        parts.append(run.stderr or "")
-    return PlainTextResponse("".join(parts))
+    """stdout and/or stderr: live chunks of the current attempt while the run is not
+    terminal, the stored (capped) streams once it is."""
+    run = load_run(services, principal, run_id)
+    streams = LOG_STREAMS if stream == "both" else (stream,)
+    if run.status.is_terminal:
+        text = "".join((run.stdout or "") if s == "stdout" else (run.stderr or "") for s in streams)
+    elif run.attempts > 0:
+        text = RunReader(services.engine).live_logs(run_id, run.attempts, streams)
+    else:
+        text = ""
+    headers = {
+        "X-Runyard-Run-Status": run.status.value,
+        "X-Runyard-Stdout-Truncated": str(run.stdout_truncated).lower(),
+        "X-Runyard-Stderr-Truncated": str(run.stderr_truncated).lower(),
+    }
+    return PlainTextResponse(text, headers=headers)

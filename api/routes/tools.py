@@ -5,9 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api.deps import PrincipalDep, ServicesDep
+from api.openapi import COMMON_ERRORS
 from api.schemas import ToolOut
 
-router = APIRouter(prefix="/v1/tools", tags=["tools"])
+router = APIRouter(prefix="/v1/tools", tags=["tools"], responses=COMMON_ERRORS)
 
 
 @router.get("")

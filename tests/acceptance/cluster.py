@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
+import docker.errors
 from sqlalchemy import Engine, text
 
 from runyard.queue import JobQueue
@@ -165,10 +166,10 @@ class Cluster:
 
     def container_state(self, run_id: uuid.UUID, attempt: int = 1) -> str | None:
         """The Docker status of an attempt's container, or None."""
-        found = self.docker_client.containers.list(
-            all=True, filters={"name": f"runyard-{run_id}-{attempt}"}
-        )
-        return str(found[0].status) if found else None
+        try:
+            return str(self.docker_client.containers.get(f"runyard-{run_id}-{attempt}").status)
+        except docker.errors.NotFound:
+            return None
 
     def wait_for(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
         """Poll a condition (every 0.1 s) until it holds."""

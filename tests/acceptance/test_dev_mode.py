@@ -70,7 +70,7 @@ def test_dev__echo_run_succeeds_with_embedded_postgres(tmp_path: Path):
             assert time.monotonic() < deadline, (tmp_path / "dev.log").read_text()
             time.sleep(0.3)
         status, run = http("POST", f"{base}/v1/runs", {"tool": "echo", "input": {"hi": 1}})
-        assert status == 202 and run["status"] == "queued"
+        assert status == 202 and run["status"] in ("queued", "running")
         deadline = time.monotonic() + 60
         while run["status"] in ("queued", "running") and time.monotonic() < deadline:
             time.sleep(0.3)
@@ -79,6 +79,51 @@ def test_dev__echo_run_succeeds_with_embedded_postgres(tmp_path: Path):
         assert run["result"] == {"hi": 1}
         banner = (tmp_path / "dev.log").read_text()
         assert "auth is OFF" in banner and f"{base}/v1/runs" in banner
+
+        # The CLI client against the same server.
+        cli = [sys.executable, "-m", "runyard.cli"]
+        cli_env = {**env, "RUNYARD_URL": base}
+        done = subprocess.run(
+            [*cli, "submit", "echo", "--input", '{"via": "cli"}', "--wait", "--json"],
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["result"] == {"via": "cli"}
+        failed = subprocess.run(
+            [*cli, "submit", "fail", "--wait"],
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        assert failed.returncode == 1 and "exit=3" in failed.stdout
+
+        submitted = subprocess.run(
+            [*cli, "submit", "sleep", "--input", '{"seconds": 2}', "--json"],
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        run_id = json.loads(submitted.stdout)["id"]
+        follow = subprocess.Popen(
+            [*cli, "logs", "--follow", run_id], env=cli_env, stdout=subprocess.PIPE, text=True
+        )
+        assert follow.stdout is not None
+        first_line = follow.stdout.readline()
+        status_at_first_line = http("GET", f"{base}/v1/runs/{run_id}")[1]["status"]
+        rest = follow.stdout.read()
+        follow.stdout.close()
+        assert follow.wait(timeout=60) == 0
+        assert first_line == "sleeping 2\n" and rest == "done\n"
+        assert status_at_first_line == "running"  # streamed live, not printed at the end
+
+        with urllib.request.urlopen(f"{base}/metrics", timeout=10) as response:
+            scraped = response.read().decode()
+        assert 'runyard_queue_depth{queue="default",status="queued"} 0.0' in scraped
     finally:
         proc.send_signal(signal.SIGINT)
         try:

@@ -72,28 +72,37 @@ def test_exited_before_finalize__finalized_once_with_real_exit_code(
     assert (row.status, row.exit_code, row.attempts, row.finals) == ("failed", 3, 1, 1)
 
 
-def test_missing_container__requeued_then_runs_as_attempt_two(
-    queue: JobQueue, engine: Engine, registry: ToolRegistry, docker_client: docker.DockerClient
+@pytest.mark.parametrize("requested", [False, True])
+def test_missing_container__requeued_charged_only_if_it_was_requested(
+    queue: JobQueue,
+    engine: Engine,
+    registry: ToolRegistry,
+    docker_client: docker.DockerClient,
+    requested: bool,
 ):
     runner = DockerRunner(docker_client)
     run_id = queue.enqueue(
         prepare_run(registry, tenant="t", tool_name="sleep", input_value={"seconds": 0})
     ).run_id
     [job] = queue.claim(worker_id="dead", engine_id=runner.engine_id(), limit=1, lease_seconds=30)
+    if requested:  # the dead worker had asked for the container, which is now gone
+        assert queue.mark_container_requested(job.job_id, job.lease_token)
     release(queue, job)
     adopt_with_new_worker(queue, docker_client)
     row = run_row(engine, run_id)
-    assert row.status == "queued" and row.attempts == 1
+    assert row.status == "queued"
+    assert row.attempts == (1 if requested else 0)
     with engine.begin() as conn:  # skip the backoff
         conn.execute(
-            text("UPDATE tool_run_jobs SET available_at = now() WHERE run_id = :id"), {"id": run_id}
+            text("UPDATE tool_run_jobs SET available_at = now() WHERE run_id = :id"),
+            {"id": run_id},
         )
     worker = Worker(queue, runner, WorkerConfig(worker_id="w2"))
     assert worker.run_once().claimed == 1
     assert worker.wait_idle(timeout=60)
     worker.close()
     row = run_row(engine, run_id)
-    assert (row.status, row.attempts, row.finals) == ("succeeded", 2, 1)
+    assert (row.status, row.attempts, row.finals) == ("succeeded", 2 if requested else 1, 1)
 
 
 def test_created_never_started__removed_and_requeued(

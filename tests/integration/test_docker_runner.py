@@ -310,3 +310,26 @@ def test_live_container__has_no_docker_socket_and_no_host_mounts(
     status = dict(line.split(":\t", 1) for line in result.stdout.splitlines() if ":\t" in line)
     assert status["CapEff"].strip("0\n ") == ""  # no effective capabilities
     assert status["NoNewPrivs"].strip() == "1"
+
+
+def test_adoption_after_deadline__exited_container_keeps_its_own_outcome(
+    docker_runner: DockerRunner, registry: ToolRegistry
+):
+    spec = spec_for(registry, "echo", {"done": "in time"}, timeout=2)
+    first = docker_runner.run(spec, AttemptControl())
+    assert first.status == RunStatus.SUCCEEDED
+    while datetime.now(UTC) < spec.deadline_at:
+        time.sleep(0.1)
+    adopted = docker_runner.run(spec, AttemptControl())  # an adopter arriving after the deadline
+    assert adopted.status == RunStatus.SUCCEEDED and adopted.result == {"done": "in time"}
+
+
+def test_cancel_after_exit__keeps_the_real_outcome(
+    docker_runner: DockerRunner, registry: ToolRegistry
+):
+    spec = spec_for(registry, "fail", {})
+    docker_runner.run(spec, AttemptControl())
+    control = AttemptControl()
+    control.cancel.set()
+    again = docker_runner.run(spec, control)
+    assert again.status == RunStatus.FAILED and again.exit_code == 3

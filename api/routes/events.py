@@ -1,0 +1,159 @@
+"""Server-sent events of a run: its ``tool_run_events`` rows, live and resumable."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import anyio
+from fastapi import APIRouter, Header, Query, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
+
+from api.deps import PrincipalDep, Services, ServicesDep
+from api.openapi import COMMON_ERRORS, problem
+from api.problems import Problem
+from api.routes.runs import NOT_FOUND, load_run
+from runyard.models import ToolRunEvent
+from runyard.runs import RunReader, is_terminal_event
+
+logger = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/v1/runs", tags=["events"], responses=COMMON_ERRORS)
+
+MAX_EVENT_ID = 2**63 - 1
+BATCH = 500
+RECONNECT_MILLISECONDS = 2000
+
+
+class EventStreamResponse(StreamingResponse):
+    """``text/event-stream``."""
+
+    media_type = "text/event-stream"
+
+
+def format_event(event: ToolRunEvent) -> str:
+    """One SSE message: ``id`` is the event id, ``event`` its type, ``data`` its JSON."""
+    data: dict[str, Any] = {"at": event.at.isoformat(), **(event.data or {})}
+    return f"id: {event.id}\nevent: {event.type}\ndata: {json.dumps(data)}\n\n"
+
+
+async def _stream(
+    services: Services, run_id: uuid.UUID, after: int, first: list[ToolRunEvent]
+) -> AsyncIterator[str]:
+    settings = services.settings
+    reader = RunReader(services.engine)
+    started = time.monotonic()
+    last_sent = started
+    services.open_streams += 1
+    try:
+        yield f"retry: {RECONNECT_MILLISECONDS}\n\n"
+        pending = first
+        with services.notifier.subscribe(run_id) as subscription:
+            while True:
+                for event in pending:
+                    yield format_event(event)
+                    after = event.id
+                    last_sent = time.monotonic()
+                    if is_terminal_event(event):
+                        return
+                if len(pending) < BATCH:
+                    if time.monotonic() - started >= settings.events_max_stream_seconds:
+                        return  # bounded: the client reconnects with Last-Event-ID
+                    keepalive_in = settings.events_keepalive_seconds - (
+                        time.monotonic() - last_sent
+                    )
+                    if keepalive_in <= 0:
+                        yield ": keepalive\n\n"
+                        last_sent = time.monotonic()
+                        keepalive_in = settings.events_keepalive_seconds
+                    await subscription.wait(min(settings.events_poll_seconds, keepalive_in))
+                status, pending = await anyio.to_thread.run_sync(
+                    reader.status_and_events, run_id, after, BATCH, limiter=services.events_limiter
+                )
+                if status is None:
+                    return  # the run was deleted
+                if status.is_terminal and not pending:
+                    return  # its final event was pruned, or is before Last-Event-ID
+    finally:
+        services.open_streams -= 1
+
+
+def _start_after(last_event_id: str | None, after: int | None) -> int:
+    if after is not None:
+        return after
+    if not last_event_id:
+        return 0
+    value = int(last_event_id)
+    if value > MAX_EVENT_ID:
+        raise Problem(422, "validation_error", "Last-Event-ID is too large", field="Last-Event-ID")
+    return value
+
+
+@router.get(
+    "/{run_id}/events",
+    response_class=EventStreamResponse,
+    responses={
+        200: {
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "description": "The run's events as SSE; the stream ends after the terminal one",
+        },
+        204: {"description": "The run is terminal and has no event after Last-Event-ID"},
+        404: NOT_FOUND,
+        503: problem(
+            "Too many open event streams, or the database is unavailable", retry_after=True
+        ),
+    },
+)
+async def run_events(
+    run_id: uuid.UUID,
+    services: ServicesDep,
+    principal: PrincipalDep,
+    last_event_id: Annotated[
+        str | None,
+        Header(
+            alias="Last-Event-ID",
+            max_length=19,
+            pattern=r"^[0-9]*$",
+            description="Resume after this event id (sent by EventSource on reconnect)",
+        ),
+    ] = None,
+    after: Annotated[
+        int | None,
+        Query(ge=0, le=MAX_EVENT_ID, description="Resume after this event id (for curl)"),
+    ] = None,
+) -> Response:
+    """Every event of the run after ``Last-Event-ID`` (or ``?after=``), then live ones.
+
+    Each message has ``id`` (the event id), ``event`` (its type: ``status``, ``claimed``,
+    ``adopted``, ``stdout``, ``stderr``, ``requeued``, ...) and ``data`` (JSON with ``at``).
+    The stream ends after the terminal ``status`` event; reconnecting with the last id seen
+    gives every later event exactly once.
+    """
+    start = _start_after(last_event_id, after)
+    await run_in_threadpool(load_run, services, principal, run_id)
+    if services.open_streams >= services.settings.max_event_streams:
+        raise Problem(
+            503,
+            "too_many_streams",
+            "too many open event streams; retry later",
+            headers={"Retry-After": str(services.settings.retry_after_seconds)},
+        )
+    status, first = await anyio.to_thread.run_sync(
+        RunReader(services.engine).status_and_events,
+        run_id,
+        start,
+        BATCH,
+        limiter=services.events_limiter,
+    )
+    if status is None or (status.is_terminal and not first):
+        # Tells an EventSource to stop reconnecting.
+        return Response(status_code=204)
+    return EventStreamResponse(
+        _stream(services, run_id, start, first),
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

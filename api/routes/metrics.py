@@ -1,0 +1,68 @@
+"""``GET /metrics``: Prometheus text, aggregates only (no tenant, no run ids)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from fastapi import APIRouter
+from fastapi.responses import PlainTextResponse
+from prometheus_client import generate_latest
+from sqlalchemy import Engine, text
+
+from api.deps import ServicesDep
+from runyard.metrics import Metrics
+
+router = APIRouter(tags=["health"])
+
+# Only the live states: they sit on the (status, mode) index and stay small.
+ACTIVE_RUNS = text(
+    """
+    SELECT CAST(status AS text) AS status, mode, count(*) AS n FROM tool_runs
+    WHERE status IN ('queued', 'running') GROUP BY status, mode
+    """
+)
+
+
+@lru_cache(maxsize=8)
+def _queue_metrics(engine: Engine) -> Metrics:
+    """Queue depth and oldest due job, read from the database at each scrape."""
+    metrics = Metrics()
+    metrics.watch_queue(engine)
+    return metrics
+
+
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
+def metrics(services: ServicesDep) -> PlainTextResponse:
+    """Queued and running runs by mode, sync slots, open event streams."""
+    with services.engine.connect() as conn:
+        rows = conn.execute(ACTIVE_RUNS).all()
+    counts = {(row.status, row.mode): int(row.n) for row in rows}
+    lines = [
+        "# HELP runyard_runs Runs not yet terminal, by status and mode.",
+        "# TYPE runyard_runs gauge",
+    ]
+    for status in ("queued", "running"):
+        for mode in ("queue", "sync"):
+            value = counts.get((status, mode), 0)
+            lines.append(f'runyard_runs{{status="{status}",mode="{mode}"}} {value}')
+    sync = services.sync
+    lines += [
+        "# HELP runyard_sync_slots_busy Inline (sync mode) slots in use.",
+        "# TYPE runyard_sync_slots_busy gauge",
+        f"runyard_sync_slots_busy {sync.busy if sync is not None else 0}",
+        "# HELP runyard_sync_slots Inline (sync mode) slots in all (0: queue mode).",
+        "# TYPE runyard_sync_slots gauge",
+        f"runyard_sync_slots {sync.max_concurrency if sync is not None else 0}",
+        "# HELP runyard_event_streams Open SSE streams of this process.",
+        "# TYPE runyard_event_streams gauge",
+        f"runyard_event_streams {services.open_streams}",
+    ]
+    queue_text = generate_latest(_queue_metrics(services.engine).registry).decode()
+    return PlainTextResponse(
+        "\n".join(lines) + "\n" + queue_text,
+        media_type="text/plain; version=0.0.4; charset=utf-8",
+    )

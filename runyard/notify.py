@@ -1,0 +1,135 @@
+"""LISTEN/NOTIFY for the API: one connection per process fans run ids out to waiting requests.
+
+A waiting request (``POST /v1/runs?wait=S``, an SSE stream) subscribes to a run id and sleeps
+until a notification names that run, or until its safety timeout; either way it re-reads the
+database, which stays the source of truth. No request holds a database connection while it
+waits, and a lost LISTEN connection only makes waiters re-check sooner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+import anyio
+import psycopg
+from psycopg import sql
+
+from runyard.queue import EVENTS_CHANNEL, JOBS_CHANNEL, RUNS_CHANNEL
+
+logger = logging.getLogger(__name__)
+
+# Status changes, log chunks, and requeues (whose payload on the jobs channel is a run id).
+API_CHANNELS = (RUNS_CHANNEL, EVENTS_CHANNEL, JOBS_CHANNEL)
+HEALTH_CHECK_SECONDS = 15.0
+
+
+class Subscription:
+    """Wake-ups for one run id; ``wait`` returns True when a notification named the run."""
+
+    def __init__(self, run_id: uuid.UUID) -> None:
+        self.run_id = run_id
+        self._event = asyncio.Event()
+
+    def wake(self) -> None:
+        """Called by the hub (in the event loop)."""
+        self._event.set()
+
+    async def wait(self, timeout: float) -> bool:
+        """Sleep until woken or ``timeout`` seconds pass; clears the wake-up."""
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout=max(timeout, 0.0))
+        except TimeoutError:
+            return False
+        finally:
+            self._event.clear()
+        return True
+
+
+class RunNotifier:
+    """Listens on the run channels in the event loop; reconnects with backoff."""
+
+    def __init__(self, database_url: str, channels: Sequence[str] = API_CHANNELS) -> None:
+        self._url = database_url
+        self._channels = tuple(channels)
+        self._subscriptions: dict[uuid.UUID, set[Subscription]] = {}
+        self._listeners: list[Callable[[uuid.UUID], None]] = []
+        self.connected = asyncio.Event()
+
+    @contextmanager
+    def subscribe(self, run_id: uuid.UUID) -> Iterator[Subscription]:
+        """Register interest in ``run_id`` for the duration of the block."""
+        subscription = Subscription(run_id)
+        self._subscriptions.setdefault(run_id, set()).add(subscription)
+        try:
+            yield subscription
+        finally:
+            subs = self._subscriptions.get(run_id)
+            if subs is not None:
+                subs.discard(subscription)
+                if not subs:
+                    del self._subscriptions[run_id]
+
+    def add_listener(self, callback: Callable[[uuid.UUID], None]) -> None:
+        """Call ``callback(run_id)`` (in the event loop; it must not block) on every note."""
+        self._listeners.append(callback)
+
+    @property
+    def subscriber_count(self) -> int:
+        """How many subscriptions are open (for metrics and tests)."""
+        return sum(len(subs) for subs in self._subscriptions.values())
+
+    def dispatch(self, payload: str) -> None:
+        """Wake the subscribers of the run the payload names; other payloads are ignored."""
+        try:
+            run_id = uuid.UUID(payload)
+        except ValueError:
+            return  # e.g. a queue name on the jobs channel
+        for subscription in list(self._subscriptions.get(run_id, ())):
+            subscription.wake()
+        for callback in self._listeners:
+            try:
+                callback(run_id)
+            except Exception:
+                logger.exception("notification listener failed")
+
+    def _wake_all(self) -> None:
+        for subs in list(self._subscriptions.values()):
+            for subscription in list(subs):
+                subscription.wake()
+
+    async def run(self) -> None:
+        """Listen until cancelled."""
+        delay = 0.5
+        while True:
+            try:
+                await self._listen()
+            except (psycopg.Error, OSError) as exc:
+                self.connected.clear()
+                logger.warning("listen connection lost; reconnecting", extra={"error": str(exc)})
+                # Something may have been missed while disconnected: let every waiter re-check.
+                self._wake_all()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+            else:
+                delay = 0.5
+
+    async def _listen(self) -> None:
+        conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True, connect_timeout=5)
+        try:
+            for channel in self._channels:
+                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            self.connected.set()
+            self._wake_all()
+            while True:
+                async for note in conn.notifies(timeout=HEALTH_CHECK_SECONDS):
+                    self.dispatch(note.payload)
+                await conn.execute("SELECT 1")
+        finally:
+            self.connected.clear()
+            # Closing must finish even while the listening task is being cancelled.
+            with anyio.CancelScope(shield=True):
+                await conn.close()

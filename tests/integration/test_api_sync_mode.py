@@ -1,0 +1,504 @@
+"""Sync fallback mode (RUNYARD_QUEUE_ENABLED=false): inline runs under a global cap.
+
+The fake runner makes the cap and cancel races deterministic; the tests marked ``docker``
+run the same paths with the real Docker runner.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+import docker
+import httpx2
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, text
+
+from reaper.service import Reaper, ReaperConfig
+from runyard.docker_runner import DockerRunner
+from runyard.models import RunStatus
+from runyard.queue import AdmissionCaps, ApiQueue, NewRun
+from runyard.runner import (
+    AttemptAbandoned,
+    AttemptControl,
+    AttemptResult,
+    AttemptSpec,
+    ContainerState,
+)
+from runyard.sync_mode import SyncExecutor, SyncOrphanSettler
+from runyard.testing import FakeRunner
+from runyard.tools import ToolRegistry
+from tests.integration.test_api_helpers import (
+    bearer,
+    count,
+    live_server,
+    make_app,
+    run_status,
+    wait_until,
+)
+
+SYNC = {"queue_enabled": False}
+
+
+def _run_row(engine: Engine, run_id: str | uuid.UUID) -> Any:
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT * FROM tool_runs WHERE id = :id"), {"id": run_id}).one()
+
+
+def _event_types(engine: Engine, run_id: str | uuid.UUID) -> list[str]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT type, data FROM tool_run_events WHERE run_id = :id ORDER BY id"),
+            {"id": run_id},
+        ).all()
+    return [
+        f"{row.type}:{row.data['status']}" if row.type == "status" else row.type for row in rows
+    ]
+
+
+class Gate:
+    """A fake tool that blocks until released (or cancelled)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.started = threading.Semaphore(0)
+
+    def __call__(self, spec: AttemptSpec, control: AttemptControl) -> AttemptResult:
+        self.started.release()
+        assert control.logs is not None
+        control.logs.write("stdout", "working\n", "2026-01-01T00:00:00.000000000Z")
+        while not self.release.wait(0.02):
+            if control.abandon.is_set():
+                raise AttemptAbandoned("the test walked away")
+            if control.cancel.is_set():
+                return AttemptResult(status=RunStatus.CANCELLED, error_code="cancelled")
+        return AttemptResult(
+            status=RunStatus.SUCCEEDED, exit_code=0, result=spec.input, stdout="working\n"
+        )
+
+
+@pytest.fixture
+def acme(engine: Engine) -> dict[str, str]:
+    return bearer(engine, "acme")
+
+
+# --- the cap ---
+
+
+def test_sync__burst_of_3c_gets_c_runs_and_the_rest_429_at_once(
+    database_url: str, engine: Engine, registry: ToolRegistry, acme
+):
+    cap = 3
+    gate = Gate()
+    app = make_app(
+        database_url, engine, registry, FakeRunner(gate), sync_max_concurrency=cap, **SYNC
+    )
+    barrier = threading.Barrier(3 * cap)
+    with live_server(app) as url, httpx2.Client(base_url=url, timeout=30) as http:
+
+        def post(n: int) -> tuple[httpx2.Response, float]:
+            barrier.wait()
+            started = time.monotonic()
+            response = http.post("/v1/runs", json={"tool": "echo", "input": {"n": n}}, headers=acme)
+            return response, time.monotonic() - started
+
+        with ThreadPoolExecutor(3 * cap) as pool:
+            futures = [pool.submit(post, n) for n in range(3 * cap)]
+            # Every refusal comes back while the admitted runs are still blocked.
+            try:
+                wait_until(lambda: sum(f.done() for f in futures) == 2 * cap, timeout=10)
+                for _ in range(cap):
+                    assert gate.started.acquire(timeout=10)
+                running = "SELECT count(*) FROM tool_runs WHERE status = 'running'"
+                assert count(engine, running) == cap
+            finally:
+                gate.release.set()
+            results = [f.result(timeout=20) for f in futures]
+    refused = [r for r, _ in results if r.status_code == 429]
+    admitted = [r for r, _ in results if r.status_code == 200]
+    assert len(admitted) == cap and len(refused) == 2 * cap
+    for response in refused:
+        assert response.json()["code"] == "sync_capacity_full"
+        assert int(response.headers["retry-after"]) >= 1
+        assert response.headers["content-type"].startswith("application/problem+json")
+    assert all(r.json()["status"] == "succeeded" and r.json()["mode"] == "sync" for r in admitted)
+    assert count(engine, "SELECT count(*) FROM tool_runs") == cap
+    assert count(engine, "SELECT count(*) FROM tool_runs WHERE status IN ('queued','running')") == 0
+    assert count(engine, "SELECT count(*) FROM tool_run_jobs") == 0
+
+
+# --- every route ---
+
+
+def test_sync__every_route_with_truthful_timestamps_and_no_job_row(
+    database_url: str, engine: Engine, registry: ToolRegistry, acme
+):
+    gate = Gate()
+    gate.release.set()
+    app = make_app(database_url, engine, registry, FakeRunner(gate), **SYNC)
+    with TestClient(app) as client:
+        assert client.get("/healthz").status_code == 200
+        assert client.get("/readyz").status_code == 200
+        assert client.get("/v1/tools", headers=acme).status_code == 200
+        assert "runyard_sync_slots 4" in client.get("/metrics").text
+
+        response = client.post("/v1/runs", json={"tool": "echo", "input": {"k": "v"}}, headers=acme)
+        assert response.status_code == 200, response.text
+        run = response.json()
+        assert response.headers["location"] == f"/v1/runs/{run['id']}"
+        assert run["mode"] == "sync" and run["status"] == "succeeded"
+        assert run["result"] == {"k": "v"} and run["attempts"] == 1 and run["max_attempts"] == 1
+        assert run["requested_at"] <= run["started_at"] <= run["finished_at"]
+
+        assert client.get(f"/v1/runs/{run['id']}", headers=acme).json() == run
+        listed = client.get("/v1/runs", params={"mode": "sync"}, headers=acme).json()["items"]
+        assert [item["id"] for item in listed] == [run["id"]]
+        assert client.get(f"/v1/runs/{run['id']}/logs", headers=acme).text == "working\n"
+        stream = client.get(f"/v1/runs/{run['id']}/events", headers=acme)
+        assert stream.status_code == 200 and '"status": "succeeded"' in stream.text
+        finished = client.post(f"/v1/runs/{run['id']}/cancel", headers=acme)
+        assert finished.status_code == 409 and finished.json()["run_status"] == "succeeded"
+
+    assert _event_types(engine, run["id"]) == [
+        "status:queued",
+        "claimed",
+        "status:running",
+        "stdout",
+        "status:succeeded",
+    ]
+    row = _run_row(engine, run["id"])
+    assert row.sync_owner is not None and row.sync_owner_until is None
+    assert count(engine, "SELECT count(*) FROM tool_run_jobs") == 0
+
+
+def test_sync__idempotent_retry_does_not_run_the_tool_again(
+    database_url: str, engine: Engine, registry: ToolRegistry, acme
+):
+    gate = Gate()
+    gate.release.set()
+    runner = FakeRunner(gate)
+    app = make_app(database_url, engine, registry, runner, **SYNC)
+    headers = {**acme, "Idempotency-Key": "once"}
+    with TestClient(app) as client:
+        first = client.post("/v1/runs", json={"tool": "echo"}, headers=headers)
+        again = client.post("/v1/runs", json={"tool": "echo"}, headers=headers)
+        other = client.post("/v1/runs", json={"tool": "echo", "input": {"x": 1}}, headers=headers)
+    assert first.status_code == again.status_code == 200
+    assert first.json()["id"] == again.json()["id"]
+    assert again.headers["idempotent-replayed"] == "true"
+    assert other.status_code == 409
+    assert len(runner.started) == 1
+
+
+def test_sync__tenant_caps_apply_too(
+    database_url: str, engine: Engine, registry: ToolRegistry, acme
+):
+    gate = Gate()
+    app = make_app(database_url, engine, registry, FakeRunner(gate), tenant_max_running=1, **SYNC)
+    with live_server(app) as url, httpx2.Client(base_url=url, timeout=20) as http:
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(http.post, "/v1/runs", json={"tool": "echo"}, headers=acme)
+            assert gate.started.acquire(timeout=10)
+            second = http.post("/v1/runs", json={"tool": "echo"}, headers=acme)
+            gate.release.set()
+            assert first.result(timeout=10).status_code == 200
+    assert second.status_code == 429 and second.json()["code"] == "tenant_running_limit"
+
+
+# --- cancel ---
+
+
+def test_sync__cancel_request_stops_the_inline_run(
+    database_url: str, engine: Engine, registry: ToolRegistry, acme
+):
+    gate = Gate()
+    app = make_app(database_url, engine, registry, FakeRunner(gate), **SYNC)
+    with live_server(app) as url, httpx2.Client(base_url=url, timeout=20) as http:
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(http.post, "/v1/runs", json={"tool": "echo"}, headers=acme)
+            assert gate.started.acquire(timeout=10)
+            (run_id,) = [r["id"] for r in http.get("/v1/runs", headers=acme).json()["items"]]
+            live_logs = http.get(f"/v1/runs/{run_id}/logs", headers=acme)
+            assert live_logs.text == "working\n"
+            assert live_logs.headers["x-runyard-run-status"] == "running"
+            cancel = http.post(f"/v1/runs/{run_id}/cancel", headers=acme)
+            assert cancel.status_code == 202
+            response = pending.result(timeout=10)
+    assert response.status_code == 200
+    assert response.json()["status"] == "cancelled"
+    assert "cancel_requested" in _event_types(engine, run_id)
+
+
+def test_sync__client_that_disconnects_cancels_its_run(
+    database_url: str, engine: Engine, registry: ToolRegistry, acme
+):
+    gate = Gate()
+    app = make_app(database_url, engine, registry, FakeRunner(gate), **SYNC)
+    with live_server(app) as url:
+        with httpx2.Client(base_url=url, timeout=0.5) as impatient:
+            with pytest.raises(httpx2.ReadTimeout):
+                impatient.post("/v1/runs", json={"tool": "echo"}, headers=acme)
+        run_id = wait_until(lambda: _only_run_id(engine))
+        wait_until(lambda: run_status(engine, run_id) == "cancelled", timeout=10)
+    assert not gate.release.is_set()
+
+
+def _only_run_id(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        value = conn.execute(text("SELECT id FROM tool_runs")).scalar_one_or_none()
+    return None if value is None else str(value)
+
+
+def test_sync__cancel_from_another_api_process_arrives_on_renewal(engine: Engine):
+    queue = ApiQueue(engine)
+    gate = Gate()
+    executor = SyncExecutor(queue, FakeRunner(gate), max_concurrency=1)
+    recorded = queue.record_sync(
+        _new_run(), AdmissionCaps(), owner=executor.owner_id, lease_seconds=30
+    )
+    control = AttemptControl()
+    worker = threading.Thread(
+        target=executor.execute, args=(recorded.run_id, {"timeout_seconds": 30}, {}, control)
+    )
+    worker.start()
+    try:
+        assert gate.started.acquire(timeout=10)
+        assert queue.cancel_sync(recorded.run_id).requested  # as another process would
+        assert not control.cancel.is_set()
+        executor.renew_once()
+        assert control.cancel.is_set()
+        worker.join(10)
+    finally:
+        gate.release.set()
+    assert run_status(engine, recorded.run_id) == "cancelled"
+
+
+def test_sync__an_owner_that_lost_its_run_walks_away(engine: Engine):
+    queue = ApiQueue(engine)
+    executor = SyncExecutor(queue, FakeRunner(), max_concurrency=1)
+    recorded = queue.record_sync(
+        _new_run(), AdmissionCaps(), owner=executor.owner_id, lease_seconds=30
+    )
+    assert queue.start_sync(
+        recorded.run_id, owner=executor.owner_id, engine_id=None, lease_seconds=30
+    )
+    far = _db_now(engine) + timedelta(seconds=60)
+    assert queue.take_over_sync(recorded.run_id, owner="settler-x", lease_seconds=30, now=far)
+    control = AttemptControl()
+    with executor._lock:  # as if the attempt were in flight here
+        executor._flights[recorded.run_id] = control
+    executor.renew_once()
+    assert control.abandon.is_set()
+    lost = AttemptResult(status=RunStatus.SUCCEEDED, exit_code=0)
+    assert not queue.finalize_sync(recorded.run_id, lost, owner=executor.owner_id)
+
+
+# --- orphans: the API process died mid-run ---
+
+
+def _new_run(**overrides: Any) -> NewRun:
+    values: dict[str, Any] = {
+        "tenant": "acme",
+        "tool": "echo",
+        "spec": {"name": "echo", "timeout_seconds": 300},
+        "input": {},
+        "timeout_seconds": 30,
+    }
+    values.update(overrides)
+    return NewRun(**values)
+
+
+def _db_now(engine: Engine) -> Any:
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT now()")).scalar_one()
+
+
+def _orphan(queue: ApiQueue, *, start: bool = True, engine_id: str | None = None) -> Any:
+    recorded = queue.record_sync(_new_run(), AdmissionCaps(), owner="api-dead", lease_seconds=30)
+    if not start:
+        return recorded.run_id, None
+    started = queue.start_sync(
+        recorded.run_id, owner="api-dead", engine_id=engine_id, lease_seconds=30
+    )
+    assert started is not None
+    return recorded.run_id, started
+
+
+def test_sync_orphan__without_a_runner_fails_as_api_lost_only_after_its_deadline(engine: Engine):
+    queue = ApiQueue(engine)
+    run_id, started = _orphan(queue)
+    reaper = Reaper(queue, ReaperConfig())
+    lease_gone = started.started_at + timedelta(seconds=31)
+    assert reaper.run_once(now=lease_gone).sync_settled == 0
+    assert run_status(engine, run_id) == "running"
+    past_deadline = started.deadline_at + timedelta(seconds=61)
+    assert reaper.run_once(now=past_deadline).sync_settled == 1
+    row = _run_row(engine, run_id)
+    assert row.status == "failed" and row.error_code == "api_lost"
+    assert row.finished_at is not None
+    assert _event_types(engine, run_id)[-2:] == ["adopted", "status:failed"]
+    assert reaper.run_once(now=past_deadline).sync_settled == 0  # idempotent
+
+
+def test_sync_orphan__queued_one_fails_at_once_and_a_live_owner_is_left_alone(engine: Engine):
+    queue = ApiQueue(engine)
+    queued_id, _ = _orphan(queue, start=False)
+    running_id, _ = _orphan(queue)
+    reaper = Reaper(queue, ReaperConfig())
+    assert reaper.run_once().sync_settled == 0  # leases still valid
+    soon = _db_now(engine) + timedelta(seconds=31)
+    assert reaper.run_once(now=soon).sync_settled == 1
+    assert run_status(engine, queued_id) == "failed"
+    assert _run_row(engine, queued_id).error_code == "api_lost"
+    assert run_status(engine, running_id) == "running"
+
+
+def test_sync_orphan__with_a_runner_is_finalized_from_its_exited_container(engine: Engine):
+    queue = ApiQueue(engine)
+    runner = FakeRunner(lambda spec, control: AttemptResult(RunStatus.SUCCEEDED, 0, {"done": 1}))
+    exited_id, _ = _orphan(queue, engine_id=runner.engine_id())
+    missing_id, _ = _orphan(queue, engine_id=runner.engine_id())
+    running_id, started = _orphan(queue, engine_id=runner.engine_id())
+    runner.containers[(exited_id, 1)] = ContainerState.EXITED
+    runner.containers[(running_id, 1)] = ContainerState.RUNNING
+    reaper = Reaper(queue, ReaperConfig(), SyncOrphanSettler(queue, runner))
+    soon = started.started_at + timedelta(seconds=31)
+    assert reaper.run_once(now=soon).sync_settled == 2
+    assert _run_row(engine, exited_id).result == {"done": 1}
+    assert run_status(engine, exited_id) == "succeeded"
+    assert (exited_id, 1) in runner.discarded
+    assert run_status(engine, missing_id) == "failed"
+    assert _run_row(engine, missing_id).error_code == "api_lost"
+    assert run_status(engine, running_id) == "running"  # within its time: looked at later
+    late = started.deadline_at + timedelta(seconds=1)
+    assert reaper.run_once(now=late).sync_settled == 1
+    assert run_status(engine, running_id) == "succeeded"
+
+
+# --- the same paths with Docker ---
+
+
+@pytest.mark.docker
+def test_sync_docker__burst_of_3c_then_nothing_left_running(
+    database_url: str,
+    engine: Engine,
+    registry: ToolRegistry,
+    docker_client: docker.DockerClient,
+    acme,
+):
+    cap = 2
+    app = make_app(
+        database_url,
+        engine,
+        registry,
+        DockerRunner(docker_client),
+        sync_max_concurrency=cap,
+        **SYNC,
+    )
+    barrier = threading.Barrier(3 * cap)
+    with live_server(app) as url, httpx2.Client(base_url=url, timeout=60) as http:
+
+        def post(_: int) -> tuple[httpx2.Response, float]:
+            barrier.wait()
+            started = time.monotonic()
+            response = http.post(
+                "/v1/runs", json={"tool": "sleep", "input": {"seconds": 1}}, headers=acme
+            )
+            return response, time.monotonic() - started
+
+        with ThreadPoolExecutor(3 * cap) as pool:
+            results = list(pool.map(post, range(3 * cap)))
+    admitted = [(r, t) for r, t in results if r.status_code == 200]
+    refused = [(r, t) for r, t in results if r.status_code == 429]
+    assert len(admitted) == cap and len(refused) == 2 * cap, [r.text for r, _ in results]
+    assert all(t < 1.0 for _, t in refused)  # at once, not after a slot freed
+    assert all(t >= 1.0 for _, t in admitted)
+    for response, _ in admitted:
+        body = response.json()
+        assert body["status"] == "succeeded" and body["result"] == {"slept": True}
+    assert count(engine, "SELECT count(*) FROM tool_runs WHERE status IN ('queued','running')") == 0
+    label = {"label": "io.runyard.managed=true", "status": "running"}
+    assert docker_client.containers.list(filters=label) == []
+
+
+@pytest.mark.docker
+def test_sync_docker__runs_logs_and_events_with_the_real_runner(
+    database_url: str,
+    engine: Engine,
+    registry: ToolRegistry,
+    docker_client: docker.DockerClient,
+    acme,
+):
+    app = make_app(database_url, engine, registry, DockerRunner(docker_client), **SYNC)
+    with TestClient(app) as client:
+        script = "echo to-out; echo to-err >&2; exit 4"
+        response = client.post(
+            "/v1/runs", json={"tool": "shell", "input": {"script": script}}, headers=acme
+        )
+        assert response.status_code == 200, response.text
+        run = response.json()
+        assert run["status"] == "failed" and run["exit_code"] == 4
+        assert run["error_code"] == "tool_failed" and run["mode"] == "sync"
+        logs = f"/v1/runs/{run['id']}/logs"
+        assert client.get(logs, params={"stream": "stdout"}, headers=acme).text == "to-out\n"
+        assert client.get(logs, params={"stream": "stderr"}, headers=acme).text == "to-err\n"
+        events = client.get(f"/v1/runs/{run['id']}/events", headers=acme).text
+        assert "event: claimed" in events and '"status": "failed"' in events
+    assert docker_client.containers.list(all=True, filters={"name": f"runyard-{run['id']}-1"}) == []
+
+
+@pytest.mark.docker
+def test_sync_docker__client_disconnect_stops_the_container(
+    database_url: str,
+    engine: Engine,
+    registry: ToolRegistry,
+    docker_client: docker.DockerClient,
+    acme,
+):
+    app = make_app(database_url, engine, registry, DockerRunner(docker_client), **SYNC)
+    with live_server(app) as url:
+        with httpx2.Client(base_url=url, timeout=1.0) as impatient:
+            with pytest.raises(httpx2.ReadTimeout):
+                impatient.post(
+                    "/v1/runs", json={"tool": "sleep", "input": {"seconds": 60}}, headers=acme
+                )
+        run_id = wait_until(lambda: _only_run_id(engine))
+        wait_until(lambda: run_status(engine, run_id) == "cancelled", timeout=30)
+    row = _run_row(engine, run_id)
+    assert row.error_code == "cancelled" and row.finished_at is not None
+    assert docker_client.containers.list(all=True, filters={"name": f"runyard-{run_id}-1"}) == []
+
+
+@pytest.mark.docker
+def test_sync_docker__orphan_of_a_dead_api_is_finalized_from_its_container(
+    engine: Engine, registry: ToolRegistry, docker_client: docker.DockerClient
+):
+    queue = ApiQueue(engine)
+    runner = DockerRunner(docker_client)
+    tool = registry.get("sleep")
+    assert tool is not None
+    new_run = _new_run(tool="sleep", spec=tool.snapshot(), input={"seconds": 0.5})
+    recorded = queue.record_sync(new_run, AdmissionCaps(), owner="api-dead", lease_seconds=30)
+    started = queue.start_sync(
+        recorded.run_id, owner="api-dead", engine_id=runner.engine_id(), lease_seconds=30
+    )
+    assert started is not None
+    spec = AttemptSpec(recorded.run_id, 1, new_run.spec, new_run.input, started.deadline_at)
+    # The API process ran the container to its end and died before it could finalize.
+    runner.run(spec, AttemptControl())
+    assert run_status(engine, recorded.run_id) == "running"
+    assert runner.state(recorded.run_id, 1) is ContainerState.EXITED
+
+    reaper = Reaper(queue, ReaperConfig(), SyncOrphanSettler(queue, runner))
+    assert reaper.run_once().sync_settled == 0  # its owner's lease still holds
+    later = _db_now(engine) + timedelta(seconds=31)
+    assert reaper.run_once(now=later).sync_settled == 1
+    row = _run_row(engine, recorded.run_id)
+    assert row.status == "succeeded" and row.result == {"slept": True}
+    assert "sleeping" in row.stdout
+    assert runner.state(recorded.run_id, 1) is ContainerState.MISSING

@@ -1,0 +1,80 @@
+"""LISTEN/NOTIFY wake-ups: new jobs and cancels reach the worker; a dropped link heals."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+from sqlalchemy import Engine, text
+
+from runyard.queue import JobQueue, NewRun
+from worker.wakeup import Wakeups
+
+
+def new_run() -> NewRun:
+    return NewRun(tenant="t", tool="echo", spec={}, input={})
+
+
+def test_wakeups__job_and_cancel_notifications_arrive(
+    database_url: str, queue: JobQueue, engine: Engine
+):
+    job_seen = threading.Event()
+    cancelled: list[uuid.UUID] = []
+    cancel_seen = threading.Event()
+
+    def on_cancel(job_id: uuid.UUID) -> None:
+        cancelled.append(job_id)
+        cancel_seen.set()
+
+    wakeups = Wakeups(database_url, job_seen.set, on_cancel)
+    wakeups.start()
+    try:
+        assert wakeups.connected.wait(10)
+        run_id = queue.enqueue(new_run()).run_id
+        assert job_seen.wait(10)
+        [job] = queue.claim(worker_id="w", engine_id="e", limit=1, lease_seconds=30)
+        queue.cancel(run_id)
+        assert cancel_seen.wait(10)
+        assert cancelled == [job.job_id]
+    finally:
+        wakeups.stop()
+
+
+def test_wakeups__reconnect_after_the_connection_is_killed(
+    database_url: str, queue: JobQueue, engine: Engine
+):
+    seen = threading.Event()
+    wakeups = Wakeups(database_url, seen.set, lambda job_id: None)
+    wakeups.start()
+    try:
+        assert wakeups.connected.wait(10)
+        with engine.connect() as conn:
+            killed = conn.execute(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                    "AND query LIKE 'LISTEN%'"
+                )
+            ).scalar_one()
+        assert killed == 1
+        seen.clear()
+        assert seen.wait(10)  # the reconnect itself pokes the claim loop
+        assert wakeups.connected.wait(10)
+        seen.clear()
+        queue.enqueue(new_run())
+        assert seen.wait(10)
+    finally:
+        wakeups.stop()
+
+
+def test_every_event_row__notifies_runyard_events(database_url: str, queue: JobQueue):
+    import psycopg
+
+    from worker.wakeup import libpq_url
+
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as listener:
+        listener.execute("LISTEN runyard_events")
+        run_id = queue.enqueue(new_run()).run_id
+        queue.claim(worker_id="w", engine_id="e", limit=1, lease_seconds=30)
+        payloads = [n.payload for n in listener.notifies(timeout=2.0, stop_after=2)]
+    assert payloads == [str(run_id), str(run_id)]  # enqueue, then claim (one per transaction)
