@@ -18,6 +18,7 @@ from runyard.runner import (
     AttemptControl,
     AttemptSpec,
     ContainerState,
+    RunnerUnavailable,
     container_name,
 )
 from runyard.tools import ToolRegistry
@@ -279,24 +280,32 @@ def test_stdout_flood__truncated_with_bounded_memory(
 def test_second_create_for_same_attempt__never_makes_a_twin(
     docker_runner: DockerRunner, docker_client: docker.DockerClient, registry: ToolRegistry
 ):
+    # Two owners of one attempt never happen under a lease; this forces the race anyway.
+    # Either caller may give up (RunnerUnavailable, "decide nothing") when the other one's
+    # container appears or vanishes under it; what must never happen is a second container.
     spec = spec_for(registry, "sleep", {"seconds": 1})
     results = []
+    gave_up = []
     barrier = threading.Barrier(2)
 
     def run() -> None:
         barrier.wait()
-        results.append(DockerRunner(docker_client).run(spec, AttemptControl()))
+        try:
+            results.append(DockerRunner(docker_client).run(spec, AttemptControl()))
+        except RunnerUnavailable as exc:
+            gave_up.append(exc)
 
     threads = [threading.Thread(target=run) for _ in range(2)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=60)
-    assert [r.status for r in results] == [RunStatus.SUCCEEDED, RunStatus.SUCCEEDED]
+    assert len(results) + len(gave_up) == 2
+    assert results and all(r.status == RunStatus.SUCCEEDED for r in results)
     found = docker_client.containers.list(all=True, filters={"name": spec.container_name})
     assert len(found) == 1
     assert found[0].attrs["RestartCount"] == 0
-    assert results[0].stdout.count("sleeping") == 1
+    assert all(r.stdout.count("sleeping") == 1 for r in results)
 
 
 def test_live_container__has_no_docker_socket_and_no_host_mounts(
