@@ -12,6 +12,7 @@ from types import FrameType
 from reaper.service import Reaper, ReaperConfig
 from runyard.db import make_engine
 from runyard.logs import configure
+from runyard.metrics import Metrics
 from runyard.queue import JobQueue
 from runyard.settings import Settings
 
@@ -32,7 +33,10 @@ def build_reaper(settings: Settings) -> Reaper:
         retention_seconds=settings.retention_days * 86400,
         interval_seconds=settings.reaper_interval_seconds,
     )
-    return Reaper(queue, config)
+    metrics = Metrics()
+    if settings.reaper_metrics_port:
+        metrics.serve(settings.reaper_metrics_port, settings.metrics_host)
+    return Reaper(queue, config, metrics=metrics)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

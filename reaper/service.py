@@ -7,6 +7,7 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime
 
+from runyard.metrics import Metrics
 from runyard.queue import JobQueue
 from runyard.runner import ErrorCode
 from runyard.sync_mode import SyncOrphanSettler
@@ -39,9 +40,14 @@ class Reaper:
     """Batched and idempotent; several copies may run at once."""
 
     def __init__(
-        self, queue: JobQueue, config: ReaperConfig, sync_settler: SyncOrphanSettler | None = None
+        self,
+        queue: JobQueue,
+        config: ReaperConfig,
+        sync_settler: SyncOrphanSettler | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._queue = queue
+        self._metrics = metrics or Metrics()
         self._config = config
         # Without a runner the settler still fails orphaned sync runs after their deadline.
         self._sync_settler = sync_settler or SyncOrphanSettler(queue)
@@ -54,6 +60,9 @@ class Reaper:
         pruned = self._prune(now)
         sync_settled = self._sync_settler.run_once(batch=self._config.batch_size, now=now)
         result = ReapResult(cleared, requeued, failed, pruned, sync_settled)
+        for action, count in result.__dict__.items():
+            if count:
+                self._metrics.reaper_actions.labels(action=action).inc(count)
         if result != ReapResult():
             logger.info("reaper pass", extra={"action": "reaped", **result.__dict__})
         return result

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import Engine, text
 
 from reaper.service import Reaper, ReaperConfig, ReapResult
+from runyard.metrics import Metrics
 from runyard.queue import JobQueue, NewRun
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -31,7 +32,10 @@ def statuses(engine: Engine) -> dict[str, int]:
 def test_run_once__clears_in_batches_then_settles_orphans(queue: JobQueue, engine: Engine):
     enqueue(queue, 7, max_attempts=2)
     queue.claim(worker_id="w", engine_id="e", limit=7, lease_seconds=30, now=T0)
-    reaper = Reaper(queue, ReaperConfig(batch_size=3, engine_dead_after_seconds=60))
+    metrics = Metrics()
+    reaper = Reaper(
+        queue, ReaperConfig(batch_size=3, engine_dead_after_seconds=60), metrics=metrics
+    )
 
     first = reaper.run_once(now=T0 + timedelta(seconds=31))
     assert first == ReapResult(leases_cleared=7)
@@ -40,6 +44,9 @@ def test_run_once__clears_in_batches_then_settles_orphans(queue: JobQueue, engin
     settled = reaper.run_once(now=T0 + timedelta(seconds=31 + 61))
     assert settled == ReapResult(requeued=7)
     assert statuses(engine) == {"queued": 7}
+    actions = metrics.reaper_actions
+    assert actions.labels(action="leases_cleared")._value.get() == 7
+    assert actions.labels(action="requeued")._value.get() == 7
 
 
 def test_run_once__prunes_after_retention(queue: JobQueue, engine: Engine):
