@@ -481,6 +481,22 @@ class CancelResult:
     requested: bool = False
 
 
+def outcome_params(outcome: AttemptResult) -> dict[str, Any]:
+    """The bind parameters of a terminal outcome, shared by every finalize statement."""
+    return {
+        "status": outcome.status.value,
+        "exit_code": outcome.exit_code,
+        "result": None if outcome.result is None else json.dumps(outcome.result),
+        "stdout": outcome.stdout,
+        "stderr": outcome.stderr,
+        "stdout_truncated": outcome.stdout_truncated,
+        "stderr_truncated": outcome.stderr_truncated,
+        "error_code": outcome.error_code,
+        "error": outcome.error,
+        "image_digest": outcome.image_digest,
+    }
+
+
 # --- the queue --------------------------------------------------------------------------
 
 
@@ -627,16 +643,7 @@ class JobQueue:
                 {
                     "job_id": job_id,
                     "token": token,
-                    "status": outcome.status.value,
-                    "exit_code": outcome.exit_code,
-                    "result": None if outcome.result is None else json.dumps(outcome.result),
-                    "stdout": outcome.stdout,
-                    "stderr": outcome.stderr,
-                    "stdout_truncated": outcome.stdout_truncated,
-                    "stderr_truncated": outcome.stderr_truncated,
-                    "error_code": outcome.error_code,
-                    "error": outcome.error,
-                    "image_digest": outcome.image_digest,
+                    **outcome_params(outcome),
                     "now": now,
                 },
             ).one_or_none()
@@ -1238,16 +1245,7 @@ class ApiQueue(JobQueue):
                 {
                     "run_id": run_id,
                     "owner": owner,
-                    "status": outcome.status.value,
-                    "exit_code": outcome.exit_code,
-                    "result": None if outcome.result is None else json.dumps(outcome.result),
-                    "stdout": outcome.stdout,
-                    "stderr": outcome.stderr,
-                    "stdout_truncated": outcome.stdout_truncated,
-                    "stderr_truncated": outcome.stderr_truncated,
-                    "error_code": outcome.error_code,
-                    "error": outcome.error,
-                    "image_digest": outcome.image_digest,
+                    **outcome_params(outcome),
                     "now": now,
                 },
             ).one_or_none()
