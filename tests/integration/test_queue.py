@@ -12,7 +12,8 @@ from sqlalchemy import Engine, text
 
 from runyard.db import make_engine
 from runyard.models import RunStatus
-from runyard.queue import CLAIM, JobQueue, NewRun
+from runyard.queue import JobQueue, NewRun
+from runyard.queue_sql import CLAIM
 from runyard.runner import AttemptResult
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)

@@ -1,0 +1,578 @@
+"""The named SQL statements of ``runyard.queue``, one per operation (read them there).
+
+``{NOW}`` in a statement stands for the injected clock or, when ``:now`` is NULL, the
+database's ``now()``; every time-based statement takes it so tests move the clock.
+"""
+
+from __future__ import annotations
+
+from typing import LiteralString
+
+from sqlalchemy import TextClause, text
+
+_NOW = "coalesce(CAST(:now AS timestamptz), now())"
+
+
+def _sql(statement: LiteralString) -> TextClause:
+    """Compile a named statement; ``{NOW}`` stands for the injected-or-database clock."""
+    return text(statement.replace("{NOW}", _NOW))
+
+
+ENQUEUE = _sql(
+    """
+    WITH run AS (
+        INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode, requested_at,
+                               max_attempts, idempotency_key, request_hash)
+        VALUES (:run_id, :tenant, :tool, CAST(:spec AS jsonb), CAST(:input AS jsonb), 'queued',
+                'queue', {NOW}, :max_attempts, :idempotency_key, :request_hash)
+        ON CONFLICT (tenant, idempotency_key) DO NOTHING
+        RETURNING id
+    ), job AS (
+        INSERT INTO tool_run_jobs (id, run_id, status, queue, priority, max_attempts,
+                                   timeout_seconds, available_at, created_at, updated_at)
+        SELECT :job_id, run.id, 'queued', :queue, :priority, :max_attempts, :timeout_seconds,
+               {NOW}, {NOW}, {NOW}
+        FROM run
+        RETURNING run_id
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT run_id, {NOW}, 'status', jsonb_build_object('status', 'queued') FROM job
+    )
+    SELECT id FROM run
+    """
+)
+
+
+FIND_IDEMPOTENT = _sql(
+    "SELECT id, request_hash FROM tool_runs WHERE tenant = :tenant AND idempotency_key = :key"
+)
+
+
+# Adoption first (same engine, lease cleared), then queued work. Both selections are
+# MATERIALIZED so the planner cannot re-run them and lock more rows than the limit.
+CLAIM = _sql(
+    """
+    WITH adoptable AS MATERIALIZED (
+        SELECT id FROM tool_run_jobs
+        WHERE status = 'running' AND locked_until IS NULL AND engine_id = :engine_id
+        ORDER BY priority DESC, created_at
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    ), fresh AS MATERIALIZED (
+        SELECT id FROM tool_run_jobs
+        WHERE status = 'queued' AND available_at <= {NOW} AND attempts < max_attempts
+          AND queue = ANY(CAST(:queues AS text[]))
+        ORDER BY priority DESC, created_at
+        LIMIT GREATEST(:limit - (SELECT count(*) FROM adoptable), 0)
+        FOR UPDATE SKIP LOCKED
+    ), picked AS (
+        SELECT id, true AS adopted FROM adoptable
+        UNION ALL
+        SELECT id, false AS adopted FROM fresh
+    ), claimed AS (
+        UPDATE tool_run_jobs j SET
+            status = 'running',
+            attempts = j.attempts + CASE WHEN picked.adopted THEN 0 ELSE 1 END,
+            locked_by = :worker_id,
+            locked_until = {NOW} + make_interval(secs => CAST(:lease AS double precision)),
+            lease_token = gen_random_uuid(),
+            engine_id = :engine_id,
+            started_at = CASE WHEN picked.adopted THEN j.started_at ELSE {NOW} END,
+            deadline_at = CASE WHEN picked.adopted THEN j.deadline_at
+                          ELSE {NOW} + make_interval(secs => j.timeout_seconds) END,
+            container_requested_at = CASE WHEN picked.adopted THEN j.container_requested_at
+                                     ELSE NULL END,
+            updated_at = {NOW}
+        FROM picked
+        WHERE j.id = picked.id
+        RETURNING j.id, j.run_id, j.attempts, j.max_attempts, j.lease_token, j.locked_until,
+                  j.deadline_at, j.started_at, j.cancel_requested_at, j.priority,
+                  j.created_at, j.container_requested_at, picked.adopted
+    ), run AS (
+        UPDATE tool_runs r SET status = 'running',
+                               started_at = coalesce(r.started_at, c.started_at),
+                               attempts = c.attempts
+        FROM claimed c
+        WHERE r.id = c.run_id AND NOT c.adopted
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT c.run_id, {NOW}, e.type, e.data
+        FROM claimed c
+        CROSS JOIN LATERAL (VALUES
+            (CASE WHEN c.adopted THEN 'adopted' ELSE 'claimed' END,
+             jsonb_build_object('attempt', c.attempts, 'worker_id', CAST(:worker_id AS text))),
+            ('status', CASE WHEN c.adopted THEN NULL
+                       ELSE jsonb_build_object('status', 'running', 'attempt', c.attempts) END)
+        ) AS e(type, data)
+        WHERE e.data IS NOT NULL
+    )
+    SELECT c.id, c.run_id, c.attempts, c.max_attempts, c.lease_token, c.locked_until,
+           c.deadline_at, c.cancel_requested_at, c.container_requested_at, c.adopted,
+           c.started_at, r.requested_at, r.spec, r.input
+    FROM claimed c JOIN tool_runs r ON r.id = c.run_id
+    ORDER BY c.adopted DESC, c.priority DESC, c.created_at
+    """
+)
+
+
+HEARTBEAT = _sql(
+    """
+    UPDATE tool_run_jobs
+    SET locked_until = {NOW} + make_interval(secs => CAST(:lease AS double precision)),
+        updated_at = {NOW}
+    WHERE id = :job_id AND lease_token = :token AND status = 'running'
+    RETURNING locked_until, cancel_requested_at
+    """
+)
+
+
+FINALIZE = _sql(
+    """
+    WITH job AS (
+        UPDATE tool_run_jobs
+        SET status = CAST(:status AS run_status), locked_by = NULL, locked_until = NULL,
+            lease_token = NULL, finished_at = {NOW}, updated_at = {NOW}, last_error = :error
+        WHERE id = :job_id AND lease_token = :token AND status = 'running'
+        RETURNING run_id, attempts
+    ), run AS (
+        UPDATE tool_runs r
+        SET status = CAST(:status AS run_status), finished_at = {NOW}, attempts = job.attempts,
+            exit_code = :exit_code, result = CAST(:result AS jsonb),
+            stdout = :stdout, stderr = :stderr,
+            stdout_truncated = :stdout_truncated, stderr_truncated = :stderr_truncated,
+            error_code = :error_code, error = :error,
+            image_digest = coalesce(:image_digest, r.image_digest)
+        FROM job WHERE r.id = job.run_id
+    )
+    INSERT INTO tool_run_events (run_id, at, type, data)
+    SELECT run_id, {NOW}, 'status',
+           jsonb_build_object('status', CAST(:status AS text), 'attempt', attempts,
+                              'exit_code', CAST(:exit_code AS integer),
+                              'error_code', CAST(:error_code AS text))
+    FROM job
+    RETURNING run_id
+    """
+)
+
+
+# A lost attempt goes back to the queue with backoff while attempts remain, else fails.
+# Equal jitter keeps the delay growing with the attempt number: [b/2, b] * 2^(n-1).
+REQUEUE = _sql(
+    """
+    WITH job AS (
+        UPDATE tool_run_jobs
+        SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+                          WHEN attempts < max_attempts THEN 'queued'
+                          ELSE 'failed' END::run_status,
+            available_at = {NOW} + make_interval(secs => LEAST(
+                CAST(:backoff_max AS double precision),
+                CAST(:backoff_base AS double precision) * power(2, GREATEST(attempts - 1, 0))
+            ) * (0.5 + random() / 2)),
+            locked_by = NULL, locked_until = NULL, lease_token = NULL, engine_id = NULL,
+            deadline_at = NULL,
+            finished_at = CASE WHEN cancel_requested_at IS NULL AND attempts < max_attempts
+                               THEN NULL ELSE {NOW} END,
+            last_error = :error, updated_at = {NOW}
+        WHERE id = :job_id AND status = 'running'
+          AND (lease_token = :token OR (CAST(:token AS uuid) IS NULL AND locked_until IS NULL))
+        RETURNING run_id, status, attempts, max_attempts, available_at
+    ), run AS (
+        UPDATE tool_runs r
+        SET status = job.status, attempts = job.attempts,
+            finished_at = CASE WHEN job.status = 'queued' THEN NULL ELSE {NOW} END,
+            error_code = CASE job.status WHEN 'queued' THEN NULL
+                              WHEN 'cancelled' THEN 'cancelled' ELSE :error_code END,
+            error = CASE job.status WHEN 'queued' THEN NULL
+                         WHEN 'cancelled' THEN 'cancelled while its container was lost'
+                         ELSE :error END
+        FROM job WHERE r.id = job.run_id
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT job.run_id, {NOW}, e.type, e.data FROM job
+        CROSS JOIN LATERAL (VALUES
+            ('requeued', CASE WHEN job.status = 'queued' THEN jsonb_build_object(
+                'attempt', job.attempts, 'available_at', job.available_at,
+                'error_code', CAST(:error_code AS text)) END),
+            ('status', jsonb_build_object('status', CAST(job.status AS text),
+                'error_code', CAST(:error_code AS text)))
+        ) AS e(type, data)
+        WHERE e.data IS NOT NULL
+    )
+    SELECT run_id, CAST(status AS text) AS status, attempts, available_at FROM job
+    """
+)
+
+
+MARK_CONTAINER_REQUESTED = _sql(
+    """
+    UPDATE tool_run_jobs SET container_requested_at = {NOW}, updated_at = {NOW}
+    WHERE id = :job_id AND lease_token = :token AND status = 'running'
+    RETURNING id
+    """
+)
+
+
+# The attempt never began (no container was ever asked for): back to the queue at once,
+# and the attempt it was charged is given back, so a crash before the start costs nothing.
+REQUEUE_UNSTARTED = _sql(
+    """
+    WITH job AS (
+        UPDATE tool_run_jobs
+        SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+                          ELSE 'queued' END::run_status,
+            attempts = attempts - 1, available_at = {NOW},
+            locked_by = NULL, locked_until = NULL, lease_token = NULL, engine_id = NULL,
+            deadline_at = NULL, updated_at = {NOW},
+            finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN {NOW} END
+        WHERE id = :job_id AND status = 'running' AND container_requested_at IS NULL
+          AND (lease_token = :token OR (CAST(:token AS uuid) IS NULL AND locked_until IS NULL))
+        RETURNING run_id, status, attempts, available_at
+    ), run AS (
+        UPDATE tool_runs r
+        SET status = job.status, attempts = job.attempts,
+            finished_at = CASE WHEN job.status = 'cancelled' THEN {NOW} END,
+            error_code = CASE WHEN job.status = 'cancelled' THEN 'cancelled' END
+        FROM job WHERE r.id = job.run_id
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT job.run_id, {NOW}, e.type, e.data FROM job
+        CROSS JOIN LATERAL (VALUES
+            ('requeued', jsonb_build_object('attempt', job.attempts + 1, 'unstarted', true)),
+            ('status', jsonb_build_object('status', CAST(job.status AS text)))
+        ) AS e(type, data)
+    )
+    SELECT run_id, CAST(status AS text) AS status, attempts, available_at FROM job
+    """
+)
+
+
+RELEASE = _sql(
+    """
+    WITH job AS (
+        UPDATE tool_run_jobs
+        SET locked_by = NULL, locked_until = NULL, lease_token = NULL, updated_at = {NOW}
+        WHERE id = :job_id AND lease_token = :token AND status = 'running'
+        RETURNING run_id, attempts
+    )
+    INSERT INTO tool_run_events (run_id, at, type, data)
+    SELECT run_id, {NOW}, 'released', jsonb_build_object('attempt', attempts) FROM job
+    RETURNING run_id
+    """
+)
+
+
+CANCEL_QUEUED = _sql(
+    """
+    WITH job AS (
+        UPDATE tool_run_jobs
+        SET status = 'cancelled', cancel_requested_at = {NOW}, finished_at = {NOW},
+            updated_at = {NOW}
+        WHERE run_id = :run_id AND status = 'queued'
+        RETURNING run_id
+    ), run AS (
+        UPDATE tool_runs r SET status = 'cancelled', finished_at = {NOW},
+                               error_code = 'cancelled', error = 'cancelled before it started'
+        FROM job WHERE r.id = job.run_id
+    )
+    INSERT INTO tool_run_events (run_id, at, type, data)
+    SELECT run_id, {NOW}, 'status', jsonb_build_object('status', 'cancelled') FROM job
+    RETURNING run_id
+    """
+)
+
+
+CANCEL_RUNNING = _sql(
+    """
+    WITH job AS (
+        UPDATE tool_run_jobs
+        SET cancel_requested_at = coalesce(cancel_requested_at, {NOW}), updated_at = {NOW}
+        WHERE run_id = :run_id AND status = 'running'
+        RETURNING id, run_id
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT run_id, {NOW}, 'cancel_requested', '{}'::jsonb FROM job
+    )
+    SELECT id, pg_notify('runyard_cancel', CAST(id AS text)) FROM job
+    """
+)
+
+
+# Fenced like every owner write: a worker that lost its lease cannot repeat log lines.
+APPEND_LOG = _sql(
+    """
+    WITH job AS (
+        SELECT run_id, attempts FROM tool_run_jobs
+        WHERE id = :job_id AND lease_token = :token AND status = 'running'
+    )
+    INSERT INTO tool_run_events (run_id, at, type, data)
+    SELECT run_id, {NOW}, :stream,
+           jsonb_build_object('attempt', attempts, 'text', CAST(:text AS text),
+                              'until', CAST(:until AS text))
+    FROM job
+    RETURNING run_id
+    """
+)
+
+
+LAST_LOG_POSITION = _sql(
+    """
+    SELECT data->>'until' FROM tool_run_events
+    WHERE run_id = :run_id AND type = :stream AND (data->>'attempt')::int = :attempt
+    ORDER BY id DESC LIMIT 1
+    """
+)
+
+
+RUN_STATUS = _sql("SELECT CAST(status AS text) FROM tool_runs WHERE id = :run_id")
+
+
+SELECT_EXPIRED = _sql(
+    """
+    SELECT id FROM tool_run_jobs
+    WHERE status = 'running' AND locked_until < {NOW}
+    ORDER BY locked_until
+    LIMIT :batch
+    """
+)
+
+
+# The condition is re-checked inside the UPDATE: a row finalized or renewed after it was
+# selected is left alone, and of two reapers only one clears each lease.
+CLEAR_EXPIRED = _sql(
+    """
+    WITH cleared AS (
+        UPDATE tool_run_jobs
+        SET locked_by = NULL, locked_until = NULL, lease_token = NULL, updated_at = {NOW}
+        WHERE id = ANY(CAST(:job_ids AS uuid[]))
+          AND status = 'running' AND locked_until < {NOW}
+        RETURNING id, run_id, attempts
+    )
+    INSERT INTO tool_run_events (run_id, at, type, data)
+    SELECT run_id, {NOW}, 'lease_expired', jsonb_build_object('attempt', attempts)
+    FROM cleared
+    RETURNING run_id
+    """
+)
+
+
+# Adoptable jobs whose engine has had no live worker for :dead_after seconds.
+SELECT_ORPHANED = _sql(
+    """
+    SELECT j.id FROM tool_run_jobs j
+    WHERE j.status = 'running' AND j.locked_until IS NULL
+      AND j.updated_at < {NOW} - make_interval(secs => CAST(:dead_after AS double precision))
+      AND NOT EXISTS (
+          SELECT 1 FROM workers w
+          WHERE w.engine_id = j.engine_id AND w.stopped_at IS NULL
+            AND w.last_seen_at >= {NOW} - make_interval(
+                secs => CAST(:dead_after AS double precision))
+      )
+    ORDER BY j.updated_at
+    LIMIT :batch
+    """
+)
+
+
+PRUNE = _sql(
+    """
+    WITH old AS (
+        SELECT run_id FROM tool_run_jobs
+        WHERE status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
+          AND finished_at < {NOW} - make_interval(secs => CAST(:retention AS double precision))
+        LIMIT :batch
+    ), events AS (
+        DELETE FROM tool_run_events e USING old WHERE e.run_id = old.run_id
+    )
+    DELETE FROM tool_run_jobs j USING old WHERE j.run_id = old.run_id
+    RETURNING j.id
+    """
+)
+
+
+# Serializes the admission check and the insert of one tenant's submits, so caps are exact.
+ADMISSION_LOCK = _sql(
+    "SELECT pg_advisory_xact_lock(hashtextextended('runyard.admission:' || :tenant, 0))"
+)
+
+
+# Bounded: counting stops at the cap, so a deep queue costs no more than the cap.
+QUEUE_DEPTH = _sql(
+    "SELECT count(*) FROM (SELECT 1 FROM tool_run_jobs WHERE status = 'queued' LIMIT :cap) q"
+)
+
+
+TENANT_ACTIVE = _sql(
+    """
+    SELECT count(*) FILTER (WHERE status = 'queued') AS queued,
+           count(*) FILTER (WHERE status = 'running') AS running
+    FROM tool_runs WHERE tenant = :tenant AND status IN ('queued', 'running')
+    """
+)
+
+
+SYNC_RECORD = _sql(
+    """
+    WITH run AS (
+        INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode, requested_at,
+                               attempts, max_attempts, idempotency_key, request_hash,
+                               sync_owner, sync_owner_until)
+        VALUES (:run_id, :tenant, :tool, CAST(:spec AS jsonb), CAST(:input AS jsonb), 'queued',
+                'sync', {NOW}, 0, 1, :idempotency_key, :request_hash, :owner,
+                {NOW} + make_interval(secs => CAST(:lease AS double precision)))
+        ON CONFLICT (tenant, idempotency_key) DO NOTHING
+        RETURNING id
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT id, {NOW}, 'status', jsonb_build_object('status', 'queued', 'mode', 'sync')
+        FROM run
+    )
+    SELECT id FROM run
+    """
+)
+
+
+SYNC_START = _sql(
+    """
+    WITH run AS (
+        UPDATE tool_runs
+        SET status = 'running', started_at = {NOW}, attempts = 1,
+            sync_owner_until = {NOW} + make_interval(secs => CAST(:lease AS double precision))
+        WHERE id = :run_id AND sync_owner = :owner AND status = 'queued'
+        RETURNING id, started_at,
+                  started_at + make_interval(
+                      secs => CAST(spec->>'timeout_seconds' AS double precision)) AS deadline_at
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT run.id, {NOW}, e.type, e.data FROM run
+        CROSS JOIN LATERAL (VALUES
+            ('claimed', jsonb_build_object('attempt', 1, 'api_id', CAST(:owner AS text),
+                                           'engine_id', CAST(:engine_id AS text))),
+            ('status', jsonb_build_object('status', 'running', 'attempt', 1))
+        ) AS e(type, data)
+    )
+    SELECT id, started_at, deadline_at, pg_notify('runyard_events', CAST(id AS text)) FROM run
+    """
+)
+
+
+SYNC_APPEND_LOG = _sql(
+    """
+    WITH run AS (
+        SELECT id FROM tool_runs
+        WHERE id = :run_id AND sync_owner = :owner AND status = 'running'
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT id, {NOW}, :stream,
+               jsonb_build_object('attempt', 1, 'text', CAST(:text AS text),
+                                  'until', CAST(:until AS text))
+        FROM run
+        RETURNING run_id
+    )
+    SELECT run_id, pg_notify('runyard_events', CAST(run_id AS text)) FROM event
+    """
+)
+
+
+SYNC_FINALIZE = _sql(
+    """
+    WITH run AS (
+        UPDATE tool_runs r
+        SET status = CAST(:status AS run_status), finished_at = {NOW},
+            exit_code = :exit_code, result = CAST(:result AS jsonb),
+            stdout = :stdout, stderr = :stderr,
+            stdout_truncated = :stdout_truncated, stderr_truncated = :stderr_truncated,
+            error_code = :error_code, error = :error,
+            image_digest = coalesce(:image_digest, r.image_digest),
+            sync_owner_until = NULL
+        WHERE id = :run_id AND sync_owner = :owner AND status IN ('queued', 'running')
+        RETURNING id, attempts
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT id, {NOW}, 'status',
+               jsonb_build_object('status', CAST(:status AS text), 'attempt', attempts,
+                                  'exit_code', CAST(:exit_code AS integer),
+                                  'error_code', CAST(:error_code AS text))
+        FROM run
+    )
+    SELECT id, pg_notify('runyard_runs', CAST(id AS text)) FROM run
+    """
+)
+
+
+# Renews the runs an API process still owns; a run missing from the answer is no longer its.
+SYNC_RENEW = _sql(
+    """
+    UPDATE tool_runs r
+    SET sync_owner_until = {NOW} + make_interval(secs => CAST(:lease AS double precision))
+    WHERE id = ANY(CAST(:run_ids AS uuid[])) AND sync_owner = :owner
+      AND status IN ('queued', 'running')
+    RETURNING id, EXISTS (
+        SELECT 1 FROM tool_run_events e WHERE e.run_id = r.id AND e.type = 'cancel_requested'
+    ) AS cancel_requested
+    """
+)
+
+
+SYNC_CANCEL_REQUESTED = _sql(
+    """
+    SELECT EXISTS (
+        SELECT 1 FROM tool_run_events WHERE run_id = :run_id AND type = 'cancel_requested'
+    )
+    """
+)
+
+
+# A sync run has no job row: the cancel request is an event its owner sees on renewal, sooner
+# through the NOTIFY.
+SYNC_CANCEL = _sql(
+    """
+    WITH run AS (
+        SELECT id FROM tool_runs
+        WHERE id = :run_id AND mode = 'sync' AND status IN ('queued', 'running')
+          AND NOT EXISTS (SELECT 1 FROM tool_run_events e
+                          WHERE e.run_id = :run_id AND e.type = 'cancel_requested')
+        FOR UPDATE
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT id, {NOW}, 'cancel_requested', '{}'::jsonb FROM run
+    )
+    SELECT id, pg_notify('runyard_runs', CAST(id AS text)) FROM run
+    """
+)
+
+
+SELECT_SYNC_ORPHANS = _sql(
+    """
+    SELECT r.id, CAST(r.status AS text) AS status, r.spec, r.input, r.started_at,
+           r.started_at + make_interval(
+               secs => CAST(r.spec->>'timeout_seconds' AS double precision)) AS deadline_at,
+           (SELECT e.data->>'engine_id' FROM tool_run_events e
+            WHERE e.run_id = r.id AND e.type = 'claimed'
+            ORDER BY e.id DESC LIMIT 1) AS engine_id
+    FROM tool_runs r
+    WHERE r.status IN ('queued', 'running') AND r.mode = 'sync' AND r.sync_owner_until < {NOW}
+    ORDER BY r.sync_owner_until
+    LIMIT :batch
+    """
+)
+
+
+# The expiry is re-checked inside the UPDATE: of two settlers only one takes each run over.
+SYNC_TAKE_OVER = _sql(
+    """
+    WITH run AS (
+        UPDATE tool_runs
+        SET sync_owner = :owner,
+            sync_owner_until = {NOW} + make_interval(secs => CAST(:lease AS double precision))
+        WHERE id = :run_id AND mode = 'sync' AND status IN ('queued', 'running')
+          AND sync_owner_until < {NOW}
+        RETURNING id, attempts
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT id, {NOW}, 'adopted',
+               jsonb_build_object('attempt', attempts, 'api_id', CAST(:owner AS text))
+        FROM run
+    )
+    SELECT id FROM run
+    """
+)
