@@ -1,9 +1,10 @@
 """The job and run state machine: the ONLY code that writes job and run status.
 
-Each operation is one named, written-out SQL statement (in ``runyard.queue_sql``, or a
-short fixed sequence of them in one transaction). Every write after a claim is fenced by ``(job id, lease_token)`` and reports
-whether it still owned the lease. Every time-based statement takes an optional ``now`` so
-tests move the clock instead of sleeping; production passes ``None`` and gets ``now()``.
+Each operation is one named, written-out SQL statement (in ``runyard.queue_sql``), or a
+short fixed sequence of them in one transaction. Every write after a claim is fenced by
+``(job id, lease_token)`` and reports whether it still owned the lease. Every time-based
+statement takes an optional ``now`` so tests move the clock instead of sleeping; production
+passes ``None`` and gets ``now()``.
 """
 
 from __future__ import annotations
