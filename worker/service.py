@@ -56,6 +56,8 @@ class InFlight:
     control: AttemptControl = field(default_factory=AttemptControl)
     # Monotonic time until which our lease is known to hold; past it we are not the owner.
     lease_valid_until: float = 0.0
+    # Set once the outcome is committed: the lease is gone on purpose, heartbeats stop.
+    settled: bool = False
 
 
 class QueueLogSink:
@@ -287,6 +289,8 @@ class Worker:
             flights = list(self._in_flight.values())
         for flight in flights:
             job = flight.job
+            if flight.settled:
+                continue
             try:
                 beat = self._heartbeat_queue.heartbeat(
                     job.job_id, job.lease_token, lease_seconds=self._config.lease_seconds
@@ -437,6 +441,7 @@ class Worker:
             self._metrics.leases_lost.inc()
             logger.warning("lease lost before finalize", extra=self._log(job, action="lease_lost"))
             return
+        flight.settled = True
         self.finalized += 1
         self._metrics.outcomes.labels(
             status=outcome.status.value, error_code=outcome.error_code or ""

@@ -167,3 +167,29 @@ def test_worker__hand_over_releases_leases_and_leaves_attempts(queue: JobQueue, 
             {"id": run_id},
         ).one()
     assert row.status == "running" and row.locked_until is None
+
+
+def test_worker__heartbeat_after_finalize_is_not_a_lost_lease(queue: JobQueue, engine: Engine):
+    enqueue(queue)
+    in_cleanup = threading.Event()
+    release = threading.Event()
+
+    class SlowCleanup(FakeRunner):
+        def discard(self, run_id: uuid.UUID, attempt: int) -> None:
+            in_cleanup.set()
+            release.wait(10)
+            super().discard(run_id, attempt)
+
+    from runyard.metrics import Metrics
+
+    metrics = Metrics()
+    worker = Worker(
+        queue, SlowCleanup(), WorkerConfig(worker_id="w1", heartbeat_seconds=3600), metrics=metrics
+    )
+    worker.run_once()
+    assert in_cleanup.wait(10)  # finalized, container still being removed
+    worker.heartbeat_once()
+    release.set()
+    assert worker.wait_idle(timeout=10)
+    worker.close()
+    assert metrics.leases_lost._value.get() == 0

@@ -1,0 +1,905 @@
+"""The queue machinery alone: enqueue + claim + finalize of N no-op jobs, runyard vs Procrastinate.
+
+Same Postgres, same database, same run; the sides alternate round by round.
+
+- ``runyard worker``: the real ``worker.service.Worker`` with 4 slots (threads) and the fake
+  runner (no container), engine pool as ``python -m worker`` builds it. Per job: the claim
+  (batched up to the free slots), ``mark_container_requested``, ``finalize`` (job, run
+  mirror, status event, NOTIFY), the fake runner's discard.
+- ``runyard direct``: 4 plain threads, each ``claim(limit=1)`` -> ``mark_container_requested``
+  -> ``finalize`` through ``JobQueue`` (no worker loop).
+- ``runyard SQL, plain psycopg`` (``psycopg-floor``): runyard's own statements (ENQUEUE,
+  CLAIM, MARK_CONTAINER_REQUESTED, FINALIZE, both NOTIFYs) on plain psycopg connections in
+  autocommit, 4 threads: what the same SQL costs with one round trip per statement. Not a
+  product path; it bounds what the suggestions in docs/benchmarks.md can reach.
+- ``proposal`` (not in the default set): the floor with a claim rewritten as suggested in
+  docs/benchmarks.md (``CLAIM_PROPOSAL`` below), to size that suggestion.
+- ``procrastinate``: Procrastinate (PyPI) with an async no-op task, ``run_worker_async(
+  concurrency=4, wait=False)`` (drains the queue, then returns).
+
+Enqueue is one job per transaction from one producer on every side (``JobQueue.enqueue``,
+``task.defer_async``). jobs/s = N / (enqueue seconds + drain seconds); the phases are also
+shown. ``--profile`` adds a per-statement breakdown of runyard's database round trips.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import logging
+import math
+import threading
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from bench.common import (
+    BackendCpu,
+    BenchDatabase,
+    Deadline,
+    base_parser,
+    install_signal_cleanup,
+    load_line,
+    note,
+    out,
+    print_machine,
+    psycopg_sql,
+    queue_statement,
+    sql_text,
+    statement_modules,
+    table,
+    wait_until,
+)
+
+NOOP_SPEC = {"image": "runyard/toolbox:latest", "command": ["true"]}
+
+
+@dataclass
+class QueueRound:
+    """One side's round."""
+
+    side: str
+    jobs: int
+    enqueue_s: float
+    drain_s: float
+    done: int
+    client_cpu_s: float = 0.0
+    server_cpu_s: float = 0.0
+
+    @property
+    def total_rate(self) -> float:
+        return self.jobs / (self.enqueue_s + self.drain_s)
+
+    @property
+    def enqueue_rate(self) -> float:
+        return self.jobs / self.enqueue_s
+
+    @property
+    def drain_rate(self) -> float:
+        return self.done / self.drain_s
+
+
+SIDE_LABELS = (
+    "runyard worker",
+    "runyard direct",
+    "runyard SQL, plain psycopg",
+    "proposal: claim by index, plain psycopg",
+)
+
+# --- runyard --------------------------------------------------------------------------------
+
+
+def _new_run(queue_name: str) -> Any:
+    from runyard.queue import NewRun
+    from runyard.tools import ToolSpec
+
+    spec = ToolSpec.model_validate({"name": "noop", **NOOP_SPEC}).snapshot()
+    return NewRun(tenant="bench", tool="noop", spec=spec, input={}, queue=queue_name)
+
+
+def _enqueue(queue: Any, queue_name: str, jobs: int) -> float:
+    run = _new_run(queue_name)
+    start = time.perf_counter()
+    for _ in range(jobs):
+        queue.enqueue(run)
+    return time.perf_counter() - start
+
+
+def _noop_result(spec: Any, control: Any) -> Any:
+    from runyard.models import RunStatus
+    from runyard.runner import AttemptResult
+
+    return AttemptResult(status=RunStatus.SUCCEEDED, exit_code=0)
+
+
+def runyard_worker_round(url: str, jobs: int, concurrency: int, deadline: Deadline) -> QueueRound:
+    """The real Worker (slots as threads, claim loop, heartbeat thread) with the fake runner."""
+    from runyard.db import make_engine
+    from runyard.queue import JobQueue
+    from runyard.testing import FakeRunner
+    from runyard.workers import WorkerRegistry
+    from worker.service import Worker, WorkerConfig
+
+    queue_name = f"bench-{uuid.uuid4().hex[:8]}"
+    engine = make_engine(url, pool_size=4, max_overflow=8)
+    heartbeat_engine = make_engine(url, pool_size=1, max_overflow=1)
+    try:
+        queue = JobQueue(engine)
+        enqueue_s = _enqueue(queue, queue_name, jobs)
+        worker = Worker(
+            queue,
+            FakeRunner(_noop_result, engine_id=f"bench-{queue_name}"),
+            WorkerConfig(
+                worker_id=f"bench-{queue_name}",
+                concurrency=concurrency,
+                queues=(queue_name,),
+                poll_seconds=1.0,
+            ),
+            WorkerRegistry(engine),
+            heartbeat_queue=JobQueue(heartbeat_engine),
+        )
+        start = time.perf_counter()
+        thread = threading.Thread(target=worker.run_forever, daemon=True)
+        thread.start()
+        try:
+            wait_until(
+                lambda: worker.finalized >= jobs, max(deadline.left(), 1), "the drain", step=0.002
+            )
+        finally:
+            drain_s = time.perf_counter() - start
+            worker.stop()
+            thread.join(timeout=10)
+            worker.wait_idle(timeout=10)
+            worker.close()
+        return QueueRound("runyard worker", jobs, enqueue_s, drain_s, worker.finalized)
+    finally:
+        engine.dispose()
+        heartbeat_engine.dispose()
+
+
+def runyard_direct_round(url: str, jobs: int, threads: int, deadline: Deadline) -> QueueRound:
+    """``threads`` plain loops of claim(limit=1) -> mark_container_requested -> finalize."""
+    from runyard.db import make_engine
+    from runyard.models import RunStatus
+    from runyard.queue import JobQueue
+    from runyard.runner import AttemptResult
+
+    queue_name = f"bench-{uuid.uuid4().hex[:8]}"
+    engine = make_engine(url, pool_size=threads, max_overflow=4)
+    try:
+        queue = JobQueue(engine)
+        enqueue_s = _enqueue(queue, queue_name, jobs)
+        outcome = AttemptResult(status=RunStatus.SUCCEEDED, exit_code=0)
+        done = [0]
+        lock = threading.Lock()
+
+        def loop(n: int) -> None:
+            idle = 0
+            while deadline.left() > 0:
+                claimed = queue.claim(
+                    worker_id=f"bench-direct-{n}",
+                    engine_id="bench-direct",
+                    limit=1,
+                    lease_seconds=30,
+                    queues=(queue_name,),
+                )
+                if not claimed:
+                    idle += 1
+                    if idle > 3:
+                        return
+                    time.sleep(0.01)
+                    continue
+                idle = 0
+                for job in claimed:
+                    queue.mark_container_requested(job.job_id, job.lease_token)
+                    if queue.finalize(job.job_id, job.lease_token, outcome):
+                        with lock:
+                            done[0] += 1
+
+        workers = [threading.Thread(target=loop, args=(n,), daemon=True) for n in range(threads)]
+        start = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        drain_s = time.perf_counter() - start
+        return QueueRound("runyard direct", jobs, enqueue_s, drain_s, done[0])
+    finally:
+        engine.dispose()
+
+
+def psycopg_floor_round(
+    url: str, jobs: int, threads: int, deadline: Deadline, proposal: bool = False
+) -> QueueRound:
+    """runyard's own statements (ENQUEUE, CLAIM, MARK_CONTAINER_REQUESTED, FINALIZE and the
+    two NOTIFYs) sent through plain psycopg connections in autocommit: no SQLAlchemy, no
+    pool pre-ping, no separate BEGIN/COMMIT. Each statement is atomic on its own, so this is
+    what the same SQL costs with one round trip per statement: a floor for the suggestions in
+    docs/benchmarks.md, not a product path."""
+    import json
+
+    import psycopg
+
+    from runyard import queue as q
+
+    enqueue_sql = psycopg_sql(queue_statement("ENQUEUE"))
+    claim_sql = psycopg_sql(sql_text(CLAIM_PROPOSAL) if proposal else queue_statement("CLAIM"))
+    mark_sql = psycopg_sql(queue_statement("MARK_CONTAINER_REQUESTED"))
+    finalize_sql = psycopg_sql(queue_statement("FINALIZE"))
+    queue_name = f"bench-{uuid.uuid4().hex[:8]}"
+    run = _new_run(queue_name)
+    spec_json, input_json = json.dumps(run.spec), json.dumps(run.input)
+    with psycopg.connect(url, autocommit=True) as conn:
+        start = time.perf_counter()
+        for _ in range(jobs):
+            conn.execute(
+                enqueue_sql,
+                {
+                    "run_id": uuid.uuid4(),
+                    "job_id": uuid.uuid4(),
+                    "tenant": run.tenant,
+                    "tool": run.tool,
+                    "spec": spec_json,
+                    "input": input_json,
+                    "max_attempts": 1,
+                    "timeout_seconds": 30,
+                    "queue": queue_name,
+                    "priority": 0,
+                    "idempotency_key": None,
+                    "request_hash": None,
+                    "now": None,
+                },
+            )
+            conn.execute("SELECT pg_notify(%s, %s)", (q.JOBS_CHANNEL, queue_name))
+        enqueue_s = time.perf_counter() - start
+    done = [0]
+    lock = threading.Lock()
+
+    def loop(n: int) -> None:
+        idle = 0
+        with psycopg.connect(url, autocommit=True) as conn:
+            while deadline.left() > 0:
+                rows = conn.execute(
+                    claim_sql,
+                    {
+                        "worker_id": f"floor-{n}",
+                        "engine_id": "floor",
+                        "limit": 1,
+                        "lease": 30.0,
+                        "queues": [queue_name],
+                        "now": None,
+                    },
+                ).fetchall()
+                if not rows:
+                    idle += 1
+                    if idle > 3:
+                        return
+                    time.sleep(0.01)
+                    continue
+                idle = 0
+                for row in rows:
+                    job_id, token = row[0], row[4]
+                    conn.execute(mark_sql, {"job_id": job_id, "token": token, "now": None})
+                    finished = conn.execute(
+                        finalize_sql,
+                        {
+                            "job_id": job_id,
+                            "token": token,
+                            "status": "succeeded",
+                            "exit_code": 0,
+                            "result": None,
+                            "stdout": "",
+                            "stderr": "",
+                            "stdout_truncated": False,
+                            "stderr_truncated": False,
+                            "error_code": None,
+                            "error": None,
+                            "image_digest": None,
+                            "now": None,
+                        },
+                    ).fetchone()
+                    if finished is not None:
+                        conn.execute("SELECT pg_notify(%s, %s)", (q.RUNS_CHANNEL, str(finished[0])))
+                        with lock:
+                            done[0] += 1
+
+    workers = [threading.Thread(target=loop, args=(n,), daemon=True) for n in range(threads)]
+    start = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    drain_s = time.perf_counter() - start
+    label = "proposal: claim by index, plain psycopg" if proposal else "runyard SQL, plain psycopg"
+    return QueueRound(label, jobs, enqueue_s, drain_s, done[0])
+
+
+def proposal_round(url: str, jobs: int, threads: int, deadline: Deadline) -> QueueRound:
+    """The floor with ``CLAIM_PROPOSAL`` instead of runyard's CLAIM."""
+    return psycopg_floor_round(url, jobs, threads, deadline, proposal=True)
+
+
+# A sketch of the claim with the two plan fixes suggested in docs/benchmarks.md, for this
+# benchmark only (runyard's CLAIM is untouched): (1) one equality on the queue, so the partial
+# index ix_tool_run_jobs_queued (queue, priority DESC, created_at) WHERE status = 'queued'
+# yields rows in order and the LIMIT stops the scan (Postgres 15 cannot do that for
+# ``queue = ANY(array)``; a worker of several queues would run one such branch per queue);
+# (2) the picked ids reach the UPDATEs and the final join as ``= ANY(ARRAY(...))`` and a
+# LATERAL primary-key lookup, so they are index lookups instead of hash joins over whole
+# tables (the planner cannot estimate ``LIMIT GREATEST(:limit - (SELECT count(*) ...), 0)``).
+# Adoption vs fresh is read from the old row's status (adoptable rows are 'running').
+CLAIM_PROPOSAL = """
+    WITH adoptable AS MATERIALIZED (
+        SELECT id FROM tool_run_jobs
+        WHERE status = 'running' AND locked_until IS NULL AND engine_id = :engine_id
+        ORDER BY priority DESC, created_at
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    ), fresh AS MATERIALIZED (
+        SELECT id FROM tool_run_jobs
+        WHERE status = 'queued' AND available_at <= {NOW} AND attempts < max_attempts
+          AND queue = (CAST(:queues AS text[]))[1]
+        ORDER BY priority DESC, created_at
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    ), picked AS MATERIALIZED (
+        SELECT id FROM (
+            SELECT id, 0 AS o FROM adoptable UNION ALL SELECT id, 1 FROM fresh
+        ) p ORDER BY o LIMIT :limit
+    ), claimed AS (
+        UPDATE tool_run_jobs j SET
+            status = 'running',
+            attempts = j.attempts + CASE WHEN j.status = 'running' THEN 0 ELSE 1 END,
+            locked_by = :worker_id,
+            locked_until = {NOW} + make_interval(secs => CAST(:lease AS double precision)),
+            lease_token = gen_random_uuid(),
+            engine_id = :engine_id,
+            started_at = CASE WHEN j.status = 'running' THEN j.started_at ELSE {NOW} END,
+            deadline_at = CASE WHEN j.status = 'running' THEN j.deadline_at
+                          ELSE {NOW} + make_interval(secs => j.timeout_seconds) END,
+            container_requested_at = CASE WHEN j.status = 'running'
+                                     THEN j.container_requested_at ELSE NULL END,
+            updated_at = {NOW}
+        WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+        RETURNING j.id, j.run_id, j.attempts, j.max_attempts, j.lease_token, j.locked_until,
+                  j.deadline_at, j.started_at, j.cancel_requested_at, j.priority,
+                  j.created_at, j.container_requested_at,
+                  j.id = ANY(ARRAY(SELECT id FROM adoptable)) AS adopted
+    ), run AS (
+        UPDATE tool_runs r SET status = 'running',
+                               started_at = coalesce(r.started_at, c.started_at),
+                               attempts = c.attempts
+        FROM claimed c
+        WHERE r.id = ANY(ARRAY(SELECT run_id FROM claimed WHERE NOT adopted))
+          AND r.id = c.run_id
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT c.run_id, {NOW}, e.type, e.data
+        FROM claimed c
+        CROSS JOIN LATERAL (VALUES
+            (CASE WHEN c.adopted THEN 'adopted' ELSE 'claimed' END,
+             jsonb_build_object('attempt', c.attempts, 'worker_id', CAST(:worker_id AS text))),
+            ('status', CASE WHEN c.adopted THEN NULL
+                       ELSE jsonb_build_object('status', 'running', 'attempt', c.attempts) END)
+        ) AS e(type, data)
+        WHERE e.data IS NOT NULL
+    )
+    SELECT c.id, c.run_id, c.attempts, c.max_attempts, c.lease_token, c.locked_until,
+           c.deadline_at, c.cancel_requested_at, c.container_requested_at, c.adopted,
+           r.spec, r.input
+    FROM claimed c CROSS JOIN LATERAL (
+        SELECT spec, input FROM tool_runs WHERE id = c.run_id) r
+    ORDER BY c.adopted DESC, c.priority DESC, c.created_at
+"""
+
+
+# --- Procrastinate --------------------------------------------------------------------------
+
+
+def procrastinate_round(url: str, jobs: int, concurrency: int, deadline: Deadline) -> QueueRound:
+    """Defer ``jobs`` no-op jobs one by one, then drain them with one worker of
+    ``concurrency``."""
+    import procrastinate
+
+    queue_name = f"bench-{uuid.uuid4().hex[:8]}"
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
+
+    @app.task(name="bench_noop", queue=queue_name)
+    async def bench_noop() -> None:
+        return None
+
+    async def go() -> QueueRound:
+        async with app.open_async():
+            start = time.perf_counter()
+            for _ in range(jobs):
+                await bench_noop.defer_async()
+            enqueue_s = time.perf_counter() - start
+            start = time.perf_counter()
+            await asyncio.wait_for(
+                app.run_worker_async(
+                    queues=[queue_name],
+                    concurrency=concurrency,
+                    wait=False,
+                    install_signal_handlers=False,
+                    listen_notify=True,
+                ),
+                timeout=max(deadline.left(), 1),
+            )
+            drain_s = time.perf_counter() - start
+            async with app.connector.pool.connection() as conn:  # type: ignore[attr-defined]
+                cur = await conn.execute(
+                    "SELECT count(*) FROM procrastinate_jobs "
+                    "WHERE queue_name = %s AND status = 'succeeded'",
+                    (queue_name,),
+                )
+                row = await cur.fetchone()
+            return QueueRound("procrastinate", jobs, enqueue_s, drain_s, int(row[0]))
+
+    return asyncio.run(go())
+
+
+def ensure_procrastinate_schema(url: str) -> None:
+    """Apply Procrastinate's schema once (it lives beside runyard's tables)."""
+    import procrastinate
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        present = conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()
+    if present and present[0]:
+        return
+    app = procrastinate.App(connector=procrastinate.SyncPsycopgConnector(conninfo=url))
+    with app.open():
+        app.schema_manager.apply_schema()
+
+
+# --- profile: where runyard's time goes -----------------------------------------------------
+
+
+_NAMES: dict[str, str] = {}
+
+
+def _statement_name(statement: str, dialect: Any) -> str:
+    if not _NAMES:
+        for module in statement_modules():
+            for name in dir(module):
+                value = getattr(module, name)
+                if name.isupper() and hasattr(value, "compile"):
+                    _NAMES[str(value.compile(dialect=dialect)).strip()] = name
+    found = _NAMES.get(statement.strip())
+    if found:
+        return found
+    return " ".join(statement.split())[:48]
+
+
+def profile_runyard(url: str, jobs: int, concurrency: int, deadline: Deadline) -> None:
+    """Where runyard's time goes: round trips per job, the cost of one transaction, and the
+    client CPU by library."""
+    _profile_round_trips(url, jobs, concurrency, deadline)
+    _profile_transaction_cost(url)
+    _profile_python(url, min(jobs, 1000), deadline)
+    _profile_claim_vs_backlog(url, [100, 1000, 5000, 20000], deadline)
+
+
+def _profile_round_trips(url: str, jobs: int, concurrency: int, deadline: Deadline) -> None:
+    """Count every database round trip of a worker round: pool pre-pings (one per checkout),
+    BEGIN (psycopg sends it before the first statement), statements, COMMIT."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+    from sqlalchemy.pool import Pool
+
+    counts: dict[str, int] = defaultdict(int)
+    times: dict[str, float] = defaultdict(float)
+    starts: dict[int, float] = {}
+    names: dict[str, str] = {}
+    lock = threading.Lock()
+
+    def before(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        starts[id(cursor)] = time.perf_counter()
+
+    def after(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        elapsed = time.perf_counter() - starts.pop(id(cursor), time.perf_counter())
+        name = names.get(statement)
+        if name is None:
+            name = names[statement] = _statement_name(statement, conn.dialect)
+        with lock:
+            counts[name] += 1
+            times[name] += elapsed
+
+    def bump(name: str) -> Any:
+        def handler(*args: Any) -> None:
+            with lock:
+                counts[name] += 1
+
+        return handler
+
+    hooks = [
+        (Engine, "before_cursor_execute", before),
+        (Engine, "after_cursor_execute", after),
+        (Engine, "begin", bump("BEGIN (sent by psycopg before the first statement)")),
+        (Engine, "commit", bump("COMMIT")),
+        (Engine, "rollback", bump("ROLLBACK")),
+        (Pool, "checkout", bump("pre-ping SELECT 1 (pool_pre_ping, per checkout)")),
+    ]
+    for target, name, fn in hooks:
+        event.listen(target, name, fn)
+    try:
+        result = runyard_worker_round(url, jobs, concurrency, deadline)
+    finally:
+        for target, name, fn in hooks:
+            event.remove(target, name, fn)
+    rows = []
+    for name, n in sorted(counts.items(), key=lambda kv: -kv[1]):
+        rows.append((name, n, n / jobs, times[name] / n * 1000 if name in times else math.nan))
+    total = sum(counts.values())
+    out("")
+    out(
+        f"profile 1: database round trips of a runyard worker round ({jobs} jobs, "
+        f"{concurrency} slots, {result.total_rate:.0f} jobs/s end to end)"
+    )
+    out(table(["round trip", "count", "per job", "mean ms (statements)"], rows))
+    out(f"round trips per job: {total / jobs:.1f}")
+
+
+def _profile_transaction_cost(url: str, n: int = 2000) -> None:
+    """Wall time and client CPU of one single-statement transaction, four ways."""
+    import psycopg
+    from sqlalchemy import create_engine, text
+
+    from runyard.db import make_engine
+
+    stmt = text("SELECT pg_notify(:channel, :payload)")
+    params = {"channel": "bench_profile", "payload": "x"}
+    sa_url = "postgresql+psycopg://" + url[len("postgresql://") :]
+    engines = {
+        "runyard: engine.begin() + 1 statement (make_engine, pool_pre_ping)": make_engine(url),
+        "same without pool_pre_ping": create_engine(sa_url, pool_size=5),
+        "SQLAlchemy AUTOCOMMIT engine, no pre-ping, 1 statement": create_engine(
+            sa_url, pool_size=5, isolation_level="AUTOCOMMIT"
+        ),
+    }
+    rows = []
+    try:
+        for label, engine in engines.items():
+            autocommit = "AUTOCOMMIT" in label
+
+            def once(engine: Any = engine, autocommit: bool = autocommit) -> None:
+                if autocommit:
+                    with engine.connect() as conn:
+                        conn.execute(stmt, params)
+                else:
+                    with engine.begin() as conn:
+                        conn.execute(stmt, params)
+
+            rows.append((label, *_cost(once, n)))
+        with psycopg.connect(url, autocommit=True) as conn:
+            rows.append(
+                (
+                    "plain psycopg, autocommit, 1 statement",
+                    *_cost(
+                        lambda: conn.execute("SELECT pg_notify(%s, %s)", ("bench_profile", "x")), n
+                    ),
+                )
+            )
+    finally:
+        for engine in engines.values():
+            engine.dispose()
+    out("")
+    out(f"profile 2: one single-statement transaction, {n} times, one thread")
+    out(table(["how", "wall us", "client CPU us"], rows))
+
+
+def _cost(fn: Any, n: int) -> tuple[float, float]:
+    fn()
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(n):
+        fn()
+    return ((time.perf_counter() - wall) / n * 1e6, (time.process_time() - cpu) / n * 1e6)
+
+
+def _profile_python(url: str, jobs: int, deadline: Deadline) -> None:
+    """cProfile on the CPU clock over one thread doing enqueue, claim, mark and finalize:
+    client CPU by library (time spent waiting on the socket costs no CPU, so it is left out;
+    the profiler's own overhead inflates Python code somewhat, so read the shares, not the
+    absolute figures)."""
+    import cProfile
+    import pstats
+
+    from runyard.db import make_engine
+    from runyard.models import RunStatus
+    from runyard.queue import JobQueue
+    from runyard.runner import AttemptResult
+
+    queue_name = f"bench-{uuid.uuid4().hex[:8]}"
+    engine = make_engine(url, pool_size=1)
+    queue = JobQueue(engine)
+    run = _new_run(queue_name)
+    outcome = AttemptResult(status=RunStatus.SUCCEEDED, exit_code=0)
+
+    def work(n: int) -> None:
+        for _ in range(n):
+            queue.enqueue(run)
+        while deadline.left() > 0:
+            claimed = queue.claim(
+                worker_id="bench-profile",
+                engine_id="bench-profile",
+                limit=1,
+                lease_seconds=30,
+                queues=(queue_name,),
+            )
+            if not claimed:
+                break
+            for job in claimed:
+                queue.mark_container_requested(job.job_id, job.lease_token)
+                queue.finalize(job.job_id, job.lease_token, outcome)
+
+    try:
+        work(50)  # warm caches and prepared statements
+        cpu, wall = time.process_time(), time.perf_counter()
+        work(jobs)
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        profiler = cProfile.Profile(time.process_time)
+        profiler.enable()
+        work(jobs)
+        profiler.disable()
+    finally:
+        engine.dispose()
+    stats = pstats.Stats(profiler)
+    buckets: dict[str, float] = defaultdict(float)
+    top: list[tuple[float, str]] = []
+    for (path, line, func), entry in stats.stats.items():  # type: ignore[attr-defined]
+        tottime = entry[2]
+        if path == "~":
+            bucket = "psycopg C extension" if "psycopg" in func else "C builtins"
+        elif "/sqlalchemy/" in path:
+            bucket = "SQLAlchemy"
+        elif "/psycopg/" in path:
+            bucket = "psycopg (Python)"
+        elif "/runyard/" in path or "/worker/" in path:
+            bucket = "runyard"
+        elif "site-packages" in path:
+            bucket = "other libraries"
+        else:
+            bucket = "stdlib"
+        buckets[bucket] += tottime
+        short = path.split("site-packages/")[-1] if path != "~" else ""
+        top.append((tottime, f"{short}:{line} {func}" if short else func))
+    total = sum(buckets.values()) or 1.0
+    out("")
+    out(
+        f"profile 3: one thread, {jobs} jobs of enqueue + claim + mark + finalize through "
+        f"JobQueue: {wall / jobs * 1000:.2f} ms wall, {cpu / jobs * 1000:.2f} ms client CPU per "
+        "job without the profiler; client CPU by library (cProfile on the CPU clock):"
+    )
+    out(
+        table(
+            ["library", "share %"],
+            [(k, v / total * 100) for k, v in sorted(buckets.items(), key=lambda kv: -kv[1])],
+        )
+    )
+    out("top functions by own CPU:")
+    out(
+        table(
+            ["function", "share %"],
+            [(name[-90:], t / total * 100) for t, name in sorted(top, reverse=True)[:12]],
+        )
+    )
+
+
+def _profile_claim_vs_backlog(url: str, backlogs: list[int], deadline: Deadline) -> None:
+    """One CLAIM (limit 1, prepared, rolled back) as the queued backlog grows, runyard's
+    statement vs ``CLAIM_PROPOSAL``."""
+    import json
+
+    import psycopg
+
+    enqueue_sql = psycopg_sql(queue_statement("ENQUEUE"))
+    claims = {
+        "CLAIM": psycopg_sql(queue_statement("CLAIM")),
+        "CLAIM_PROPOSAL": psycopg_sql(sql_text(CLAIM_PROPOSAL)),
+    }
+    queue_name = f"bench-{uuid.uuid4().hex[:8]}"
+    run = _new_run(queue_name)
+    spec = json.dumps(run.spec)
+    params = {
+        "worker_id": "bench-claim",
+        "engine_id": "bench-claim",
+        "limit": 1,
+        "lease": 30.0,
+        "queues": [queue_name],
+        "now": None,
+    }
+    rows: list[tuple[object, ...]] = []
+    have = 0
+    with psycopg.connect(url, autocommit=True) as conn:
+        for backlog in backlogs:
+            if deadline.left() < 30:
+                break
+            with conn.pipeline():
+                for _ in range(backlog - have):
+                    conn.execute(
+                        enqueue_sql,
+                        {
+                            "run_id": uuid.uuid4(),
+                            "job_id": uuid.uuid4(),
+                            "tenant": "bench",
+                            "tool": "noop",
+                            "spec": spec,
+                            "input": "{}",
+                            "max_attempts": 1,
+                            "timeout_seconds": 30,
+                            "queue": queue_name,
+                            "priority": 0,
+                            "idempotency_key": None,
+                            "request_hash": None,
+                            "now": None,
+                        },
+                    )
+            have = backlog
+            conn.execute("ANALYZE tool_runs, tool_run_jobs")
+            timings = []
+            for sql in claims.values():
+                for _ in range(6):  # past psycopg's prepare threshold
+                    conn.execute("BEGIN")
+                    conn.execute(sql, params).fetchall()
+                    conn.execute("ROLLBACK")
+                n = 30
+                start = time.perf_counter()
+                for _ in range(n):
+                    conn.execute("BEGIN")
+                    conn.execute(sql, params).fetchall()
+                    conn.execute("ROLLBACK")
+                timings.append((time.perf_counter() - start) / n * 1000)
+            rows.append((backlog, *timings))
+    out("")
+    out("profile 4: one claim (limit 1, prepared, BEGIN + CLAIM + ROLLBACK) vs queued backlog, ms")
+    out(table(["queued backlog", "runyard CLAIM", "CLAIM_PROPOSAL (bench/queue.py)"], rows))
+
+
+# --- main -----------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = base_parser("queue", __doc__)
+    parser.add_argument("--jobs", type=int, default=5000, help="jobs per side per round (5000)")
+    parser.add_argument("--threads", type=int, default=4, help="worker slots / threads (4)")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds (1)")
+    parser.add_argument(
+        "--sides",
+        default="runyard-worker,runyard-direct,psycopg-floor,procrastinate",
+        help="which sides to run (comma-separated; 'none' with --profile: the profile only)",
+    )
+    parser.add_argument("--profile", action="store_true", help="add a statement breakdown")
+    args = parser.parse_args(argv)
+    deadline = Deadline(args.time_limit)
+    install_signal_cleanup()
+    logging.getLogger("procrastinate").setLevel(logging.WARNING)
+
+    db = BenchDatabase.open(args, "queue")
+    rounds: list[QueueRound] = []
+    profile_text = ""
+    stack = contextlib.ExitStack()
+    try:
+        print_machine(db.url)
+        ensure_procrastinate_schema(db.url)
+        server_cpu = stack.enter_context(BackendCpu(db.url))
+        sides = [s for s in args.sides.split(",") if s and s != "none"]
+        runners = {
+            "runyard-worker": runyard_worker_round,
+            "runyard-direct": runyard_direct_round,
+            "psycopg-floor": psycopg_floor_round,
+            "proposal": proposal_round,
+            "procrastinate": procrastinate_round,
+        }
+        # A short warm-up of each side (imports, pools, plans), not recorded.
+        for side in sides:
+            runners[side](db.url, 50, args.threads, deadline)
+        for r in range(args.rounds):
+            order = sides if r % 2 == 0 else list(reversed(sides))
+            for side in order:
+                deadline.check(f"{side} round {r}")
+                cpu0, srv0 = time.process_time(), server_cpu.begin()
+                res = runners[side](db.url, args.jobs, args.threads, deadline)
+                res.client_cpu_s = time.process_time() - cpu0
+                time.sleep(0.15)  # one more sample of the backends that are closing
+                res.server_cpu_s = server_cpu.used_since(srv0)
+                rounds.append(res)
+                note(
+                    f"round {r} {side}: enqueue {res.enqueue_rate:.0f}/s, "
+                    f"drain {res.drain_rate:.0f}/s, total {res.total_rate:.0f}/s, "
+                    f"done {res.done}/{res.jobs}"
+                )
+        if args.profile:
+            deadline.check("profile")
+            buffer = io.StringIO()
+            with contextlib.redirect_stdout(buffer):
+                profile_runyard(db.url, min(args.jobs, 2000), args.threads, deadline)
+            profile_text = buffer.getvalue()
+    finally:
+        stack.close()
+        with contextlib.suppress(Exception):
+            db.close(keep=args.keep_db)
+    report(rounds, args.threads, profile_text)
+    return 0
+
+
+def report(rounds: list[QueueRound], threads: int, profile_text: str = "") -> None:
+    out("")
+    out(
+        table(
+            [
+                "side",
+                "jobs",
+                "done",
+                "enqueue s",
+                "drain s",
+                "enqueue/s",
+                "claim+finalize/s",
+                "end-to-end jobs/s",
+                "client CPU ms/job",
+                "Postgres CPU ms/job",
+            ],
+            [
+                (
+                    r.side,
+                    r.jobs,
+                    r.done,
+                    r.enqueue_s,
+                    r.drain_s,
+                    r.enqueue_rate,
+                    r.drain_rate,
+                    r.total_rate,
+                    r.client_cpu_s / r.jobs * 1000,
+                    r.server_cpu_s / r.jobs * 1000,
+                )
+                for r in rounds
+            ],
+        )
+    )
+
+    def pooled(side: str) -> tuple[float, float, float] | None:
+        mine = [r for r in rounds if r.side == side]
+        if not mine:
+            return None
+        jobs = sum(r.jobs for r in mine)
+        enq = sum(r.enqueue_s for r in mine)
+        drain = sum(r.drain_s for r in mine)
+        return jobs / (enq + drain), jobs / enq, sum(r.done for r in mine) / drain
+
+    base = pooled("procrastinate")
+    per_round: dict[str, list[float]] = defaultdict(list)
+    base_rounds = [r for r in rounds if r.side == "procrastinate"]
+    for side in SIDE_LABELS:
+        mine = [r for r in rounds if r.side == side]
+        for one, theirs in zip(mine, base_rounds, strict=False):
+            per_round[side].append(one.total_rate / theirs.total_rate)
+    if per_round:
+        out("")
+        out("end-to-end ratio to Procrastinate, round by round:")
+        out(
+            table(
+                ["side", *[f"round {i}" for i in range(len(base_rounds))]],
+                [(side, *vals) for side, vals in per_round.items()],
+            )
+        )
+    parts = []
+    for side in SIDE_LABELS:
+        ours = pooled(side)
+        if ours is None or base is None:
+            continue
+        parts.append(
+            f"{side} {ours[0]:.0f} jobs/s vs procrastinate {base[0]:.0f} jobs/s = "
+            f"{ours[0] / base[0]:.2f}x (enqueue {ours[1] / base[1]:.2f}x, "
+            f"claim+finalize {ours[2] / base[2]:.2f}x)"
+        )
+    if profile_text:
+        out(profile_text.rstrip())
+    out("")
+    out(load_line())
+    out(f"queue ({threads} threads): " + "; ".join(parts) + " (target >= 2.5x)")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
