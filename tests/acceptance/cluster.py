@@ -29,6 +29,7 @@ from runyard.tools import ToolRegistry
 
 ROOT = Path(__file__).resolve().parents[2]
 TERMINAL = ("succeeded", "failed", "timed_out", "cancelled")
+RUN_LABEL = "io.runyard.run_id"
 
 FAST_TIMINGS = {
     "RUNYARD_LEASE_SECONDS": "3",
@@ -215,16 +216,14 @@ class Cluster:
         return {"runs": len(self.accepted), "extra_attempts": duplicates}
 
     def _no_leaks(self) -> bool:
+        # The low-level listing carries the labels, so nothing is inspected one by one: a
+        # container a worker removes meanwhile cannot turn into a 404 here.
         label = {"label": "io.runyard.managed=true"}
         runs = {str(r) for r in self.accepted}
-        containers = self.docker_client.containers.list(all=True, filters=label)
-        volumes = self.docker_client.volumes.list(filters=label)
-        leaked = [c.name for c in containers if c.labels.get("io.runyard.run_id") in runs]
-        leaked += [
-            v.name
-            for v in volumes
-            if (v.attrs.get("Labels") or {}).get("io.runyard.run_id") in runs
-        ]
+        containers = self.docker_client.api.containers(all=True, filters=label)
+        volumes = self.docker_client.api.volumes(filters=label).get("Volumes") or []
+        leaked = [c["Id"] for c in containers if (c.get("Labels") or {}).get(RUN_LABEL) in runs]
+        leaked += [v["Name"] for v in volumes if (v.get("Labels") or {}).get(RUN_LABEL) in runs]
         return not leaked
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from runyard.queue import JobQueue
 from runyard.settings import Settings
 from runyard.tools import load_registry
 from tests.acceptance.cluster import ROOT, Cluster
+from tests.integration.conftest import _quietly
 
 
 @pytest.fixture
@@ -35,10 +37,12 @@ def cluster(database_url: str, engine: Engine, tmp_path: Path) -> Iterator[Clust
         made.close()
         runs = {str(r) for r in made.accepted}
         label = {"label": f"{LABEL_MANAGED}=true"}
-        for container in client.containers.list(all=True, filters=label):
-            if container.labels.get("io.runyard.run_id") in runs:
-                container.remove(force=True)
-        for volume in client.volumes.list(filters=label):
-            if (volume.attrs.get("Labels") or {}).get("io.runyard.run_id") in runs:
-                volume.remove(force=True)
+        for container in client.api.containers(all=True, filters=label):
+            if (container.get("Labels") or {}).get("io.runyard.run_id") in runs:
+                _quietly(
+                    functools.partial(client.api.remove_container, container["Id"], force=True)
+                )
+        for volume in client.api.volumes(filters=label).get("Volumes") or []:
+            if (volume.get("Labels") or {}).get("io.runyard.run_id") in runs:
+                _quietly(functools.partial(client.api.remove_volume, volume["Name"], force=True))
         client.close()
