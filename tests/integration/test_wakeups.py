@@ -48,6 +48,7 @@ def test_wakeups__reconnect_after_the_connection_is_killed(
     wakeups.start()
     try:
         assert wakeups.connected.wait(10)
+        seen.clear()  # before the kill: the listener pokes the loop as soon as it notices
         with engine.connect() as conn:
             killed = conn.execute(
                 text(
@@ -57,7 +58,6 @@ def test_wakeups__reconnect_after_the_connection_is_killed(
                 )
             ).scalar_one()
         assert killed == 1
-        seen.clear()
         assert seen.wait(10)  # the reconnect itself pokes the claim loop
         assert wakeups.connected.wait(10)
         seen.clear()
