@@ -154,6 +154,31 @@ class CancelResult:
     requested: bool = False
 
 
+def enqueue_params(
+    run: NewRun,
+    run_id: uuid.UUID,
+    job_id: uuid.UUID,
+    request_hash: str | None,
+    now: datetime | None,
+) -> dict[str, Any]:
+    """The bind parameters of ENQUEUE, shared by the plain and the admission-checked submit."""
+    return {
+        "run_id": run_id,
+        "job_id": job_id,
+        "tenant": run.tenant,
+        "tool": run.tool,
+        "spec": json.dumps(run.spec),
+        "input": json.dumps(run.input),
+        "max_attempts": run.max_attempts,
+        "timeout_seconds": run.timeout_seconds,
+        "queue": run.queue,
+        "priority": run.priority,
+        "idempotency_key": run.idempotency_key,
+        "request_hash": request_hash,
+        "now": now,
+    }
+
+
 def outcome_params(outcome: AttemptResult) -> dict[str, Any]:
     """The bind parameters of a terminal outcome, shared by every finalize statement."""
     return {
@@ -199,21 +224,7 @@ class JobQueue:
         with self._engine.begin() as conn:
             created = conn.execute(
                 ENQUEUE,
-                {
-                    "run_id": run_id,
-                    "job_id": job_id,
-                    "tenant": run.tenant,
-                    "tool": run.tool,
-                    "spec": json.dumps(run.spec),
-                    "input": json.dumps(run.input),
-                    "max_attempts": run.max_attempts,
-                    "timeout_seconds": run.timeout_seconds,
-                    "queue": run.queue,
-                    "priority": run.priority,
-                    "idempotency_key": run.idempotency_key,
-                    "request_hash": request_hash,
-                    "now": now,
-                },
+                enqueue_params(run, run_id, job_id, request_hash, now),
             ).scalar_one_or_none()
             if created is None:
                 existing = conn.execute(
@@ -606,21 +617,7 @@ class ApiQueue(JobQueue):
             self._admit(conn, run.tenant, caps, queue=True)
             created = conn.execute(
                 ENQUEUE,
-                {
-                    "run_id": run_id,
-                    "job_id": job_id,
-                    "tenant": run.tenant,
-                    "tool": run.tool,
-                    "spec": json.dumps(run.spec),
-                    "input": json.dumps(run.input),
-                    "max_attempts": run.max_attempts,
-                    "timeout_seconds": run.timeout_seconds,
-                    "queue": run.queue,
-                    "priority": run.priority,
-                    "idempotency_key": run.idempotency_key,
-                    "request_hash": request_hash,
-                    "now": now,
-                },
+                enqueue_params(run, run_id, job_id, request_hash, now),
             ).scalar_one_or_none()
             if created is None:
                 # A concurrent submit with the same key committed first (ON CONFLICT).
