@@ -44,6 +44,15 @@ class LogFollower:
         self._handle: Any = None
         self._stopped = threading.Event()
         self.sent_bytes = 0
+        # Lines read but not yet written: flushed by size, by the next chunk after the flush
+        # interval, or by a timer, so a quiet container's last line never waits for another.
+        self._lock = threading.Lock()
+        self._pending: list[bytes] = []
+        self._pending_size = 0
+        self._pending_stamp = ""
+        self._last_flush = 0.0
+        self._timer: threading.Timer | None = None
+        self._finished = False
         self._thread = threading.Thread(
             target=self._run, name=f"runyard-logs-{stream}", daemon=True
         )
@@ -100,38 +109,75 @@ class LogFollower:
             kwargs["since"] = _since_seconds(resume)
         after = timestamp_key(resume) if resume is not None else None
         self._handle = self._container.logs(**kwargs)
-        pending: list[bytes] = []
-        pending_size = 0
-        last_stamp = ""
-        last_flush = time.monotonic()
         remainder = b""
-        for chunk in self._handle:
-            if self._stopped.is_set():
-                return
-            data = remainder + chunk
-            lines = data.split(b"\n")
-            remainder = lines.pop()
-            for line in lines:
-                stamp, _, payload = line.partition(b" ")
-                stamp_text = stamp.decode("ascii", errors="replace")
-                if after is not None and timestamp_key(stamp_text) <= after:
-                    continue
-                pending.append(payload + b"\n")
-                pending_size += len(payload) + 1
-                last_stamp = stamp_text
-            now = time.monotonic()
-            if pending and (pending_size >= FLUSH_BYTES or now - last_flush >= FLUSH_SECONDS):
-                if not self._flush(pending, last_stamp):
+        try:
+            for chunk in self._handle:
+                if self._stopped.is_set():
                     return
-                pending, pending_size, last_flush = [], 0, now
-        if remainder:
-            stamp, _, payload = remainder.partition(b" ")
-            stamp_text = stamp.decode("ascii", errors="replace")
-            if after is None or timestamp_key(stamp_text) > after:
-                pending.append(payload)
-                last_stamp = stamp_text
-        if pending:
-            self._flush(pending, last_stamp)
+                data = remainder + chunk
+                lines = data.split(b"\n")
+                remainder = lines.pop()
+                with self._lock:
+                    for line in lines:
+                        stamp, _, payload = line.partition(b" ")
+                        stamp_text = stamp.decode("ascii", errors="replace")
+                        if after is not None and timestamp_key(stamp_text) <= after:
+                            continue
+                        self._add(payload + b"\n", stamp_text)
+                    if not self._flush_due():
+                        return
+            with self._lock:
+                if remainder:
+                    stamp, _, payload = remainder.partition(b" ")
+                    stamp_text = stamp.decode("ascii", errors="replace")
+                    if after is None or timestamp_key(stamp_text) > after:
+                        self._add(payload, stamp_text)
+                if self._pending:
+                    self._flush_pending()
+        finally:
+            with self._lock:
+                self._finished = True
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
+
+    def _add(self, data: bytes, stamp: str) -> None:
+        self._pending.append(data)
+        self._pending_size += len(data)
+        self._pending_stamp = stamp
+
+    def _flush_due(self) -> bool:
+        """Flush now if enough is pending or it is time, else make sure a timer will;
+        False when the sink refused (the lease is gone) or the cap is reached."""
+        if not self._pending:
+            return True
+        since = time.monotonic() - self._last_flush
+        if self._pending_size >= FLUSH_BYTES or since >= FLUSH_SECONDS:
+            return self._flush_pending()
+        if self._timer is None:
+            self._timer = threading.Timer(FLUSH_SECONDS - since, self._flush_later)
+            self._timer.daemon = True
+            self._timer.start()
+        return True
+
+    def _flush_later(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._finished or self._stopped.is_set() or not self._pending:
+                return
+            try:
+                accepted = self._flush_pending()
+            except Exception:
+                logger.warning("live log flush failed", exc_info=True)
+                accepted = False
+        if not accepted:
+            self.stop()
+
+    def _flush_pending(self) -> bool:
+        pending, until = self._pending, self._pending_stamp
+        self._pending, self._pending_size = [], 0
+        self._last_flush = time.monotonic()
+        return self._flush(pending, until)
 
     def _flush(self, pending: list[bytes], until: str) -> bool:
         data = b"".join(pending)

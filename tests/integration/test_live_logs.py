@@ -76,3 +76,26 @@ def test_live_logs__adopter_resumes_without_loss_or_repeat(
         ).one()
     assert row.status == "succeeded" and row.attempts == 1
     assert row.stdout == "".join(f"out{i}\n" for i in range(1, 9))
+
+
+def test_live_logs__a_line_before_a_long_silence_arrives_during_the_silence(
+    queue: JobQueue, engine: Engine, registry: ToolRegistry, docker_client: docker.DockerClient
+):
+    # Regression: the chunk was flushed only when a later chunk arrived, so a tool that
+    # printed "starting" and then worked quietly showed nothing until it ended.
+    script = "echo starting; echo warming >&2; sleep 30; echo never-waited-for"
+    run = prepare_run(registry, tenant="t", tool_name="shell", input_value={"script": script})
+    run_id = queue.enqueue(run).run_id
+    worker = Worker(queue, DockerRunner(docker_client), WorkerConfig(worker_id="w1"))
+    worker.run_once()
+    deadline = time.monotonic() + 20
+    while not (
+        stream_events(engine, run_id, "stdout") and stream_events(engine, run_id, "stderr")
+    ):
+        assert time.monotonic() < deadline, "the first lines did not arrive during the sleep"
+        time.sleep(0.1)
+    assert [e["text"] for e in stream_events(engine, run_id, "stdout")] == ["starting\n"]
+    assert [e["text"] for e in stream_events(engine, run_id, "stderr")] == ["warming\n"]
+    assert queue.cancel(run_id).status is not None
+    assert worker.wait_idle(timeout=30)
+    worker.close()
