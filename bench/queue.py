@@ -117,15 +117,14 @@ def _noop_result(spec: Any, control: Any) -> Any:
 
 def runyard_worker_round(url: str, jobs: int, concurrency: int, deadline: Deadline) -> QueueRound:
     """The real Worker (slots as threads, claim loop, heartbeat thread) with the fake runner."""
-    from runyard.db import make_engine
     from runyard.queue import JobQueue
     from runyard.testing import FakeRunner
     from runyard.workers import WorkerRegistry
+    from worker.__main__ import worker_engines
     from worker.service import Worker, WorkerConfig
 
     queue_name = f"bench-{uuid.uuid4().hex[:8]}"
-    engine = make_engine(url, pool_size=4, max_overflow=8)
-    heartbeat_engine = make_engine(url, pool_size=1, max_overflow=1)
+    engine, heartbeat_engine = worker_engines(url, concurrency)
     try:
         queue = JobQueue(engine)
         enqueue_s = _enqueue(queue, queue_name, jobs)
@@ -223,8 +222,6 @@ def psycopg_floor_round(
 
     import psycopg
 
-    from runyard import queue as q
-
     enqueue_sql = psycopg_sql(queue_statement("ENQUEUE"))
     claim_sql = psycopg_sql(sql_text(CLAIM_PROPOSAL) if proposal else queue_statement("CLAIM"))
     mark_sql = psycopg_sql(queue_statement("MARK_CONTAINER_REQUESTED"))
@@ -253,7 +250,6 @@ def psycopg_floor_round(
                     "now": None,
                 },
             )
-            conn.execute("SELECT pg_notify(%s, %s)", (q.JOBS_CHANNEL, queue_name))
         enqueue_s = time.perf_counter() - start
     done = [0]
     lock = threading.Lock()
@@ -269,6 +265,7 @@ def psycopg_floor_round(
                         "engine_id": "floor",
                         "limit": 1,
                         "lease": 30.0,
+                        "queue": queue_name,
                         "queues": [queue_name],
                         "now": None,
                     },
@@ -302,7 +299,6 @@ def psycopg_floor_round(
                         },
                     ).fetchone()
                     if finished is not None:
-                        conn.execute("SELECT pg_notify(%s, %s)", (q.RUNS_CHANNEL, str(finished[0])))
                         with lock:
                             done[0] += 1
 
@@ -708,6 +704,7 @@ def _profile_claim_vs_backlog(url: str, backlogs: list[int], deadline: Deadline)
         "engine_id": "bench-claim",
         "limit": 1,
         "lease": 30.0,
+        "queue": queue_name,
         "queues": [queue_name],
         "now": None,
     }

@@ -1,25 +1,80 @@
-"""Engine construction and the migration entry point; nothing is connected at import."""
+"""Engine construction, autocommit statements and the migration entry point.
+
+Nothing is connected at import.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, cast
 
-from sqlalchemy import Engine, create_engine
+import psycopg
+from psycopg.rows import namedtuple_row
+from sqlalchemy import Engine, TextClause, create_engine
+from sqlalchemy.exc import DBAPIError
 
 from runyard.settings import normalize_database_url
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
 
-def make_engine(database_url: str, *, pool_size: int = 5, max_overflow: int = 10) -> Engine:
-    """A pooled psycopg 3 engine; connections are checked before use so restarts heal."""
+def make_engine(
+    database_url: str, *, pool_size: int = 5, max_overflow: int = 10, pre_ping: bool = True
+) -> Engine:
+    """A pooled psycopg 3 engine; with ``pre_ping`` connections are checked before use.
+
+    Without it a connection broken by a database restart fails once, invalidates the pool and
+    the caller's retry gets a fresh one (the worker retries every database error).
+    """
     return create_engine(
         normalize_database_url(database_url),
         pool_size=pool_size,
         max_overflow=max_overflow,
-        pool_pre_ping=True,
+        pool_pre_ping=pre_ping,
         pool_recycle=1800,
     )
+
+
+_COMPILED: dict[TextClause, str] = {}
+
+
+def autocommit(engine: Engine, statement: TextClause, params: Mapping[str, Any]) -> list[Any]:
+    """Run one statement as its own transaction on a pooled connection; its rows.
+
+    One round trip: no BEGIN/COMMIT, no SQLAlchemy execution layer. Errors are raised as
+    SQLAlchemy's ``DBAPIError`` family (``OperationalError`` for a lost connection), and a
+    broken connection invalidates the pool as SQLAlchemy itself would.
+    """
+    sql = _COMPILED.get(statement)
+    if sql is None:
+        sql = _COMPILED[statement] = str(statement.compile(dialect=engine.dialect))
+    try:
+        fairy = engine.raw_connection()
+    except psycopg.Error as exc:
+        raise DBAPIError.instance(sql, dict(params), exc, psycopg.Error) from exc
+    conn = cast(psycopg.Connection[Any], fairy.driver_connection)
+    try:
+        conn.autocommit = True
+        try:
+            with conn.cursor(row_factory=namedtuple_row) as cursor:
+                cursor.execute(sql, params)
+                rows = cursor.fetchall() if cursor.description is not None else []
+        finally:
+            if not (conn.closed or conn.broken):
+                conn.autocommit = False
+    except psycopg.Error as exc:
+        lost = conn.closed or conn.broken
+        if lost:
+            engine.pool._invalidate(fairy, exc)
+        elif conn.autocommit:
+            fairy.invalidate(exc)  # never hand an autocommit connection to a transaction
+        raise DBAPIError.instance(
+            sql, dict(params), exc, psycopg.Error, connection_invalidated=lost
+        ) from exc
+    finally:
+        fairy.close()
+    return rows
 
 
 def alembic_config(database_url: str) -> object:

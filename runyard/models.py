@@ -91,6 +91,12 @@ class ToolRun(Base):
             "ix_tool_runs_tenant_requested", "tenant", text("requested_at DESC"), text("id DESC")
         ),
         Index("ix_tool_runs_status_mode", "status", "mode"),
+        Index(
+            "ix_tool_runs_tenant_active",
+            "tenant",
+            "status",
+            postgresql_where=text("status IN ('queued', 'running')"),
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)

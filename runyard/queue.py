@@ -1,7 +1,8 @@
 """The job and run state machine: the ONLY code that writes job and run status.
 
-Each operation is one named, written-out SQL statement (in ``runyard.queue_sql``), or a
-short fixed sequence of them in one transaction. Every write after a claim is fenced by
+Each operation is one named, written-out SQL statement (in ``runyard.queue_sql``) run as its
+own transaction in one round trip (NOTIFYs included), or a short fixed sequence of them in
+one transaction. Every write after a claim is fenced by
 ``(job id, lease_token)`` and reports whether it still owned the lease. Every time-based
 statement takes an optional ``now`` so tests move the clock instead of sleeping; production
 passes ``None`` and gets ``now()``.
@@ -12,15 +13,18 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, TextClause, text
 from sqlalchemy.engine import Connection
 
+from runyard.db import autocommit
 from runyard.models import RunMode, RunStatus
 from runyard.queue_sql import (
     ADMISSION_LOCK,
@@ -28,6 +32,7 @@ from runyard.queue_sql import (
     CANCEL_QUEUED,
     CANCEL_RUNNING,
     CLAIM,
+    CLAIM_ANY_QUEUE,
     CLEAR_EXPIRED,
     ENQUEUE,
     FINALIZE,
@@ -61,9 +66,6 @@ logger = logging.getLogger(__name__)
 JOBS_CHANNEL = "runyard_jobs"
 CANCEL_CHANNEL = "runyard_cancel"
 RUNS_CHANNEL = "runyard_runs"
-
-
-# --- statements -------------------------------------------------------------------------
 
 
 # --- values -----------------------------------------------------------------------------
@@ -217,29 +219,28 @@ class JobQueue:
         """The SQLAlchemy engine the queue writes through."""
         return self._engine
 
+    def _run(self, statement: TextClause, params: dict[str, Any]) -> list[Any]:
+        return autocommit(self._engine, statement, params)
+
+    def _first(self, statement: TextClause, params: dict[str, Any]) -> Any | None:
+        rows = autocommit(self._engine, statement, params)
+        return rows[0] if rows else None
+
     def enqueue(self, run: NewRun, *, now: datetime | None = None) -> EnqueueResult:
-        """Write the run, its job and its first event in one transaction, then NOTIFY."""
+        """Write the run, its job, its first event and the NOTIFY in one statement."""
         run_id, job_id = uuid.uuid4(), uuid.uuid4()
         request_hash = run.request_hash() if run.idempotency_key else None
-        with self._engine.begin() as conn:
-            created = conn.execute(
-                ENQUEUE,
-                enqueue_params(run, run_id, job_id, request_hash, now),
-            ).scalar_one_or_none()
-            if created is None:
-                existing = conn.execute(
-                    FIND_IDEMPOTENT, {"tenant": run.tenant, "key": run.idempotency_key}
-                ).one()
-                if existing.request_hash != request_hash:
-                    raise IdempotencyConflict(
-                        "this Idempotency-Key was already used with a different request"
-                    )
-                return EnqueueResult(run_id=existing.id, created=False)
-            conn.execute(
-                text("SELECT pg_notify(:channel, :queue)"),
-                {"channel": JOBS_CHANNEL, "queue": run.queue},
+        created = self._first(ENQUEUE, enqueue_params(run, run_id, job_id, request_hash, now))
+        if created is not None:
+            return EnqueueResult(run_id=created.id, created=True)
+        # ON CONFLICT waited for the first writer of the key, so its row is committed.
+        existing = self._first(FIND_IDEMPOTENT, {"tenant": run.tenant, "key": run.idempotency_key})
+        assert existing is not None
+        if existing.request_hash != request_hash:
+            raise IdempotencyConflict(
+                "this Idempotency-Key was already used with a different request"
             )
-        return EnqueueResult(run_id=created, created=True)
+        return EnqueueResult(run_id=existing.id, created=False)
 
     def claim(
         self,
@@ -254,18 +255,17 @@ class JobQueue:
         """Claim up to ``limit`` jobs: adoptable ones of this engine first, then queued."""
         if limit <= 0:
             return []
-        with self._engine.begin() as conn:
-            rows = conn.execute(
-                CLAIM,
-                {
-                    "worker_id": worker_id,
-                    "engine_id": engine_id,
-                    "limit": limit,
-                    "lease": lease_seconds,
-                    "queues": list(queues),
-                    "now": now,
-                },
-            ).all()
+        params: dict[str, Any] = {
+            "worker_id": worker_id,
+            "engine_id": engine_id,
+            "limit": limit,
+            "lease": lease_seconds,
+            "now": now,
+        }
+        if len(queues) == 1:
+            rows = self._run(CLAIM, {**params, "queue": queues[0]})
+        else:
+            rows = self._run(CLAIM_ANY_QUEUE, {**params, "queues": list(queues)})
         return [
             ClaimedJob(
                 job_id=row.id,
@@ -293,15 +293,11 @@ class JobQueue:
         *,
         lease_seconds: float,
         now: datetime | None = None,
-        conn: Connection | None = None,
     ) -> Heartbeat:
         """Extend the lease; reports a cancel request, or that the lease is gone."""
-        params = {"job_id": job_id, "token": token, "lease": lease_seconds, "now": now}
-        if conn is not None:
-            row = conn.execute(HEARTBEAT, params).one_or_none()
-        else:
-            with self._engine.begin() as own:
-                row = own.execute(HEARTBEAT, params).one_or_none()
+        row = self._first(
+            HEARTBEAT, {"job_id": job_id, "token": token, "lease": lease_seconds, "now": now}
+        )
         if row is None:
             return Heartbeat(owned=False)
         return Heartbeat(
@@ -321,21 +317,9 @@ class JobQueue:
         """Write the terminal outcome of the run; False if the lease was no longer ours."""
         if not outcome.status.is_terminal:
             raise ValueError(f"finalize needs a terminal status, not {outcome.status}")
-        with self._engine.begin() as conn:
-            row = conn.execute(
-                FINALIZE,
-                {
-                    "job_id": job_id,
-                    "token": token,
-                    **outcome_params(outcome),
-                    "now": now,
-                },
-            ).one_or_none()
-            if row is not None:
-                conn.execute(
-                    text("SELECT pg_notify(:channel, :run_id)"),
-                    {"channel": RUNS_CHANNEL, "run_id": str(row.run_id)},
-                )
+        row = self._first(
+            FINALIZE, {"job_id": job_id, "token": token, **outcome_params(outcome), "now": now}
+        )
         return row is not None
 
     def requeue(
@@ -351,25 +335,18 @@ class JobQueue:
 
         ``token=None`` is the reaper's form: it applies only to a job whose lease is cleared.
         """
-        with self._engine.begin() as conn:
-            row = conn.execute(
-                REQUEUE,
-                {
-                    "job_id": job_id,
-                    "token": token,
-                    "error_code": error_code,
-                    "error": error,
-                    "backoff_base": self._backoff_base,
-                    "backoff_max": self._backoff_max,
-                    "now": now,
-                },
-            ).one_or_none()
-            if row is not None:
-                channel = JOBS_CHANNEL if row.status == "queued" else RUNS_CHANNEL
-                conn.execute(
-                    text("SELECT pg_notify(:channel, :payload)"),
-                    {"channel": channel, "payload": str(row.run_id)},
-                )
+        row = self._first(
+            REQUEUE,
+            {
+                "job_id": job_id,
+                "token": token,
+                "error_code": error_code,
+                "error": error,
+                "backoff_base": self._backoff_base,
+                "backoff_max": self._backoff_max,
+                "now": now,
+            },
+        )
         if row is None:
             return RequeueResult(owned=False)
         return RequeueResult(
@@ -383,25 +360,14 @@ class JobQueue:
         self, job_id: uuid.UUID, token: uuid.UUID, *, now: datetime | None = None
     ) -> bool:
         """Record, under the lease, that this attempt's container is about to be created."""
-        with self._engine.begin() as conn:
-            row = conn.execute(
-                MARK_CONTAINER_REQUESTED, {"job_id": job_id, "token": token, "now": now}
-            ).first()
+        row = self._first(MARK_CONTAINER_REQUESTED, {"job_id": job_id, "token": token, "now": now})
         return row is not None
 
     def requeue_unstarted(
         self, job_id: uuid.UUID, token: uuid.UUID | None, *, now: datetime | None = None
     ) -> RequeueResult:
         """Put back an attempt whose container was never asked for, without charging it."""
-        with self._engine.begin() as conn:
-            row = conn.execute(
-                REQUEUE_UNSTARTED, {"job_id": job_id, "token": token, "now": now}
-            ).one_or_none()
-            if row is not None:
-                conn.execute(
-                    text("SELECT pg_notify(:channel, :payload)"),
-                    {"channel": JOBS_CHANNEL, "payload": str(row.run_id)},
-                )
+        row = self._first(REQUEUE_UNSTARTED, {"job_id": job_id, "token": token, "now": now})
         if row is None:
             return RequeueResult(owned=False)
         return RequeueResult(
@@ -413,9 +379,7 @@ class JobQueue:
 
     def release(self, job_id: uuid.UUID, token: uuid.UUID, *, now: datetime | None = None) -> bool:
         """Give the lease back and keep the job running, so another worker adopts it at once."""
-        with self._engine.begin() as conn:
-            row = conn.execute(RELEASE, {"job_id": job_id, "token": token, "now": now})
-            return row.one_or_none() is not None
+        return self._first(RELEASE, {"job_id": job_id, "token": token, "now": now}) is not None
 
     def append_log(
         self,
@@ -430,27 +394,25 @@ class JobQueue:
         """Append a live log chunk to the run's events; False if the lease is gone."""
         if stream not in ("stdout", "stderr"):
             raise ValueError(f"unknown stream {stream!r}")
-        with self._engine.begin() as conn:
-            row = conn.execute(
-                APPEND_LOG,
-                {
-                    "job_id": job_id,
-                    "token": token,
-                    "stream": stream,
-                    "text": text_chunk,
-                    "until": until,
-                    "now": now,
-                },
-            ).first()
+        row = self._first(
+            APPEND_LOG,
+            {
+                "job_id": job_id,
+                "token": token,
+                "stream": stream,
+                "text": text_chunk,
+                "until": until,
+                "now": now,
+            },
+        )
         return row is not None
 
     def last_log_position(self, run_id: uuid.UUID, attempt: int, stream: str) -> str | None:
         """Engine timestamp of the last stored chunk of ``stream`` for that attempt."""
-        with self._engine.connect() as conn:
-            value = conn.execute(
-                LAST_LOG_POSITION, {"run_id": run_id, "attempt": attempt, "stream": stream}
-            ).scalar_one_or_none()
-        return None if value is None else str(value)
+        row = self._first(
+            LAST_LOG_POSITION, {"run_id": run_id, "attempt": attempt, "stream": stream}
+        )
+        return None if row is None or row[0] is None else str(row[0])
 
     def cancel(self, run_id: uuid.UUID, *, now: datetime | None = None) -> CancelResult:
         """Cancel a queued run at once; flag a running one so its owner stops it."""
@@ -567,8 +529,52 @@ class SyncOrphan:
     engine_id: str | None
 
 
+class DepthEstimate:
+    """This process's idea of the global queue depth, to skip most exact counts.
+
+    The depth cap was never exact across tenants (only a tenant's submits are serialized).
+    A count is reused for ``ttl`` seconds, plus this process's own admits since, while that
+    stays under half the cap; nearer the cap every submit counts again.
+    """
+
+    def __init__(self, ttl: float = 1.0) -> None:
+        self._ttl = ttl
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._until = 0.0
+
+    def far_below(self, cap: int) -> bool:
+        """Whether a recent count says the queue is far from ``cap``."""
+        with self._lock:
+            return time.monotonic() < self._until and self._depth * 2 < cap
+
+    def counted(self, depth: int) -> None:
+        """Remember an exact count."""
+        with self._lock:
+            self._depth, self._until = depth, time.monotonic() + self._ttl
+
+    def admitted(self) -> None:
+        """This process queued one more run."""
+        with self._lock:
+            self._depth += 1
+
+
 class ApiQueue(JobQueue):
     """The queue plus the API's operations: admitted submits and sync-mode runs."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        backoff_base_seconds: float = 2.0,
+        backoff_max_seconds: float = 300.0,
+    ) -> None:
+        super().__init__(
+            engine,
+            backoff_base_seconds=backoff_base_seconds,
+            backoff_max_seconds=backoff_max_seconds,
+        )
+        self._depth = DepthEstimate()
 
     def _replay(self, conn: Connection, run: NewRun, request_hash: str | None) -> uuid.UUID | None:
         if run.idempotency_key is None:
@@ -585,12 +591,21 @@ class ApiQueue(JobQueue):
         return uuid.UUID(str(existing.id))
 
     def _admit(self, conn: Connection, tenant: str, caps: AdmissionCaps, *, queue: bool) -> None:
-        if queue and caps.max_queue_depth > 0:
-            depth = conn.execute(QUEUE_DEPTH, {"cap": caps.max_queue_depth}).scalar_one()
-            if depth >= caps.max_queue_depth:
-                raise AdmissionRefused("queue_full", caps.max_queue_depth)
+        cap = caps.max_queue_depth
+        if queue and cap > 0 and not self._depth.far_below(cap):
+            depth = conn.execute(QUEUE_DEPTH, {"cap": cap}).scalar_one()
+            self._depth.counted(depth)
+            if depth >= cap:
+                raise AdmissionRefused("queue_full", cap)
         if caps.tenant_max_queued > 0 or caps.tenant_max_running > 0:
-            active = conn.execute(TENANT_ACTIVE, {"tenant": tenant}).one()
+            active = conn.execute(
+                TENANT_ACTIVE,
+                {
+                    "tenant": tenant,
+                    "queued_cap": caps.tenant_max_queued,
+                    "running_cap": caps.tenant_max_running,
+                },
+            ).one()
             if 0 < caps.tenant_max_queued <= active.queued:
                 raise AdmissionRefused("tenant_queued", caps.tenant_max_queued)
             if 0 < caps.tenant_max_running <= active.running:
@@ -624,10 +639,7 @@ class ApiQueue(JobQueue):
                 replayed = self._replay(conn, run, request_hash)
                 assert replayed is not None
                 return EnqueueResult(run_id=replayed, created=False)
-            conn.execute(
-                text("SELECT pg_notify(:channel, :queue)"),
-                {"channel": JOBS_CHANNEL, "queue": run.queue},
-            )
+        self._depth.admitted()
         return EnqueueResult(run_id=created, created=True)
 
     def record_sync(

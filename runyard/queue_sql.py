@@ -38,7 +38,7 @@ ENQUEUE = _sql(
         INSERT INTO tool_run_events (run_id, at, type, data)
         SELECT run_id, {NOW}, 'status', jsonb_build_object('status', 'queued') FROM job
     )
-    SELECT id FROM run
+    SELECT id, pg_notify('runyard_jobs', CAST(:queue AS text)) FROM run
     """
 )
 
@@ -49,9 +49,11 @@ FIND_IDEMPOTENT = _sql(
 
 
 # Adoption first (same engine, lease cleared), then queued work. Both selections are
-# MATERIALIZED so the planner cannot re-run them and lock more rows than the limit.
-CLAIM = _sql(
-    """
+# MATERIALIZED so the planner cannot re-run them and lock more rows than the limit. The
+# picked ids reach the UPDATEs and the final join as arrays and primary-key lookups, and one
+# queue is an equality, so the plan reads the partial indexes in order and stays flat
+# however deep the backlog is (a hash join over whole tables otherwise).
+_CLAIM: LiteralString = """
     WITH adoptable AS MATERIALIZED (
         SELECT id FROM tool_run_jobs
         WHERE status = 'running' AND locked_until IS NULL AND engine_id = :engine_id
@@ -60,40 +62,38 @@ CLAIM = _sql(
         FOR UPDATE SKIP LOCKED
     ), fresh AS MATERIALIZED (
         SELECT id FROM tool_run_jobs
-        WHERE status = 'queued' AND available_at <= {NOW} AND attempts < max_attempts
-          AND queue = ANY(CAST(:queues AS text[]))
+        WHERE status = 'queued' AND {QUEUE} AND available_at <= {NOW}
+          AND attempts < max_attempts
         ORDER BY priority DESC, created_at
         LIMIT GREATEST(:limit - (SELECT count(*) FROM adoptable), 0)
         FOR UPDATE SKIP LOCKED
-    ), picked AS (
-        SELECT id, true AS adopted FROM adoptable
-        UNION ALL
-        SELECT id, false AS adopted FROM fresh
     ), claimed AS (
+        -- SET reads the row as it was: only adoptable rows were already running.
         UPDATE tool_run_jobs j SET
             status = 'running',
-            attempts = j.attempts + CASE WHEN picked.adopted THEN 0 ELSE 1 END,
+            attempts = j.attempts + CASE WHEN j.status = 'running' THEN 0 ELSE 1 END,
             locked_by = :worker_id,
             locked_until = {NOW} + make_interval(secs => CAST(:lease AS double precision)),
             lease_token = gen_random_uuid(),
             engine_id = :engine_id,
-            started_at = CASE WHEN picked.adopted THEN j.started_at ELSE {NOW} END,
-            deadline_at = CASE WHEN picked.adopted THEN j.deadline_at
+            started_at = CASE WHEN j.status = 'running' THEN j.started_at ELSE {NOW} END,
+            deadline_at = CASE WHEN j.status = 'running' THEN j.deadline_at
                           ELSE {NOW} + make_interval(secs => j.timeout_seconds) END,
-            container_requested_at = CASE WHEN picked.adopted THEN j.container_requested_at
-                                     ELSE NULL END,
+            container_requested_at = CASE WHEN j.status = 'running'
+                                     THEN j.container_requested_at ELSE NULL END,
             updated_at = {NOW}
-        FROM picked
-        WHERE j.id = picked.id
+        WHERE j.id = ANY(ARRAY(SELECT id FROM adoptable UNION ALL SELECT id FROM fresh))
         RETURNING j.id, j.run_id, j.attempts, j.max_attempts, j.lease_token, j.locked_until,
                   j.deadline_at, j.started_at, j.cancel_requested_at, j.priority,
-                  j.created_at, j.container_requested_at, picked.adopted
+                  j.created_at, j.container_requested_at,
+                  j.id = ANY(ARRAY(SELECT id FROM adoptable)) AS adopted
     ), run AS (
         UPDATE tool_runs r SET status = 'running',
                                started_at = coalesce(r.started_at, c.started_at),
                                attempts = c.attempts
         FROM claimed c
-        WHERE r.id = c.run_id AND NOT c.adopted
+        WHERE r.id = ANY(ARRAY(SELECT run_id FROM claimed WHERE NOT adopted))
+          AND r.id = c.run_id
     ), event AS (
         INSERT INTO tool_run_events (run_id, at, type, data)
         SELECT c.run_id, {NOW}, e.type, e.data
@@ -109,10 +109,17 @@ CLAIM = _sql(
     SELECT c.id, c.run_id, c.attempts, c.max_attempts, c.lease_token, c.locked_until,
            c.deadline_at, c.cancel_requested_at, c.container_requested_at, c.adopted,
            c.started_at, r.requested_at, r.spec, r.input
-    FROM claimed c JOIN tool_runs r ON r.id = c.run_id
+    FROM claimed c CROSS JOIN LATERAL (
+        SELECT requested_at, spec, input FROM tool_runs WHERE id = c.run_id
+    ) r
     ORDER BY c.adopted DESC, c.priority DESC, c.created_at
-    """
-)
+"""
+
+# A worker of one queue (the usual case): the queued index is read in order from its start.
+CLAIM = _sql(_CLAIM.replace("{QUEUE}", "queue = :queue"))
+
+# A worker of several queues: correct, but Postgres sorts all their queued rows to pick.
+CLAIM_ANY_QUEUE = _sql(_CLAIM.replace("{QUEUE}", "queue = ANY(CAST(:queues AS text[]))"))
 
 
 HEARTBEAT = _sql(
@@ -143,14 +150,15 @@ FINALIZE = _sql(
             error_code = :error_code, error = :error,
             image_digest = coalesce(:image_digest, r.image_digest)
         FROM job WHERE r.id = job.run_id
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT run_id, {NOW}, 'status',
+               jsonb_build_object('status', CAST(:status AS text), 'attempt', attempts,
+                                  'exit_code', CAST(:exit_code AS integer),
+                                  'error_code', CAST(:error_code AS text))
+        FROM job
     )
-    INSERT INTO tool_run_events (run_id, at, type, data)
-    SELECT run_id, {NOW}, 'status',
-           jsonb_build_object('status', CAST(:status AS text), 'attempt', attempts,
-                              'exit_code', CAST(:exit_code AS integer),
-                              'error_code', CAST(:error_code AS text))
-    FROM job
-    RETURNING run_id
+    SELECT run_id, pg_notify('runyard_runs', CAST(run_id AS text)) FROM job
     """
 )
 
@@ -198,7 +206,10 @@ REQUEUE = _sql(
         ) AS e(type, data)
         WHERE e.data IS NOT NULL
     )
-    SELECT run_id, CAST(status AS text) AS status, attempts, available_at FROM job
+    SELECT run_id, CAST(status AS text) AS status, attempts, available_at,
+           pg_notify(CASE WHEN status = 'queued' THEN 'runyard_jobs' ELSE 'runyard_runs' END,
+                     CAST(run_id AS text))
+    FROM job
     """
 )
 
@@ -241,7 +252,9 @@ REQUEUE_UNSTARTED = _sql(
             ('status', jsonb_build_object('status', CAST(job.status AS text)))
         ) AS e(type, data)
     )
-    SELECT run_id, CAST(status AS text) AS status, attempts, available_at FROM job
+    SELECT run_id, CAST(status AS text) AS status, attempts, available_at,
+           pg_notify('runyard_jobs', CAST(run_id AS text))
+    FROM job
     """
 )
 
@@ -401,11 +414,15 @@ QUEUE_DEPTH = _sql(
 )
 
 
+# Each count stops at its cap (0: not counted), reading the partial index of active runs.
 TENANT_ACTIVE = _sql(
     """
-    SELECT count(*) FILTER (WHERE status = 'queued') AS queued,
-           count(*) FILTER (WHERE status = 'running') AS running
-    FROM tool_runs WHERE tenant = :tenant AND status IN ('queued', 'running')
+    SELECT (SELECT count(*) FROM (
+                SELECT 1 FROM tool_runs WHERE tenant = :tenant AND status = 'queued'
+                LIMIT :queued_cap) q) AS queued,
+           (SELECT count(*) FROM (
+                SELECT 1 FROM tool_runs WHERE tenant = :tenant AND status = 'running'
+                LIMIT :running_cap) r) AS running
     """
 )
 

@@ -10,6 +10,8 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
+from sqlalchemy import Engine
+
 from runyard.db import make_engine
 from runyard.docker_runner import DockerLimits, DockerRunner
 from runyard.logs import configure
@@ -25,9 +27,20 @@ from worker.wakeup import Wakeups
 logger = logging.getLogger("worker")
 
 
+def worker_engines(database_url: str, concurrency: int) -> tuple[Engine, Engine]:
+    """The worker's pool (a connection per slot, the claim loop and the sweep) and the
+    heartbeat's own; no pre-ping: every database error of the worker is retried."""
+    engine = make_engine(
+        database_url, pool_size=concurrency + 2, max_overflow=concurrency, pre_ping=False
+    )
+    heartbeat_engine = make_engine(database_url, pool_size=1, max_overflow=1, pre_ping=False)
+    return engine, heartbeat_engine
+
+
 def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
     """Wire a worker from settings: engine, queue, Docker runner, registry."""
-    engine = make_engine(settings.database_url, pool_size=4, max_overflow=8)
+    slots = concurrency or settings.worker_concurrency
+    engine, heartbeat_engine = worker_engines(settings.database_url, slots)
     runner = DockerRunner.from_env(
         DockerLimits(
             stdout_cap_bytes=settings.stdout_cap_bytes,
@@ -38,7 +51,7 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
     )
     config = WorkerConfig(
         worker_id=settings.worker_id or new_worker_id(),
-        concurrency=concurrency or settings.worker_concurrency,
+        concurrency=slots,
         lease_seconds=settings.lease_seconds,
         heartbeat_seconds=settings.heartbeat_interval,
         poll_seconds=settings.worker_poll_seconds,
@@ -50,7 +63,6 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
         backoff_max_seconds=settings.retry_backoff_max_seconds,
     )
     sweeper = Sweeper(engine, runner, grace_seconds=settings.sweep_grace_seconds)
-    heartbeat_engine = make_engine(settings.database_url, pool_size=1, max_overflow=1)
     metrics = Metrics()
     if settings.worker_metrics_port:
         metrics.serve(settings.worker_metrics_port, settings.metrics_host)

@@ -386,10 +386,7 @@ class Worker:
                 ),
             )
             return
-        if not job.container_requested and not self._queue.mark_container_requested(
-            job.job_id, job.lease_token
-        ):
-            logger.warning("lease lost before the start", extra=self._log(job, action="lease_lost"))
+        if not job.container_requested and not self._mark_container_requested(flight):
             return
         spec = AttemptSpec(
             run_id=job.run_id,
@@ -408,6 +405,29 @@ class Worker:
             return
         crash_point(BEFORE_FINALIZE)
         self._finalize(flight, outcome)
+
+    def _mark_container_requested(self, flight: InFlight) -> bool:
+        """Record the start under the lease, retrying DB errors while the lease holds."""
+        job = flight.job
+        delay = 0.1
+        while not flight.control.abandon.is_set():
+            try:
+                if self._queue.mark_container_requested(job.job_id, job.lease_token):
+                    return True
+                logger.warning(
+                    "lease lost before the start", extra=self._log(job, action="lease_lost")
+                )
+                return False
+            except _DB_ERRORS as exc:
+                if time.monotonic() + delay >= flight.lease_valid_until:
+                    # Unmarked and unowned: adoption puts it back without charging it.
+                    logger.warning(
+                        "could not record the start", extra=self._log(job, error=str(exc))
+                    )
+                    return False
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        return False
 
     def _release(self, flight: InFlight, why: str) -> None:
         """Decide nothing: give the lease back so adoption looks again later."""

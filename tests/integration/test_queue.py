@@ -13,7 +13,7 @@ from sqlalchemy import Engine, text
 from runyard.db import make_engine
 from runyard.models import RunStatus
 from runyard.queue import JobQueue, NewRun
-from runyard.queue_sql import CLAIM
+from runyard.queue_sql import CLAIM, CLAIM_ANY_QUEUE
 from runyard.runner import AttemptResult
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -172,8 +172,9 @@ def test_claim__race_500_jobs_16_threads_each_claimed_once(database_url: str, pl
         eng.dispose()
 
 
+@pytest.mark.parametrize("statement", ["CLAIM", "CLAIM_ANY_QUEUE"])
 @pytest.mark.parametrize("planner", ["default", "no_hash_no_merge"])
-def test_claim__locks_no_more_rows_than_its_limit(database_url: str, planner: str):
+def test_claim__locks_no_more_rows_than_its_limit(database_url: str, planner: str, statement: str):
     options = "" if planner == "default" else "-c enable_hashjoin=off -c enable_mergejoin=off"
     eng = make_engine(database_url)
     queue = JobQueue(eng)
@@ -187,13 +188,14 @@ def test_claim__locks_no_more_rows_than_its_limit(database_url: str, planner: st
                 conn.execute(text("SET LOCAL enable_hashjoin = off"))
                 conn.execute(text("SET LOCAL enable_mergejoin = off"))
             rows = conn.execute(
-                CLAIM,
+                CLAIM if statement == "CLAIM" else CLAIM_ANY_QUEUE,
                 {
                     "worker_id": "w",
                     "engine_id": ENGINE,
                     "limit": 5,
                     "lease": LEASE,
-                    "queues": ["default"],
+                    "queue": "default",
+                    "queues": ["other", "default"],
                     "now": T0,
                 },
             ).all()
@@ -355,6 +357,77 @@ def test_adoption__comes_before_queued_work(queue: JobQueue):
     jobs = claim(queue, limit=2, now=at)
     assert jobs[0].run_id == adopt_me and jobs[0].adopted
     assert not jobs[1].adopted
+
+
+def test_claim__several_queues_by_priority_never_another_queue(queue: JobQueue):
+    a = queue.enqueue(new_run(queue="a", priority=1), now=T0).run_id
+    b = queue.enqueue(new_run(queue="b", priority=5), now=T0).run_id
+    queue.enqueue(new_run(queue="c", priority=9), now=T0)
+    jobs = queue.claim(
+        worker_id="w", engine_id=ENGINE, limit=5, lease_seconds=LEASE, queues=("a", "b"), now=T0
+    )
+    assert [j.run_id for j in jobs] == [b, a]
+    assert claim(queue) == []
+    none = queue.claim(worker_id="w", engine_id=ENGINE, limit=5, lease_seconds=LEASE, queues=())
+    assert none == []
+
+
+def test_claim__adoption_and_fresh_lock_no_more_than_the_limit(database_url: str):
+    eng = make_engine(database_url)
+    queue = JobQueue(eng)
+    try:
+        adopt_me = enqueue_many(queue, 1)[0]
+        claim(queue)
+        enqueue_many(queue, 10)
+        at = T0 + timedelta(seconds=LEASE + 1)
+        queue.clear_expired(queue.select_expired(batch=10, now=at), now=at)
+        with eng.begin() as conn:
+            conn.execute(text("CREATE EXTENSION IF NOT EXISTS pgrowlocks"))
+        with eng.connect() as conn:
+            trans = conn.begin()
+            rows = conn.execute(
+                CLAIM,
+                {
+                    "worker_id": "w2",
+                    "engine_id": ENGINE,
+                    "limit": 3,
+                    "lease": LEASE,
+                    "queue": "default",
+                    "now": at,
+                },
+            ).all()
+            with eng.connect() as other:
+                locked = other.execute(
+                    text("SELECT count(*) FROM pgrowlocks('tool_run_jobs')")
+                ).scalar_one()
+            trans.rollback()
+        assert [r.adopted for r in rows] == [True, False, False]
+        assert rows[0].run_id == adopt_me and rows[0].attempts == 1
+        assert [r.attempts for r in rows[1:]] == [1, 1]
+        assert locked == 3
+    finally:
+        eng.dispose()
+
+
+def test_statements__notify_in_their_own_transaction(database_url: str, queue: JobQueue):
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        for channel in ("runyard_jobs", "runyard_runs"):
+            listener.execute(f"LISTEN {channel}")
+        run_id = enqueue_many(queue, 1)[0]
+        [job] = claim(queue)
+        assert queue.finalize(job.job_id, job.lease_token, SUCCESS, now=T0)
+        lost = enqueue_many(queue, 1, max_attempts=2)[0]
+        [job] = claim(queue)
+        queue.requeue(job.job_id, job.lease_token, error_code="container_lost", error="x", now=T0)
+        notes = [(n.channel, n.payload) for n in listener.notifies(timeout=1.0, stop_after=4)]
+    assert notes == [
+        ("runyard_jobs", "default"),
+        ("runyard_runs", str(run_id)),
+        ("runyard_jobs", "default"),
+        ("runyard_jobs", str(lost)),
+    ]
 
 
 # --- backoff and attempts ----------------------------------------------------------------
