@@ -89,9 +89,7 @@ def test_live_logs__a_line_before_a_long_silence_arrives_during_the_silence(
     worker = Worker(queue, DockerRunner(docker_client), WorkerConfig(worker_id="w1"))
     worker.run_once()
     deadline = time.monotonic() + 20
-    while not (
-        stream_events(engine, run_id, "stdout") and stream_events(engine, run_id, "stderr")
-    ):
+    while not (stream_events(engine, run_id, "stdout") and stream_events(engine, run_id, "stderr")):
         assert time.monotonic() < deadline, "the first lines did not arrive during the sleep"
         time.sleep(0.1)
     assert [e["text"] for e in stream_events(engine, run_id, "stdout")] == ["starting\n"]
