@@ -4,7 +4,8 @@ It rejects a body larger than the limit from its ``Content-Length`` without read
 counts the bytes of a body sent without one; a body of another media type is 415. A JSON body
 is checked once here: malformed, duplicate keys, deeper than the limit, non-finite numbers,
 NUL characters or lone surrogates (which Postgres cannot store) are rejected with a problem
-document naming the field. The app downstream receives the same bytes.
+document naming the field. Under the dashboard's prefix a body must be a url-encoded form
+instead (and is not parsed here). The app downstream receives the same bytes.
 """
 
 from __future__ import annotations
@@ -101,6 +102,11 @@ def parse_json(body: bytes, max_depth: int) -> Any:
     return document
 
 
+def is_form_media_type(content_type: str) -> bool:
+    """``application/x-www-form-urlencoded``, parameters ignored."""
+    return content_type.split(";", 1)[0].strip().lower() == "application/x-www-form-urlencoded"
+
+
 def is_json_media_type(content_type: str) -> bool:
     """``application/json`` or any ``application/*+json``, parameters ignored."""
     media = content_type.split(";", 1)[0].strip().lower()
@@ -112,10 +118,19 @@ def is_json_media_type(content_type: str) -> bool:
 class RequestGuard:
     """See the module docstring; every refusal is an ``application/problem+json`` answer."""
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int, max_json_depth: int = 64) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_body_bytes: int,
+        max_json_depth: int = 64,
+        form_path_prefix: str | None = None,
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.max_json_depth = max_json_depth
+        # The dashboard's HTML forms post url-encoded bodies under this prefix, JSON nowhere.
+        self.form_path_prefix = form_path_prefix
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -159,7 +174,18 @@ class RequestGuard:
                 return
         if body:
             content_type = headers.get(b"content-type", b"").decode("latin-1")
-            if not is_json_media_type(content_type):
+            if self.form_path_prefix and str(scope.get("path", "")).startswith(
+                self.form_path_prefix
+            ):
+                if not is_form_media_type(content_type):
+                    await problem_response(
+                        415,
+                        "unsupported_media_type",
+                        "send the form as application/x-www-form-urlencoded",
+                        field="Content-Type",
+                    )(scope, receive, send)
+                    return
+            elif not is_json_media_type(content_type):
                 await problem_response(
                     415,
                     "unsupported_media_type",
@@ -167,13 +193,14 @@ class RequestGuard:
                     field="Content-Type",
                 )(scope, receive, send)
                 return
-            try:
-                parse_json(bytes(body), self.max_json_depth)
-            except BadJson as exc:
-                await problem_response(exc.status, exc.code, exc.detail, field=exc.field)(
-                    scope, receive, send
-                )
-                return
+            else:
+                try:
+                    parse_json(bytes(body), self.max_json_depth)
+                except BadJson as exc:
+                    await problem_response(exc.status, exc.code, exc.detail, field=exc.field)(
+                        scope, receive, send
+                    )
+                    return
 
         replayed = False
 

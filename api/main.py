@@ -18,6 +18,7 @@ from api.guard import RequestGuard
 from api.openapi import install_openapi
 from api.problems import install_problem_handlers
 from api.routes import events, health, metrics, runs, tools
+from api.ui.context import install_ui
 from runyard.db import make_engine
 from runyard.docker_runner import DockerLimits, DockerRunner
 from runyard.notify import RunNotifier
@@ -139,11 +140,14 @@ def create_app(
         RequestGuard,
         max_body_bytes=settings.max_request_bytes,
         max_json_depth=settings.max_json_depth,
+        form_path_prefix="/ui/" if settings.ui_enabled else None,
     )
     app.include_router(health.router)
     app.include_router(metrics.router)
     app.include_router(runs.router)
     app.include_router(events.router)
     app.include_router(tools.router)
+    if settings.ui_enabled:
+        install_ui(app, settings)
     install_openapi(app)
     return app

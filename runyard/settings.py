@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -44,6 +44,12 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(default=1_048_576, ge=1024)
     max_json_depth: int = Field(default=64, ge=2, le=512)
     api_db_pool_size: int = Field(default=10, ge=1, le=500)
+
+    # The dashboard under /ui: an API key becomes a signed, HttpOnly session cookie.
+    ui_enabled: bool = True
+    ui_session_secret: SecretStr | None = Field(default=None, min_length=32)
+    ui_session_hours: float = Field(default=12.0, gt=0, le=24 * 30)
+    ui_cookie_secure: bool = False
 
     # Admission (0 = no cap): a full queue answers 503, a tenant at one of its caps 429.
     max_queue_depth: int = Field(default=100_000, ge=0)

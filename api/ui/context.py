@@ -1,0 +1,174 @@
+"""What the dashboard's handlers depend on: its templates and signer, and the session."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import Annotated
+from urllib.parse import quote
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import PlainTextResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.deps import DEV_TENANT, ServicesDep
+from api.ui.session import COOKIE_NAME, Session, SessionSigner, load_session, same_token
+from runyard.auth import Principal
+from runyard.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+UI_PREFIX = "/ui"
+# Nothing on a page may load or send anything anywhere but this origin.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+SECURITY_HEADERS = [
+    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+    (b"x-frame-options", b"DENY"),
+]
+
+
+@dataclass(frozen=True)
+class UiContext:
+    """Built once by ``install_ui``."""
+
+    templates: Jinja2Templates
+    signer: SessionSigner
+    auth_disabled: bool
+    cookie_secure: bool
+    # With auth disabled everyone is this session (its CSRF token still guards the forms).
+    dev_session: Session
+
+
+class UiError(Exception):
+    """An error shown as a dashboard page (not a problem document)."""
+
+    def __init__(self, status: int, title: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.title = title
+        self.message = message
+
+
+class LoginRequired(Exception):
+    """No valid session: pages go to the login form, fragments and streams answer 401."""
+
+
+def get_ui(request: Request) -> UiContext:
+    """The dashboard's context of the running app."""
+    ui: UiContext = request.app.state.ui
+    return ui
+
+
+UiDep = Annotated[UiContext, Depends(get_ui)]
+
+
+async def get_session(request: Request, services: ServicesDep, ui: UiDep) -> Session:
+    """The caller's session from its cookie; with auth disabled, the ``dev`` admin."""
+    if ui.auth_disabled:
+        session = ui.dev_session
+    else:
+        cookie = request.cookies.get(COOKIE_NAME)
+        found = await run_in_threadpool(load_session, services.engine, ui.signer, cookie)
+        if found is None:
+            raise LoginRequired()
+        session = found
+    request.state.ui_session = session
+    return session
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+
+
+def check_csrf(session: Session, fields: dict[str, str]) -> None:
+    """A form post must carry the session's token (SameSite=Strict is the first guard)."""
+    if not same_token(fields.get("csrf_token"), session.csrf_token):
+        raise UiError(
+            403, "Form expired", "The form is stale or came from another site. Reload the page."
+        )
+
+
+def _login_required(request: Request, exc: Exception) -> Response:
+    wants_page = request.method == "GET" and request.headers.get("x-runyard-fragment") is None
+    if wants_page and "text/event-stream" not in request.headers.get("accept", ""):
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse(f"/ui/login?next={quote(target)}", status_code=303)
+    return PlainTextResponse("log in again", status_code=401)
+
+
+def _ui_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, UiError)
+    ui = get_ui(request)
+    return ui.templates.TemplateResponse(
+        request,
+        "error.html",
+        {
+            "session": getattr(request.state, "ui_session", None),
+            "auth_disabled": ui.auth_disabled,
+            "notice": None,
+            "title": exc.title,
+            "message": exc.message,
+        },
+        status_code=exc.status,
+    )
+
+
+class UiSecurityHeaders:
+    """Adds the dashboard's security headers to every answer under ``/ui``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = str(scope.get("path", ""))
+        if scope["type"] != "http" or not (path == UI_PREFIX or path.startswith(UI_PREFIX + "/")):
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def install_ui(app: FastAPI, settings: Settings) -> None:
+    """Mount the dashboard (pages, static assets, headers) on the API app."""
+    from fastapi.staticfiles import StaticFiles
+
+    from api.ui.render import STATIC_DIR, make_templates
+    from api.ui.views import router
+
+    if settings.ui_session_secret is not None:
+        secret = settings.ui_session_secret.get_secret_value().encode()
+    else:
+        secret = secrets.token_bytes(32)
+        if not settings.auth_disabled:
+            logger.warning(
+                "RUNYARD_UI_SESSION_SECRET is not set: dashboard sessions end when this "
+                "process restarts and are not shared between API replicas"
+            )
+    app.state.ui = UiContext(
+        templates=make_templates(),
+        signer=SessionSigner(secret, lifetime_seconds=settings.ui_session_hours * 3600),
+        auth_disabled=settings.auth_disabled,
+        cookie_secure=settings.ui_cookie_secure,
+        dev_session=Session(
+            principal=Principal(tenant=DEV_TENANT, admin=True),
+            key_prefix="",
+            csrf_token=secrets.token_urlsafe(24),
+        ),
+    )
+    app.add_exception_handler(LoginRequired, _login_required)
+    app.add_exception_handler(UiError, _ui_error)
+    app.mount(f"{UI_PREFIX}/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
+    app.include_router(router)
+    app.add_middleware(UiSecurityHeaders)

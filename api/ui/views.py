@@ -1,0 +1,396 @@
+"""The dashboard's pages: thin handlers over the same core the JSON API uses."""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from typing import Annotated, Any
+from urllib.parse import parse_qsl, urlencode
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, RedirectResponse
+from pydantic import ValidationError
+
+from api.deps import ServicesDep, visible_tenant
+from api.guard import BadJson, parse_json
+from api.problems import Problem
+from api.routes import events as event_routes
+from api.routes import runs as run_routes
+from api.schemas import RunCreate
+from api.ui.context import SessionDep, UiContext, UiDep, UiError, check_csrf
+from api.ui.session import COOKIE_NAME, COOKIE_PATH, key_prefix
+from runyard.auth import authenticate
+from runyard.dashboard import log_snapshot, queue_overview, run_timeline, worker_overview
+from runyard.models import TERMINAL_STATUSES, RunStatus, ToolRun
+from runyard.runs import BadCursor, RunFilter, RunReader
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+PAGE_SIZE = 25
+MAX_FORM_FIELDS = 20
+NOTICES = {
+    "cancel_requested": "Cancel requested: the run stops within a few seconds.",
+    "already_finished": "The run had already finished; nothing was cancelled.",
+    "logged_out": "You are logged out.",
+}
+
+
+async def form_fields(request: Request) -> dict[str, str]:
+    """A url-encoded form body (the guard has checked its size and media type)."""
+    body = (await request.body()).decode("utf-8", errors="replace")
+    try:
+        pairs = parse_qsl(body, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
+    except ValueError as exc:
+        raise UiError(400, "Bad form", "The form has too many fields.") from exc
+    return dict(pairs)
+
+
+def page(
+    ui: UiContext,
+    request: Request,
+    name: str,
+    context: dict[str, Any],
+    *,
+    status_code: int = 200,
+) -> HTMLResponse:
+    """Render a template with what every page needs (session, nav, notice)."""
+    session = getattr(request.state, "ui_session", None)
+    notice = NOTICES.get(request.query_params.get("notice", ""))
+    full = {"session": session, "notice": notice, "auth_disabled": ui.auth_disabled, **context}
+    return ui.templates.TemplateResponse(request, name, full, status_code=status_code)
+
+
+def not_found(ui: UiContext, request: Request, what: str) -> HTMLResponse:
+    """The dashboard's 404: the same answer for a missing run and another tenant's."""
+    return page(ui, request, "error.html", {"title": "Not found", "message": what}, status_code=404)
+
+
+def _safe_next(target: str | None) -> str:
+    """Only redirect back inside the dashboard (no open redirect)."""
+    if target and target.startswith("/ui/") and not target.startswith("//"):
+        return target
+    return "/ui/runs"
+
+
+def _parse_run_id(value: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return None
+
+
+@router.get("")
+@router.get("/")
+def home() -> RedirectResponse:
+    """The runs page is the start page."""
+    return RedirectResponse("/ui/runs", status_code=303)
+
+
+@router.get("/login")
+def login_form(request: Request, ui: UiDep, next: str | None = None) -> Response:
+    """Ask for an API key (with auth disabled there is nothing to ask)."""
+    if ui.auth_disabled:
+        return RedirectResponse(_safe_next(next), status_code=303)
+    return page(ui, request, "login.html", {"next": _safe_next(next), "error": None})
+
+
+@router.post("/login")
+async def login(request: Request, services: ServicesDep, ui: UiDep) -> Response:
+    """Check the key; on success set the session cookie and go where the user was headed."""
+    fields = await form_fields(request)
+    target = _safe_next(fields.get("next"))
+    api_key = fields.get("api_key", "").strip()
+    principal = await run_in_threadpool(authenticate, services.engine, api_key) if api_key else None
+    prefix = key_prefix(api_key)
+    if principal is None or prefix is None:
+        message = "That API key is unknown or revoked." if api_key else "Enter an API key."
+        return page(ui, request, "login.html", {"next": target, "error": message}, status_code=401)
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(
+        COOKIE_NAME,
+        ui.signer.issue(prefix),
+        max_age=int(ui.signer.lifetime_seconds),
+        path=COOKIE_PATH,
+        httponly=True,
+        secure=ui.cookie_secure,
+        samesite="strict",
+    )
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request, session: SessionDep) -> Response:
+    """Forget the session cookie."""
+    check_csrf(session, await form_fields(request))
+    response = RedirectResponse("/ui/login?notice=logged_out", status_code=303)
+    response.delete_cookie(COOKIE_NAME, path=COOKIE_PATH, httponly=True, samesite="strict")
+    return response
+
+
+def _run_filters(
+    request: Request, session_tenant: str | None, status: str | None, tool: str | None
+) -> RunFilter:
+    chosen_status = None
+    if status:
+        try:
+            chosen_status = RunStatus(status)
+        except ValueError:
+            chosen_status = None
+    return RunFilter(tenant=session_tenant, status=chosen_status, tool=tool or None)
+
+
+def _runs_context(services: ServicesDep, filters: RunFilter, cursor: str | None) -> dict[str, Any]:
+    try:
+        rows, next_cursor = RunReader(services.engine).page(filters, limit=PAGE_SIZE, cursor=cursor)
+    except BadCursor:
+        rows, next_cursor, cursor = [], None, None
+    query: dict[str, str] = {}
+    if filters.status is not None:
+        query["status"] = filters.status.value
+    if filters.tool is not None:
+        query["tool"] = filters.tool
+    older = urlencode({**query, "cursor": next_cursor}) if next_cursor else None
+    return {
+        "runs": rows,
+        "filters": filters,
+        "query": urlencode(query),
+        "rows_query": urlencode({**query, **({"cursor": cursor} if cursor else {})}),
+        "older_query": older,
+        "first_page": cursor is None,
+    }
+
+
+@router.get("/runs")
+def runs_page(
+    request: Request,
+    services: ServicesDep,
+    ui: UiDep,
+    session: SessionDep,
+    status: Annotated[str | None, Query(max_length=20)] = None,
+    tool: Annotated[str | None, Query(max_length=63)] = None,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+) -> HTMLResponse:
+    """Runs newest first, filtered by status and tool, refreshed in place by app.js."""
+    filters = _run_filters(request, visible_tenant(session.principal), status, tool)
+    context = _runs_context(services, filters, cursor)
+    context.update(
+        statuses=[s.value for s in RunStatus], tools=sorted(services.registry.tools), title="Runs"
+    )
+    return page(ui, request, "runs.html", context)
+
+
+@router.get("/runs/rows")
+def runs_rows(
+    request: Request,
+    services: ServicesDep,
+    ui: UiDep,
+    session: SessionDep,
+    status: Annotated[str | None, Query(max_length=20)] = None,
+    tool: Annotated[str | None, Query(max_length=63)] = None,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+) -> HTMLResponse:
+    """The table body of the runs page, for its live refresh."""
+    filters = _run_filters(request, visible_tenant(session.principal), status, tool)
+    return page(ui, request, "_run_rows.html", _runs_context(services, filters, cursor))
+
+
+def _load_run(services: ServicesDep, session: Any, run_id: str) -> ToolRun | None:
+    parsed = _parse_run_id(run_id)
+    if parsed is None:
+        return None
+    return RunReader(services.engine).get(parsed, visible_tenant(session.principal))
+
+
+def _panel_context(services: ServicesDep, run: ToolRun) -> dict[str, Any]:
+    return {
+        "run": run,
+        "terminal": run.status in TERMINAL_STATUSES,
+        "timeline": run_timeline(services.engine, run.id),
+    }
+
+
+@router.get("/runs/{run_id}")
+def run_page(
+    run_id: str, request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
+) -> HTMLResponse:
+    """One run: summary, result, logs (live while it runs), timeline, cancel."""
+    run = _load_run(services, session, run_id)
+    if run is None:
+        return not_found(ui, request, f"There is no run {run_id} you can see.")
+    context = _panel_context(services, run)
+    if context["terminal"]:
+        stdout, stderr, upto = run.stdout or "", run.stderr or "", 0
+    else:
+        snapshot = log_snapshot(services.engine, run.id, run.attempts)
+        stdout, stderr, upto = snapshot.stdout, snapshot.stderr, snapshot.upto
+    context.update(title=f"Run {run.id}", stdout=stdout, stderr=stderr, upto=upto)
+    return page(ui, request, "run.html", context)
+
+
+@router.get("/runs/{run_id}/panel")
+def run_panel(
+    run_id: str, request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
+) -> HTMLResponse:
+    """The summary and timeline of a run page, for its live refresh."""
+    run = _load_run(services, session, run_id)
+    if run is None:
+        return not_found(ui, request, f"There is no run {run_id} you can see.")
+    return page(ui, request, "_run_panel.html", _panel_context(services, run))
+
+
+@router.get("/runs/{run_id}/logs")
+def run_logs_fragment(
+    run_id: str, request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
+) -> HTMLResponse:
+    """The stored (capped) logs of a finished run, swapped in when it ends."""
+    run = _load_run(services, session, run_id)
+    if run is None:
+        return not_found(ui, request, f"There is no run {run_id} you can see.")
+    context = {"run": run, "stdout": run.stdout or "", "stderr": run.stderr or "", "upto": 0}
+    return page(ui, request, "_run_logs.html", context)
+
+
+@router.get("/runs/{run_id}/events")
+async def run_events(
+    run_id: str,
+    request: Request,
+    services: ServicesDep,
+    ui: UiDep,
+    session: SessionDep,
+    after: Annotated[int, Query(ge=0, le=event_routes.MAX_EVENT_ID)] = 0,
+) -> Response:
+    """The run's SSE stream (the API's own), authenticated by the session cookie."""
+    parsed = _parse_run_id(run_id)
+    if parsed is None:
+        return not_found(ui, request, f"There is no run {run_id} you can see.")
+    last_event_id = request.headers.get("last-event-id")
+    start = after
+    if last_event_id and last_event_id.isdigit() and len(last_event_id) <= 19:
+        start = max(start, int(last_event_id))
+    return await event_routes.run_events(
+        run_id=parsed,
+        services=services,
+        principal=session.principal,
+        last_event_id=None,
+        after=start,
+    )
+
+
+@router.post("/runs/{run_id}/cancel")
+async def cancel(
+    run_id: str, request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
+) -> Response:
+    """Cancel from the run page, then show the page again."""
+    check_csrf(session, await form_fields(request))
+    parsed = _parse_run_id(run_id)
+    if parsed is None:
+        return not_found(ui, request, f"There is no run {run_id} you can see.")
+    notice = "cancel_requested"
+    try:
+        await run_in_threadpool(
+            run_routes.cancel_run, run_id=parsed, services=services, principal=session.principal
+        )
+    except Problem as exc:
+        if exc.status == 404:
+            return not_found(ui, request, f"There is no run {run_id} you can see.")
+        if exc.code != "run_finished":
+            raise
+        notice = "already_finished"
+    return RedirectResponse(f"/ui/runs/{parsed}?notice={notice}", status_code=303)
+
+
+def _submit_context(
+    services: ServicesDep, tool: str | None, input_text: str, error: str | None
+) -> dict[str, Any]:
+    registry = services.registry
+    chosen = tool if tool in registry.tools else None
+    return {
+        "title": "Submit a run",
+        "tools": [registry.tools[name] for name in sorted(registry.tools)],
+        "chosen": chosen,
+        "input_text": input_text,
+        "error": error,
+        # A fresh Idempotency-Key per form: submitting the same form twice makes one run.
+        "form_key": secrets.token_urlsafe(16),
+    }
+
+
+@router.get("/submit")
+def submit_form(
+    request: Request,
+    services: ServicesDep,
+    ui: UiDep,
+    session: SessionDep,
+    tool: Annotated[str | None, Query(max_length=63)] = None,
+) -> HTMLResponse:
+    """A form: pick a tool, write its JSON input."""
+    return page(ui, request, "submit.html", _submit_context(services, tool, "{}", None))
+
+
+@router.post("/submit")
+async def submit(
+    request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
+) -> Response:
+    """Submit through the API's own path (admission, idempotency, sync mode), then show it."""
+    fields = await form_fields(request)
+    check_csrf(session, fields)
+    tool = fields.get("tool", "")
+    input_text = fields.get("input", "")
+
+    def again(message: str, status_code: int) -> HTMLResponse:
+        context = _submit_context(services, tool, input_text, message)
+        return page(ui, request, "submit.html", context, status_code=status_code)
+
+    try:
+        value = parse_json(input_text.encode(), services.settings.max_json_depth)
+    except BadJson as exc:
+        return again(f"The input is not valid JSON: {exc.detail}", 422)
+    try:
+        body = RunCreate(tool=tool, input=value)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return again(f"{where}: {first['msg']}", 422)
+    form_key = fields.get("form_key") or None
+    try:
+        run = await run_routes.submit_run(
+            request=request,
+            body=body,
+            response=Response(),
+            services=services,
+            principal=session.principal,
+            wait=0,
+            idempotency_key=form_key if form_key and len(form_key) <= 64 else None,
+        )
+    except Problem as exc:
+        return again(exc.detail, exc.status)
+    return RedirectResponse(f"/ui/runs/{run.id}", status_code=303)
+
+
+@router.get("/queue")
+def queue_page(
+    request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
+) -> HTMLResponse:
+    """Depth by queue and status, the oldest ready run, wait-time percentiles."""
+    overview = queue_overview(services.engine, visible_tenant(session.principal))
+    return page(ui, request, "queue.html", {"title": "Queue", "overview": overview})
+
+
+@router.get("/workers")
+def workers_page(
+    request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
+) -> HTMLResponse:
+    """Workers: live, silent or stopped; their engine, slots and last heartbeat."""
+    workers = worker_overview(services.engine, silent_after_seconds=services.settings.lease_seconds)
+    return page(ui, request, "workers.html", {"title": "Workers", "workers": workers})
+
+
+@router.get("/tools")
+def tools_page(
+    request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
+) -> HTMLResponse:
+    """The tool registry with its limits and input schemas."""
+    registry = services.registry
+    tools = [registry.tools[name] for name in sorted(registry.tools)]
+    return page(ui, request, "tools.html", {"title": "Tools", "tools": tools})

@@ -1,0 +1,139 @@
+"""Browser fixtures: Debian's headless Chromium (driven by Playwright), the API served on
+loopback, and a real worker process on the real Docker engine."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker
+import pytest
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    ConsoleMessage,
+    Page,
+    Request,
+    sync_playwright,
+)
+from sqlalchemy import Engine, text
+
+from runyard.docker_runner import LABEL_MANAGED
+from runyard.settings import Settings
+from runyard.tools import load_registry
+from tests.acceptance.cluster import FAST_TIMINGS
+from tests.integration.conftest import _quietly
+from tests.integration.test_api_helpers import live_server, make_app
+
+ROOT = Path(__file__).resolve().parents[2]
+# Screenshots are test artefacts (git-ignored), one per page and width.
+EXPECTED_404 = "Failed to load resource: the server responded with a status of 404"
+ARTIFACTS = Path(os.environ.get("RUNYARD_TEST_ARTIFACTS", ROOT / "test-artifacts")) / "ui"
+
+
+def chromium_executable() -> str:
+    """Debian's Chromium; scripts/test installs it (scripts/ensure-chromium)."""
+    configured = os.environ.get("RUNYARD_TEST_CHROMIUM")
+    found = configured or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not found:
+        pytest.fail("no Chromium: run scripts/ensure-chromium (Debian package 'chromium')")
+    return found
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    """One headless Chromium for the session."""
+    args = ["--disable-dev-shm-usage"]
+    if os.geteuid() == 0:
+        args.append("--no-sandbox")  # Chromium refuses its sandbox as root (CI runs as root)
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium_executable(), args=args)
+        yield launched
+        launched.close()
+
+
+@dataclass
+class Dashboard:
+    """The API on loopback and what the pages asked of the network."""
+
+    url: str
+    engine: Engine
+    requests: list[str] = field(default_factory=list)
+    console_errors: list[str] = field(default_factory=list)
+
+    def context(self, browser: Browser, width: int = 1280) -> BrowserContext:
+        """A fresh browser profile whose every request and console error is recorded."""
+        made = browser.new_context(viewport={"width": width, "height": 900}, base_url=self.url)
+
+        def on_console(message: ConsoleMessage) -> None:
+            # The 404 pages the tests open on purpose log this; anything else is a fault
+            # (a script error, a request the Content-Security-Policy blocked).
+            if message.type == "error" and not message.text.startswith(EXPECTED_404):
+                self.console_errors.append(message.text)
+
+        def on_page(page: Page) -> None:
+            page.on("console", on_console)
+            page.on("pageerror", lambda error: self.console_errors.append(str(error)))
+
+        def on_request(request: Request) -> None:
+            self.requests.append(request.url)
+
+        made.on("request", on_request)
+        made.on("page", on_page)
+        return made
+
+    def foreign_requests(self) -> list[str]:
+        """Requests that went anywhere but the API's own origin."""
+        return [url for url in self.requests if not url.startswith(self.url + "/")]
+
+
+@pytest.fixture
+def dashboard(database_url: str, engine: Engine, tmp_path: Path) -> Iterator[Dashboard]:
+    """The API in-process on loopback plus ``python -m worker``; cleaned up after."""
+    registry = load_registry(ROOT / "tools" / "tools.toml", Settings(database_url="unused"))
+    app = make_app(database_url, engine, registry, events_poll_seconds=0.5)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNYARD_")}
+    env.update(FAST_TIMINGS)
+    env.update(
+        RUNYARD_DATABASE_URL=database_url,
+        RUNYARD_TOOLS_FILE=str(ROOT / "tools" / "tools.toml"),
+        RUNYARD_WORKER_ID="w-browser",
+        RUNYARD_WORKER_CONCURRENCY="2",
+    )
+    log = (tmp_path / "worker.log").open("ab")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "worker"], env=env, stdout=log, stderr=log, cwd=ROOT
+    )
+    log.close()
+    try:
+        with live_server(app) as url:
+            yield Dashboard(url=url, engine=engine)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait(timeout=10)
+        _remove_containers_of(engine)
+
+
+def _remove_containers_of(engine: Engine) -> None:
+    with engine.connect() as conn:
+        runs = {str(r) for r in conn.execute(text("SELECT id FROM tool_runs")).scalars()}
+    client = docker.from_env(timeout=60)
+    label = {"label": f"{LABEL_MANAGED}=true"}
+    for container in client.api.containers(all=True, filters=label):
+        if (container.get("Labels") or {}).get("io.runyard.run_id") in runs:
+            _quietly(functools.partial(client.api.remove_container, container["Id"], force=True))
+    for volume in client.api.volumes(filters=label).get("Volumes") or []:
+        if (volume.get("Labels") or {}).get("io.runyard.run_id") in runs:
+            _quietly(functools.partial(client.api.remove_volume, volume["Name"], force=True))
+    client.close()

@@ -1,0 +1,194 @@
+"""The dashboard in headless Chromium against the real API, a real worker and real Docker."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+from sqlalchemy import text
+
+from runyard.auth import create_api_key
+from tests.browser.conftest import ARTIFACTS, Dashboard
+
+pytestmark = [pytest.mark.docker, pytest.mark.browser, pytest.mark.timeout(240)]
+
+LIVE = 60_000  # ms: a run through a real container on a busy 2-core machine
+
+
+def log_in(page: Page, key: str) -> None:
+    """Log in with the keyboard only: the key field has focus, Enter submits."""
+    page.goto("/ui/runs")
+    expect(page).to_have_url(re.compile(r"/ui/login\?next=/ui/runs$"))
+    expect(page.locator("#api_key")).to_be_focused()
+    page.keyboard.type(key)
+    page.keyboard.press("Enter")
+    expect(page).to_have_url(re.compile(r"/ui/runs$"))
+
+
+def assert_same_origin_only(dashboard: Dashboard) -> None:
+    """No page asked anything of another origin, and the CSP blocked nothing."""
+    assert dashboard.requests, "no request was recorded"
+    assert dashboard.foreign_requests() == []
+    assert dashboard.console_errors == []
+
+
+def mark_page(page: Page) -> None:
+    """A marker a reload or navigation would wipe."""
+    page.evaluate("window.__noReload = true")
+
+
+def still_marked(page: Page) -> bool:
+    return bool(page.evaluate("window.__noReload === true"))
+
+
+def test_echo_from_the_form__reaches_succeeded_live_then_shows_result_and_logs(
+    browser: Browser, dashboard: Dashboard
+):
+    context = dashboard.context(browser)
+    page = context.new_page()
+    log_in(page, create_api_key(dashboard.engine, "acme"))
+
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Submit").click()
+    page.get_by_label("Tool").select_option("echo")
+    page.get_by_label("Input (JSON)").fill('{"greeting": "hello from the browser"}')
+    page.get_by_role("button", name="Submit").click()
+    expect(page).to_have_url(re.compile(r"/ui/runs/[0-9a-f-]{36}$"))
+    run_id = page.url.rsplit("/", 1)[1]
+    mark_page(page)
+
+    # The page follows the run over SSE: queued/running, then succeeded, without a reload.
+    expect(page.locator("#run-status")).to_have_attribute("data-status", "succeeded", timeout=LIVE)
+    assert still_marked(page)
+    expect(page.locator("#run-result")).to_contain_text('"greeting": "hello from the browser"')
+    expect(page.locator("#stdout")).to_contain_text('{"greeting": "hello from the browser"}')
+    expect(page.locator("#run-exit-code")).to_have_text("0")
+    timeline = page.locator("#timeline")
+    expect(timeline).to_contain_text("Claimed")
+    expect(timeline).to_contain_text("worker id: w-browser")
+    expect(timeline).to_contain_text("Status: succeeded")
+
+    # The runs list shows it; opening it shows the result and the logs.
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Runs").click()
+    row = page.locator(f'tr[data-run="{run_id}"]')
+    expect(row).to_contain_text("succeeded")
+    row.get_by_role("link").click()
+    expect(page).to_have_url(re.compile(f"/ui/runs/{run_id}$"))
+    expect(page.locator("#run-result")).to_contain_text("hello from the browser")
+    expect(page.locator("#stdout")).to_contain_text("hello from the browser")
+    context.close()
+    assert_same_origin_only(dashboard)
+
+
+def test_runs_list__updates_statuses_in_place(browser: Browser, dashboard: Dashboard):
+    context = dashboard.context(browser)
+    page = context.new_page()
+    key = create_api_key(dashboard.engine, "acme")
+    log_in(page, key)
+    mark_page(page)
+    response = context.request.post(
+        "/v1/runs",
+        data={"tool": "sleep", "input": {"seconds": 1}},
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    assert response.status == 202
+    run_id = response.json()["id"]
+    row = page.locator(f'tr[data-run="{run_id}"]')
+    expect(row).to_be_visible(timeout=10_000)
+    expect(row.locator(".status")).to_have_text("succeeded", timeout=LIVE)
+    assert still_marked(page)
+    context.close()
+    assert_same_origin_only(dashboard)
+
+
+def test_cancel__a_sleep_run_from_its_page_ends_cancelled(browser: Browser, dashboard: Dashboard):
+    context = dashboard.context(browser)
+    page = context.new_page()
+    log_in(page, create_api_key(dashboard.engine, "acme"))
+    page.goto("/ui/submit?tool=sleep")
+    page.get_by_label("Input (JSON)").fill('{"seconds": 120}')
+    page.get_by_role("button", name="Submit").click()
+    expect(page).to_have_url(re.compile(r"/ui/runs/[0-9a-f-]{36}$"))
+    run_id = page.url.rsplit("/", 1)[1]
+
+    # Running, with its first line tailed live from the container.
+    expect(page.locator("#run-status")).to_have_attribute("data-status", "running", timeout=LIVE)
+    expect(page.locator("#stdout")).to_contain_text("sleeping 120", timeout=LIVE)
+    page.get_by_role("button", name="Cancel run").click()
+    expect(page.locator(".notice")).to_contain_text("Cancel requested")
+    expect(page.locator("#run-status")).to_have_attribute("data-status", "cancelled", timeout=LIVE)
+    expect(page.locator("#timeline")).to_contain_text("Cancel requested")
+    expect(page.get_by_role("button", name="Cancel run")).to_have_count(0)
+    with dashboard.engine.connect() as conn:
+        status = conn.execute(
+            text("SELECT CAST(status AS text) FROM tool_runs WHERE id = :id"), {"id": run_id}
+        ).scalar_one()
+    assert status == "cancelled"
+    context.close()
+    assert_same_origin_only(dashboard)
+
+
+def test_tenancy__another_tenant_cannot_open_the_run_page(browser: Browser, dashboard: Dashboard):
+    owner = dashboard.context(browser)
+    page = owner.new_page()
+    log_in(page, create_api_key(dashboard.engine, "acme"))
+    page.goto("/ui/submit?tool=echo")
+    page.get_by_role("button", name="Submit").click()
+    expect(page).to_have_url(re.compile(r"/ui/runs/[0-9a-f-]{36}$"))
+    run_path = page.url.removeprefix(dashboard.url)
+
+    other = dashboard.context(browser)
+    intruder = other.new_page()
+    log_in(intruder, create_api_key(dashboard.engine, "globex"))
+    response = intruder.goto(run_path)
+    assert response is not None and response.status == 404
+    expect(intruder.get_by_role("heading", name="Not found")).to_be_visible()
+    expect(intruder.locator("body")).not_to_contain_text('"tool"')
+    intruder.goto("/ui/runs")
+    expect(intruder.locator("#run-rows")).not_to_contain_text(run_path.rsplit("/", 1)[1][:8])
+    owner.close()
+    other.close()
+    assert_same_origin_only(dashboard)
+
+
+PAGES = {
+    "runs": "/ui/runs",
+    "submit": "/ui/submit?tool=echo",
+    "queue": "/ui/queue",
+    "workers": "/ui/workers",
+    "tools": "/ui/tools",
+}
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_screenshots__every_page_fits_the_width(browser: Browser, dashboard: Dashboard, width: int):
+    key = create_api_key(dashboard.engine, "acme")
+    context = dashboard.context(browser, width=width)
+    page = context.new_page()
+    page.goto("/ui/login")
+    page.screenshot(path=ARTIFACTS / f"login-{width}.png", full_page=True)
+    log_in(page, key)
+    for tool, value in (("echo", '{"greeting": "hi"}'), ("fail", "{}")):
+        page.goto(f"/ui/submit?tool={tool}")
+        page.get_by_label("Input (JSON)").fill(value)
+        page.get_by_role("button", name="Submit").click()
+        expect(page.locator("#run-status")).to_have_attribute(
+            "data-status", re.compile("succeeded|failed"), timeout=LIVE
+        )
+        page.screenshot(path=ARTIFACTS / f"run-{tool}-{width}.png", full_page=True)
+        assert_fits(page, width)
+    for name, path in PAGES.items():
+        page.goto(path)
+        expect(page.locator("h1")).to_be_visible()
+        page.screenshot(path=ARTIFACTS / f"{name}-{width}.png", full_page=True)
+        assert_fits(page, width)
+    page.goto("/ui/runs/00000000-0000-4000-8000-000000000000")
+    page.screenshot(path=ARTIFACTS / f"not-found-{width}.png", full_page=True)
+    context.close()
+    assert_same_origin_only(dashboard)
+
+
+def assert_fits(page: Page, width: int) -> None:
+    """The page itself never scrolls sideways (wide tables scroll inside their box)."""
+    scroll_width = page.evaluate("document.documentElement.scrollWidth")
+    assert scroll_width <= width, f"{page.url}: {scroll_width} px wide at {width} px"

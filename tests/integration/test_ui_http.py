@@ -1,0 +1,230 @@
+"""The dashboard over plain HTTP: sessions, CSRF, tenancy, bad input, pages, headers."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, text
+
+from api.ui.context import CONTENT_SECURITY_POLICY
+from api.ui.session import COOKIE_NAME
+from runyard.auth import create_api_key
+from runyard.tools import ToolRegistry
+from runyard.workers import WorkerRegistry
+from tests.integration.test_api_helpers import bearer, count, make_app, run_status
+
+MISSING = "00000000-0000-4000-8000-000000000000"
+
+
+@pytest.fixture
+def app_client(database_url: str, engine: Engine, registry: ToolRegistry) -> Iterator[TestClient]:
+    app = make_app(database_url, engine, registry)
+    with TestClient(app, follow_redirects=False) as client:
+        yield client
+
+
+def log_in(client: TestClient, key: str) -> None:
+    response = client.post("/ui/login", data={"api_key": key, "next": "/ui/runs"})
+    assert response.status_code == 303, response.text
+    assert response.headers["location"] == "/ui/runs"
+
+
+def csrf(client: TestClient, path: str = "/ui/submit") -> str:
+    page = client.get(path)
+    assert page.status_code == 200, page.text
+    match = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+    assert match is not None
+    return match.group(1)
+
+
+def submit(client: TestClient, engine: Engine, tenant: str) -> str:
+    headers = bearer(engine, tenant)
+    response = client.post(
+        "/v1/runs", json={"tool": "sleep", "input": {"seconds": 5}}, headers=headers
+    )
+    assert response.status_code == 202, response.text
+    return str(response.json()["id"])
+
+
+def test_login__sets_a_signed_httponly_strict_cookie_without_the_secret(
+    app_client: TestClient, engine: Engine
+):
+    key = create_api_key(engine, "acme")
+    response = app_client.post("/ui/login", data={"api_key": key, "next": "/ui/queue"})
+    assert response.status_code == 303
+    assert response.headers["location"] == "/ui/queue"
+    cookie = response.headers["set-cookie"]
+    assert cookie.startswith(f"{COOKIE_NAME}=")
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/ui" in cookie
+    assert key.split("_", 2)[2] not in cookie
+    page = app_client.get("/ui/runs")
+    assert page.status_code == 200
+    assert "acme" in page.text
+
+
+def test_login__bad_key_is_401_with_a_message_and_no_cookie(app_client: TestClient, engine: Engine):
+    create_api_key(engine, "acme")
+    for key, message in (("ry_nope_nope", "unknown or revoked"), ("", "Enter an API key")):
+        response = app_client.post("/ui/login", data={"api_key": key})
+        assert response.status_code == 401
+        assert message in response.text
+        assert "set-cookie" not in response.headers
+    assert app_client.get("/ui/runs").status_code == 303
+
+
+def test_login__next_outside_the_dashboard_is_ignored(app_client: TestClient, engine: Engine):
+    key = create_api_key(engine, "acme")
+    for target in ("https://elsewhere.test/", "//elsewhere.test/ui/", "/v1/runs"):
+        response = app_client.post("/ui/login", data={"api_key": key, "next": target})
+        assert response.headers["location"] == "/ui/runs", target
+
+
+def test_no_session__pages_go_to_login_and_fragments_answer_401(app_client: TestClient):
+    page = app_client.get("/ui/runs?status=queued")
+    assert page.status_code == 303
+    assert page.headers["location"] == "/ui/login?next=/ui/runs%3Fstatus%3Dqueued"
+    fragment = app_client.get("/ui/runs/rows", headers={"X-Runyard-Fragment": "1"})
+    assert fragment.status_code == 401
+    stream = app_client.get(f"/ui/runs/{MISSING}/events", headers={"Accept": "text/event-stream"})
+    assert stream.status_code == 401
+    app_client.cookies.set(COOKIE_NAME, "v1.forged.cookie", path="/ui")
+    assert app_client.get("/ui/runs").status_code == 303
+
+
+def test_revoked_key__ends_its_sessions_at_once(app_client: TestClient, engine: Engine):
+    log_in(app_client, create_api_key(engine, "acme"))
+    assert app_client.get("/ui/runs").status_code == 200
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE api_keys SET revoked_at = now()"))
+    assert app_client.get("/ui/runs").status_code == 303
+
+
+def test_tenancy__another_tenants_run_is_404_on_every_dashboard_route(
+    app_client: TestClient, engine: Engine
+):
+    mine = submit(app_client, engine, "acme")
+    theirs = submit(app_client, engine, "globex")
+    log_in(app_client, create_api_key(engine, "acme"))
+    token = csrf(app_client)
+
+    for path in (f"/ui/runs/{theirs}", f"/ui/runs/{theirs}/panel", f"/ui/runs/{theirs}/logs"):
+        response = app_client.get(path)
+        assert response.status_code == 404, path
+        assert theirs in response.text and "no run" in response.text
+    assert app_client.get(f"/ui/runs/{theirs}/events").status_code == 404
+    assert app_client.get("/ui/runs/not-a-uuid").status_code == 404
+    cancel = app_client.post(f"/ui/runs/{theirs}/cancel", data={"csrf_token": token})
+    assert cancel.status_code == 404
+    assert run_status(engine, theirs) == "queued"
+
+    listing = app_client.get("/ui/runs").text
+    assert mine in listing and theirs not in listing
+    assert app_client.get(f"/ui/runs/{mine}").status_code == 200
+
+    admin = TestClient(app_client.app, follow_redirects=False)
+    log_in(admin, create_api_key(engine, "ops", admin=True))
+    listing = admin.get("/ui/runs").text
+    assert mine in listing and theirs in listing and "globex" in listing
+
+
+def test_cancel__needs_the_forms_csrf_token(app_client: TestClient, engine: Engine):
+    run_id = submit(app_client, engine, "acme")
+    log_in(app_client, create_api_key(engine, "acme"))
+    for data in ({}, {"csrf_token": "forged"}):
+        refused = app_client.post(f"/ui/runs/{run_id}/cancel", data=data)
+        assert refused.status_code == 403
+        assert "Reload the page" in refused.text
+    assert run_status(engine, run_id) == "queued"
+
+    token = csrf(app_client, f"/ui/runs/{run_id}")
+    done = app_client.post(f"/ui/runs/{run_id}/cancel", data={"csrf_token": token})
+    assert done.status_code == 303
+    assert done.headers["location"] == f"/ui/runs/{run_id}?notice=cancel_requested"
+    assert run_status(engine, run_id) == "cancelled"
+    again = app_client.post(f"/ui/runs/{run_id}/cancel", data={"csrf_token": token})
+    assert again.headers["location"].endswith("notice=already_finished")
+    assert "already finished" in app_client.get(again.headers["location"]).text
+
+
+def test_submit_form__bad_input_is_shown_and_nothing_is_created(
+    app_client: TestClient, engine: Engine
+):
+    log_in(app_client, create_api_key(engine, "acme"))
+    token = csrf(app_client)
+    cases = (
+        ({"tool": "echo", "input": "{not json"}, "not valid JSON"),
+        ({"tool": "echo", "input": "[1, NaN]"}, "not valid JSON"),
+        ({"tool": "nope", "input": "{}"}, "no tool named"),
+        ({"tool": "sleep", "input": '{"seconds": -1}'}, "input.seconds"),
+    )
+    for data, message in cases:
+        response = app_client.post("/ui/submit", data={**data, "csrf_token": token})
+        assert response.status_code == 422, data
+        assert message in response.text, (data, response.text)
+        # The user's text comes back in the form, escaped.
+        assert "aria-invalid" in response.text
+    assert count(engine, "SELECT count(*) FROM tool_runs") == 0
+
+
+def test_submit_form__creates_one_run_per_form_even_when_sent_twice(
+    app_client: TestClient, engine: Engine
+):
+    log_in(app_client, create_api_key(engine, "acme"))
+    token = csrf(app_client)
+    data = {"tool": "echo", "input": '{"greeting": "<b>hi</b>"}', "csrf_token": token}
+    first = app_client.post("/ui/submit", data={**data, "form_key": "form-1"})
+    second = app_client.post("/ui/submit", data={**data, "form_key": "form-1"})
+    assert first.status_code == second.status_code == 303
+    assert first.headers["location"] == second.headers["location"]
+    assert count(engine, "SELECT count(*) FROM tool_runs WHERE tenant = 'acme'") == 1
+    page = app_client.get(first.headers["location"])
+    assert page.status_code == 200
+    assert "&lt;b&gt;hi&lt;/b&gt;" in page.text and "<b>hi</b>" not in page.text
+
+
+def test_pages__queue_workers_tools_show_their_figures(app_client: TestClient, engine: Engine):
+    submit(app_client, engine, "acme")
+    submit(app_client, engine, "globex")
+    WorkerRegistry(engine).register("w-live", "engine-a", 4)
+    WorkerRegistry(engine).register(
+        "w-silent", "engine-a", 2, now=datetime.now(UTC) - timedelta(minutes=10)
+    )
+    log_in(app_client, create_api_key(engine, "acme"))
+
+    queue = app_client.get("/ui/queue").text
+    depth = re.search(r'<table id="depth">.*?</table>', queue, re.S)
+    assert depth is not None
+    assert "default" in depth.group(0) and ">1</a>" in depth.group(0)  # acme's only, not 2
+
+    workers = app_client.get("/ui/workers").text
+    assert re.search(r"w-live</td>\s*<td><span class=\"state w-live\">live", workers)
+    assert re.search(r"w-silent</td>\s*<td><span class=\"state w-silent\">silent", workers)
+
+    tools = app_client.get("/ui/tools").text
+    for name in ("echo", "sleep", "fail", "shell"):
+        assert f'id="tool-{name}"' in tools
+    assert "&#34;maximum&#34;: 3600" in tools or "&quot;maximum&quot;: 3600" in tools
+
+
+def test_headers__dashboard_answers_carry_a_same_origin_csp(app_client: TestClient, engine: Engine):
+    for path in ("/ui/login", "/ui/static/app.css"):
+        response = app_client.get(path)
+        assert response.status_code == 200, path
+        assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+        assert response.headers["x-frame-options"] == "DENY"
+    assert "content-security-policy" not in app_client.get("/healthz").headers
+
+
+def test_guard__dashboard_takes_forms_only_and_the_api_json_only(
+    app_client: TestClient, engine: Engine
+):
+    headers = bearer(engine, "acme")
+    as_json = app_client.post("/ui/login", json={"api_key": "x"})
+    assert as_json.status_code == 415
+    assert "x-www-form-urlencoded" in as_json.json()["detail"]
+    as_form = app_client.post("/v1/runs", data={"tool": "echo"}, headers=headers)
+    assert as_form.status_code == 415
