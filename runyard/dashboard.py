@@ -192,3 +192,31 @@ def log_snapshot(engine: Engine, run_id: uuid.UUID, attempt: int) -> LogSnapshot
     for stream, chunk in rows:
         out[stream] += chunk or ""
     return LogSnapshot(stdout=out["stdout"], stderr=out["stderr"], upto=int(upto))
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a run's current attempt: the worker (or API, for sync runs) and until when."""
+
+    owner: str
+    lease_until: datetime | None
+
+
+HOLDER = text(
+    """
+    SELECT j.locked_by AS owner, j.locked_until AS lease_until
+    FROM tool_run_jobs j WHERE j.run_id = :run_id AND j.status = 'running'
+      AND j.locked_by IS NOT NULL
+    UNION ALL
+    SELECT r.sync_owner, r.sync_owner_until
+    FROM tool_runs r WHERE r.id = :run_id AND r.status = 'running' AND r.sync_owner IS NOT NULL
+    LIMIT 1
+    """
+)
+
+
+def run_holder(engine: Engine, run_id: uuid.UUID) -> Holder | None:
+    """The current lease holder of a running run (never its lease token)."""
+    with engine.connect() as conn:
+        row = conn.execute(HOLDER, {"run_id": run_id}).one_or_none()
+    return None if row is None else Holder(owner=row.owner, lease_until=row.lease_until)

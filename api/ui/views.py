@@ -21,7 +21,13 @@ from api.schemas import RunCreate
 from api.ui.context import SessionDep, UiContext, UiDep, UiError, check_csrf
 from api.ui.session import COOKIE_NAME, COOKIE_PATH, key_prefix
 from runyard.auth import authenticate
-from runyard.dashboard import log_snapshot, queue_overview, run_timeline, worker_overview
+from runyard.dashboard import (
+    log_snapshot,
+    queue_overview,
+    run_holder,
+    run_timeline,
+    worker_overview,
+)
 from runyard.models import TERMINAL_STATUSES, RunStatus, ToolRun
 from runyard.runs import BadCursor, RunFilter, RunReader
 
@@ -207,6 +213,7 @@ def _panel_context(services: ServicesDep, run: ToolRun) -> dict[str, Any]:
         "run": run,
         "terminal": run.status in TERMINAL_STATUSES,
         "timeline": run_timeline(services.engine, run.id),
+        "holder": run_holder(services.engine, run.id) if run.status == RunStatus.RUNNING else None,
     }
 
 

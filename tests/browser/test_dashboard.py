@@ -114,6 +114,7 @@ def test_cancel__a_sleep_run_from_its_page_ends_cancelled(browser: Browser, dash
     # Running, with its first line tailed live from the container.
     expect(page.locator("#run-status")).to_have_attribute("data-status", "running", timeout=LIVE)
     expect(page.locator("#stdout")).to_contain_text("sleeping 120", timeout=LIVE)
+    expect(page.locator("#run-holder")).to_contain_text("w-browser")
     page.get_by_role("button", name="Cancel run").click()
     expect(page.locator(".notice")).to_contain_text("Cancel requested")
     expect(page.locator("#run-status")).to_have_attribute("data-status", "cancelled", timeout=LIVE)

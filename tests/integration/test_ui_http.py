@@ -13,6 +13,7 @@ from sqlalchemy import Engine, text
 from api.ui.context import CONTENT_SECURITY_POLICY
 from api.ui.session import COOKIE_NAME
 from runyard.auth import create_api_key
+from runyard.queue import JobQueue
 from runyard.tools import ToolRegistry
 from runyard.workers import WorkerRegistry
 from tests.integration.test_api_helpers import bearer, count, make_app, run_status
@@ -228,3 +229,21 @@ def test_guard__dashboard_takes_forms_only_and_the_api_json_only(
     assert "x-www-form-urlencoded" in as_json.json()["detail"]
     as_form = app_client.post("/v1/runs", data={"tool": "echo"}, headers=headers)
     assert as_form.status_code == 415
+
+
+def test_run_page__names_the_worker_holding_a_running_run_but_no_lease_token(
+    app_client: TestClient, engine: Engine
+):
+    run_id = submit(app_client, engine, "acme")
+    log_in(app_client, create_api_key(engine, "acme"))
+    assert 'id="run-holder"' not in app_client.get(f"/ui/runs/{run_id}").text  # queued
+    [job] = JobQueue(engine).claim(
+        worker_id="w-holder", engine_id="engine-a", limit=1, lease_seconds=30
+    )
+    page = app_client.get(f"/ui/runs/{run_id}").text
+    holder = re.search(r'<dd id="run-holder">(.*?)</dd>', page, re.S)
+    assert holder is not None and "w-holder" in holder.group(1) and "lease until" in holder.group(1)
+    assert str(job.lease_token) not in page
+    assert "engine-a" not in page
+    timeline = app_client.get(f"/ui/runs/{run_id}/panel").text
+    assert "Claimed" in timeline and "worker id: w-holder" in timeline
