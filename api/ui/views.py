@@ -147,10 +147,13 @@ def _run_filters(
 
 
 def _runs_context(services: ServicesDep, filters: RunFilter, cursor: str | None) -> dict[str, Any]:
+    reader = RunReader(services.engine)
     try:
-        rows, next_cursor = RunReader(services.engine).page(filters, limit=PAGE_SIZE, cursor=cursor)
+        rows, next_cursor = reader.page(filters, limit=PAGE_SIZE, cursor=cursor)
     except BadCursor:
-        rows, next_cursor, cursor = [], None, None
+        # A mangled link: show the newest page rather than an error.
+        cursor = None
+        rows, next_cursor = reader.page(filters, limit=PAGE_SIZE)
     query: dict[str, str] = {}
     if filters.status is not None:
         query["status"] = filters.status.value

@@ -247,3 +247,36 @@ def test_run_page__names_the_worker_holding_a_running_run_but_no_lease_token(
     assert "engine-a" not in page
     timeline = app_client.get(f"/ui/runs/{run_id}/panel").text
     assert "Claimed" in timeline and "worker id: w-holder" in timeline
+
+
+def test_runs_page__filters_and_pages_with_older_links(app_client: TestClient, engine: Engine):
+    headers = bearer(engine, "acme")
+    ids = []
+    for i in range(27):
+        tool = "echo" if i % 3 else "fail"
+        response = app_client.post("/v1/runs", json={"tool": tool, "input": {}}, headers=headers)
+        ids.append(response.json()["id"])
+    log_in(app_client, create_api_key(engine, "acme"))
+
+    def shown(html: str) -> list[str]:
+        return re.findall(r'<tr data-run="([0-9a-f-]{36})"', html)
+
+    first = app_client.get("/ui/runs").text
+    assert shown(first) == list(reversed(ids))[:25]
+    older = re.search(r'href="/ui/runs\?(cursor=[^"]+)" rel="next"', first)
+    assert older is not None
+    second = app_client.get(f"/ui/runs?{older.group(1)}").text
+    assert shown(second) == list(reversed(ids))[25:]
+    assert 'rel="next"' not in second and "« Newest" in second
+
+    fails = shown(app_client.get("/ui/runs?tool=fail").text)
+    assert fails == [run for i, run in reversed(list(enumerate(ids))) if i % 3 == 0]
+    assert shown(app_client.get("/ui/runs?status=succeeded").text) == []
+    assert len(shown(app_client.get("/ui/runs?status=queued&tool=echo").text)) == 18
+    # Junk in the query narrows nothing and breaks nothing.
+    junk = app_client.get("/ui/runs?status=bogus&cursor=not-a-cursor")
+    assert junk.status_code == 200
+    assert shown(junk.text) == shown(first)
+    rows = app_client.get("/ui/runs/rows?tool=fail", headers={"X-Runyard-Fragment": "1"})
+    assert rows.status_code == 200 and "<html" not in rows.text
+    assert shown(rows.text) == fails
