@@ -145,7 +145,6 @@ PARITY_FIELDS = (
     ("Config", "Cmd"),
     ("Config", "Entrypoint"),
     ("Config", "StopSignal"),
-    ("Config", "Image"),
 )
 
 
@@ -166,9 +165,8 @@ def check_parity(client: Any, tool: dict[str, Any], image_id: str, session: str)
     raw_name = f"runyard-bench-raw-{uuid.uuid4()}"
     created = runner._create(spec)  # the adapter's own create, never started
     try:
-        assert isinstance(created, tuple) and created[0] is not None, created
-        ours = created[0]
-        ours.reload()
+        assert isinstance(created, str), created
+        ours = client.containers.get(created)
         client.volumes.create(raw_name, labels={RAW_LABEL: session})
         raw = client.containers.create(
             **raw_create_kwargs(tool, raw_name, image_id, {RAW_LABEL: session})
@@ -180,6 +178,9 @@ def check_parity(client: Any, tool: dict[str, Any], image_id: str, session: str)
                 b = raw.attrs[section].get(key)
                 if a != b:
                     mismatches.append(f"{section}.{key}: runyard={a!r} raw={b!r}")
+            # runyard names the image by its tag, raw by its id: both resolve to the same image.
+            if ours.attrs["Image"] != raw.attrs["Image"]:
+                mismatches.append(f"Image: runyard={ours.attrs['Image']} raw={raw.attrs['Image']}")
             mount_a = [(m["Type"], m["Destination"]) for m in ours.attrs["Mounts"]]
             mount_b = [(m["Type"], m["Destination"]) for m in raw.attrs["Mounts"]]
             if mount_a != mount_b:
@@ -191,7 +192,7 @@ def check_parity(client: Any, tool: dict[str, Any], image_id: str, session: str)
             client.api.remove_volume(raw_name, force=True)
     finally:
         runner.discard(spec.run_id, spec.attempt)
-    return len(PARITY_FIELDS) + 1
+    return len(PARITY_FIELDS) + 2
 
 
 def raw_round(

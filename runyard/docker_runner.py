@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import io
-import json
 import logging
-import tarfile
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -16,10 +12,15 @@ from typing import Any
 import docker
 import docker.errors
 import requests.exceptions
-from docker.models.containers import Container
 from docker.types import LogConfig, Mount, Ulimit
 
-from runyard.capture import HeadTailBuffer, to_text
+from runyard.capture import HeadTailBuffer
+from runyard.docker_outputs import (
+    ContainerLogs,
+    parse_result_archive,
+    stored_logs,
+    workdir_archive,
+)
 from runyard.faults import AFTER_CREATE, crash_point
 from runyard.live_logs import LogFollower
 from runyard.models import RunStatus
@@ -30,6 +31,7 @@ from runyard.runner import (
     AttemptSpec,
     ContainerState,
     ErrorCode,
+    LogSink,
     ManagedAttempt,
     RunnerUnavailable,
     container_name,
@@ -47,6 +49,10 @@ LABEL_ENGINE_ID = "io.runyard.engine_id"
 WORKDIR = "/runyard"
 POLL_SECONDS = 0.5
 CREATED_GRACE_SECONDS = 2.0
+# Live log followers start only for attempts still running this long after their start; a
+# quicker attempt's log is sent to the sink once, from the stored log (``_LiveLogs.replay``).
+LIVE_LOGS_AFTER_SECONDS = 1.0
+_RUNNING = ("running", "paused", "restarting")
 
 _TRANSPORT_ERRORS = (
     docker.errors.APIError,
@@ -79,6 +85,7 @@ class DockerRunner:
 
     def __init__(self, client: docker.DockerClient, limits: DockerLimits | None = None) -> None:
         self._client = client
+        self._api = client.api
         self._limits = limits or DockerLimits()
         self._engine_id: str | None = None
 
@@ -119,81 +126,75 @@ class DockerRunner:
 
     # --- lookup ---
 
-    def _find(self, run_id: uuid.UUID, attempt: int) -> Container | None:
+    def _inspect(self, ref: str) -> dict[str, Any] | None:
+        """The container's inspect document, or None when there is no such container."""
         try:
-            return self._client.containers.get(container_name(run_id, attempt))
+            attrs: dict[str, Any] = self._api.inspect_container(ref)
         except docker.errors.NotFound:
             return None
         except _TRANSPORT_ERRORS as exc:
-            raise RunnerUnavailable(f"cannot inspect container: {exc}") from exc
+            raise RunnerUnavailable(f"cannot inspect container {ref}: {exc}") from exc
+        return attrs
 
     def state(self, run_id: uuid.UUID, attempt: int) -> ContainerState:
         """Map the container's Docker state onto the runner's four states."""
-        container = self._find(run_id, attempt)
-        if container is None:
+        attrs = self._inspect(container_name(run_id, attempt))
+        if attrs is None:
             return ContainerState.MISSING
-        status = container.attrs["State"]["Status"]
+        status = attrs["State"]["Status"]
         if status == "created":
             return ContainerState.CREATED
-        if status in ("running", "paused", "restarting"):
+        if status in _RUNNING:
             return ContainerState.RUNNING
         return ContainerState.EXITED
 
     # --- run ---
 
     def run(self, spec: AttemptSpec, control: AttemptControl) -> AttemptResult:
-        """Start or adopt the attempt's container, wait under its deadline, collect outputs."""
+        """Start or adopt the attempt's container, wait under its deadline, collect outputs.
+
+        The create comes first: a fresh attempt (the common case) has no container yet, and
+        an existing one answers 409, which sends us to inspect and adopt it, never to a twin.
+        """
         for _ in range(3):
-            container = self._settled(self._find(spec.run_id, spec.attempt))
-            if container is not None:
+            created = self._create(spec)
+            if isinstance(created, AttemptResult):
+                return created
+            if created is not None:
+                crash_point(AFTER_CREATE)
+                try:
+                    self._api.start(created)
+                except _TRANSPORT_ERRORS as exc:
+                    raise RunnerUnavailable(f"cannot start container: {exc}") from exc
+                return self._wait_and_collect(created, spec, control, started_here=True)
+            attrs = self._settled(self._inspect(spec.container_name))
+            if attrs is not None:
                 logger.info(
                     "adopting existing container",
                     extra={"run_id": str(spec.run_id), "attempt": spec.attempt},
                 )
-                return self._wait_and_collect(container, spec, control)
-            prepared = self._create(spec)
-            if isinstance(prepared, AttemptResult):
-                return prepared
-            container, created = prepared
-            if not created or container is None:
-                continue  # a 409: someone else's container; look at it again
-            crash_point(AFTER_CREATE)
-            try:
-                container.start()
-            except _TRANSPORT_ERRORS as exc:
-                raise RunnerUnavailable(f"cannot start container: {exc}") from exc
-            return self._wait_and_collect(container, spec, control)
+                return self._wait_and_collect(str(attrs["Id"]), spec, control, started_here=False)
         raise RunnerUnavailable(f"could not settle on one container for {spec.container_name}")
 
-    def _settled(self, container: Container | None) -> Container | None:
+    def _settled(self, attrs: dict[str, Any] | None) -> dict[str, Any] | None:
         """A started container to adopt, or None after removing one stuck in ``created``.
 
         A container seen in ``created`` may be about to be started by its creator, so it gets a
         short grace; if it stays there its tool never ran and a recreate is no twin.
         """
         deadline = time.monotonic() + CREATED_GRACE_SECONDS
-        while container is not None and container.attrs["State"]["Status"] == "created":
+        while attrs is not None and attrs["State"]["Status"] == "created":
             if time.monotonic() >= deadline:
-                self._remove(container)
+                self._remove(str(attrs["Id"]))
                 return None
             time.sleep(0.1)
-            try:
-                container.reload()
-            except docker.errors.NotFound:
-                return None
-            except _TRANSPORT_ERRORS as exc:
-                raise RunnerUnavailable(f"cannot inspect {container.name}: {exc}") from exc
-        return container
+            attrs = self._inspect(str(attrs["Id"]))
+        return attrs
 
-    def _image_id(self, image: str) -> str | AttemptResult:
+    def _pull(self, image: str) -> AttemptResult | None:
+        """Pull a missing image; an image the engine cannot get fails the attempt."""
         try:
-            return str(self._client.images.get(image).id)
-        except docker.errors.ImageNotFound:
-            pass
-        except _TRANSPORT_ERRORS as exc:
-            raise RunnerUnavailable(f"cannot inspect image {image}: {exc}") from exc
-        try:
-            return str(self._client.images.pull(image).id)
+            self._client.images.pull(image)
         except docker.errors.APIError:
             return AttemptResult(
                 status=RunStatus.FAILED,
@@ -202,12 +203,11 @@ class DockerRunner:
             )
         except _TRANSPORT_ERRORS as exc:
             raise RunnerUnavailable(f"cannot pull image {image}: {exc}") from exc
+        return None
 
-    def _create(self, spec: AttemptSpec) -> tuple[Container | None, bool] | AttemptResult:
+    def _create_args(self, spec: AttemptSpec) -> dict[str, Any]:
+        """The container's configuration: DESIGN §5's labels, env and hardening flags."""
         tool = spec.tool
-        image_id = self._image_id(tool["image"])
-        if isinstance(image_id, AttemptResult):
-            return image_id
         name = spec.container_name
         labels = {
             LABEL_MANAGED: "true",
@@ -227,109 +227,119 @@ class DockerRunner:
         )
         memory = f"{int(tool['memory_mb'])}m"
         nofile = int(tool.get("nofile_limit", 1024))
+        host_config = self._api.create_host_config(
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            read_only=True,
+            tmpfs={"/tmp": f"rw,noexec,nosuid,nodev,size={int(tool.get('tmpfs_mb', 16))}m"},
+            network_mode="none",
+            mem_limit=memory,
+            memswap_limit=memory,
+            nano_cpus=int(float(tool["cpus"]) * 1e9),
+            pids_limit=int(tool["pids_limit"]),
+            ulimits=[Ulimit(name="nofile", soft=nofile, hard=nofile)],
+            init=True,
+            privileged=False,
+            # The engine creates the named volume, labelled, with the container: one request
+            # fewer than creating it first, and a 409 leaves the existing one untouched.
+            mounts=[Mount(target=WORKDIR, source=name, type="volume", labels=labels)],
+            log_config=LogConfig(type="json-file", config={"max-size": "20m", "max-file": "1"}),
+        )
+        return {
+            "image": tool["image"],
+            "command": list(tool["command"]),
+            "entrypoint": tool.get("entrypoint"),
+            "working_dir": tool.get("workdir"),
+            "name": name,
+            "labels": labels,
+            "environment": env,
+            "user": str(tool.get("user", "65534:65534")),
+            "stop_signal": "SIGTERM",
+            "detach": True,
+            "host_config": host_config,
+        }
+
+    def _create(self, spec: AttemptSpec) -> str | AttemptResult | None:
+        """Create the container and write its input: its id, or None if it already exists."""
+        name = spec.container_name
+        args = self._create_args(spec)
+        pulled = False
+        while True:
+            try:
+                container_id = str(self._api.create_container(**args)["Id"])
+                break
+            except docker.errors.ImageNotFound as exc:
+                if pulled:
+                    raise RunnerUnavailable(f"image {args['image']} vanished: {exc}") from exc
+                # The engine looks the image up before the name: an existing container of
+                # this attempt (its tag removed since, say) is still adopted, never failed.
+                if self._inspect(name) is not None:
+                    return None
+                failed = self._pull(str(args["image"]))
+                if failed is not None:
+                    return failed
+                pulled = True
+            except docker.errors.APIError as exc:
+                if exc.status_code == 409:
+                    # The attempt's container already exists: look again, never make a twin.
+                    return None
+                raise RunnerUnavailable(f"cannot create container {name}: {exc}") from exc
+            except _TRANSPORT_ERRORS as exc:
+                raise RunnerUnavailable(f"cannot create container {name}: {exc}") from exc
+        user = str(spec.tool.get("user", "65534:65534"))
         try:
-            self._client.volumes.create(name, labels=labels)
-            container = self._client.containers.create(
-                image=image_id,
-                command=list(tool["command"]),
-                entrypoint=tool.get("entrypoint"),
-                working_dir=tool.get("workdir"),
-                name=name,
-                labels=labels,
-                environment=env,
-                user=str(tool.get("user", "65534:65534")),
-                cap_drop=["ALL"],
-                security_opt=["no-new-privileges"],
-                read_only=True,
-                tmpfs={"/tmp": f"rw,noexec,nosuid,nodev,size={int(tool.get('tmpfs_mb', 16))}m"},
-                network_mode="none",
-                mem_limit=memory,
-                memswap_limit=memory,
-                nano_cpus=int(float(tool["cpus"]) * 1e9),
-                pids_limit=int(tool["pids_limit"]),
-                ulimits=[Ulimit(name="nofile", soft=nofile, hard=nofile)],
-                init=True,
-                privileged=False,
-                mounts=[Mount(target=WORKDIR, source=name, type="volume")],
-                log_config=LogConfig(type="json-file", config={"max-size": "20m", "max-file": "1"}),
-                stop_signal="SIGTERM",
-                detach=True,
+            self._api.put_archive(
+                container_id, WORKDIR, workdir_archive(spec.input, user, time.time())
             )
-        except docker.errors.APIError as exc:
-            if exc.status_code == 409:
-                # The attempt's container already exists: look again, never make a twin.
-                return self._find(spec.run_id, spec.attempt), False
-            raise RunnerUnavailable(f"cannot create container {name}: {exc}") from exc
-        except _TRANSPORT_ERRORS as exc:
-            raise RunnerUnavailable(f"cannot create container {name}: {exc}") from exc
-        try:
-            container.put_archive(WORKDIR, self._workdir_archive(spec))
         except _TRANSPORT_ERRORS as exc:
             raise RunnerUnavailable(f"cannot write the input of {name}: {exc}") from exc
-        return container, True
-
-    @staticmethod
-    def _workdir_archive(spec: AttemptSpec) -> bytes:
-        """``input.json`` (root-owned, read-only) and ``out/`` (owned by the tool user)."""
-        user = str(spec.tool.get("user", "65534:65534"))
-        uid_text, _, gid_text = user.partition(":")
-        uid = int(uid_text)
-        gid = int(gid_text or uid_text)
-        payload = json.dumps(spec.input).encode()
-        now = time.time()
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as tar:
-            info = tarfile.TarInfo("input.json")
-            info.size, info.mode, info.mtime = len(payload), 0o444, now
-            tar.addfile(info, io.BytesIO(payload))
-            out = tarfile.TarInfo("out")
-            out.type, out.mode, out.uid, out.gid, out.mtime = tarfile.DIRTYPE, 0o755, uid, gid, now
-            tar.addfile(out)
-        return buffer.getvalue()
+        return container_id
 
     def _wait_and_collect(
-        self, container: Container, spec: AttemptSpec, control: AttemptControl
+        self, container_id: str, spec: AttemptSpec, control: AttemptControl, *, started_here: bool
     ) -> AttemptResult:
-        followers: list[LogFollower] = []
-        if control.logs is not None:
-            cap = int(spec.tool.get("stdout_cap_bytes") or self._limits.stdout_cap_bytes)
-            followers = [
-                LogFollower(container, stream, control.logs, cap) for stream in ("stdout", "stderr")
-            ]
-            for follower in followers:
-                follower.start()
+        cap = int(spec.tool.get("stdout_cap_bytes") or self._limits.stdout_cap_bytes)
+        live = _LiveLogs(ContainerLogs(self._api, container_id), control.logs, cap)
+        if not started_here:
+            live.start()  # the previous owner was streaming: carry on at once
         try:
-            stopped_for = self._wait(container, spec, control)
+            stopped_for = self._wait(container_id, spec, control, live)
         except BaseException:
-            for follower in followers:
-                follower.stop()
+            live.stop()
             raise
-        for follower in followers:
-            follower.join(timeout=5.0)
-        return self._collect(container, spec, stopped_for)
+        live.join()
+        return self._collect(container_id, spec, stopped_for, live)
 
-    def _wait(self, container: Container, spec: AttemptSpec, control: AttemptControl) -> str | None:
+    def _wait(
+        self, container_id: str, spec: AttemptSpec, control: AttemptControl, live: _LiveLogs
+    ) -> str | None:
         """Wait for exit; stop the container on cancel or at the deadline."""
         stopped_for: str | None = None
+        follow_at = time.monotonic() + LIVE_LOGS_AFTER_SECONDS
         while True:
             if control.abandon.is_set():
-                raise AttemptAbandoned(container.name)
-            if stopped_for is None and control.cancel.is_set() and self._is_running(container):
+                raise AttemptAbandoned(spec.container_name)
+            if stopped_for is None and control.cancel.is_set() and self._is_running(container_id):
                 stopped_for = ErrorCode.CANCELLED
-                self._stop(container)
+                self._stop(container_id)
             elif (
                 stopped_for is None
                 and datetime.now(UTC) >= spec.deadline_at
-                and self._is_running(container)
+                and self._is_running(container_id)
             ):
                 # Only a container still running at its deadline is stopped for it: one an
                 # adopter finds already exited keeps the outcome it finished with.
                 stopped_for = ErrorCode.TIMED_OUT
-                self._stop(container)
+                self._stop(container_id)
+            now = time.monotonic()
+            if now >= follow_at:
+                live.start()
             remaining = (spec.deadline_at - datetime.now(UTC)).total_seconds()
             timeout = max(0.05, min(POLL_SECONDS, remaining)) if stopped_for is None else 1.0
+            if not live.started:
+                timeout = min(timeout, max(0.05, follow_at - now))
             try:
-                container.wait(timeout=timeout)
+                self._api.wait(container_id, timeout=timeout)
                 break
             except requests.exceptions.ConnectionError as exc:
                 if "timed out" not in str(exc).lower() and "timeout" not in str(exc).lower():
@@ -337,43 +347,45 @@ class DockerRunner:
             except requests.exceptions.ReadTimeout:
                 continue
             except docker.errors.NotFound as exc:
-                raise RunnerUnavailable(f"container {container.name} disappeared") from exc
+                raise RunnerUnavailable(f"container {spec.container_name} disappeared") from exc
             except _TRANSPORT_ERRORS as exc:
-                raise RunnerUnavailable(f"cannot wait on {container.name}: {exc}") from exc
+                raise RunnerUnavailable(f"cannot wait on {spec.container_name}: {exc}") from exc
         return stopped_for
 
-    def _is_running(self, container: Container) -> bool:
-        try:
-            container.reload()
-        except docker.errors.NotFound as exc:
-            raise RunnerUnavailable(f"container {container.name} disappeared") from exc
-        except _TRANSPORT_ERRORS as exc:
-            raise RunnerUnavailable(f"cannot inspect {container.name}: {exc}") from exc
-        return bool(container.attrs["State"]["Status"] in ("running", "paused", "restarting"))
+    def _is_running(self, container_id: str) -> bool:
+        attrs = self._inspect(container_id)
+        if attrs is None:
+            raise RunnerUnavailable(f"container {container_id} disappeared")
+        return bool(attrs["State"]["Status"] in _RUNNING)
 
-    def _stop(self, container: Container) -> None:
+    def _stop(self, container_id: str) -> None:
         """SIGTERM, the grace period, then SIGKILL (Docker's stop does exactly that)."""
+        grace = int(self._limits.stop_grace_seconds)
         try:
-            container.stop(timeout=int(self._limits.stop_grace_seconds))
+            self._api.stop(container_id, timeout=grace)
         except docker.errors.NotFound:
             pass
         except _TRANSPORT_ERRORS as exc:
-            raise RunnerUnavailable(f"cannot stop {container.name}: {exc}") from exc
+            raise RunnerUnavailable(f"cannot stop {container_id}: {exc}") from exc
 
     def _collect(
-        self, container: Container, spec: AttemptSpec, stopped_for: str | None
+        self, container_id: str, spec: AttemptSpec, stopped_for: str | None, live: _LiveLogs
     ) -> AttemptResult:
-        try:
-            container.reload()
-        except _TRANSPORT_ERRORS as exc:
-            raise RunnerUnavailable(f"cannot inspect {container.name}: {exc}") from exc
-        state = container.attrs["State"]
+        attrs = self._inspect(container_id)
+        if attrs is None:
+            raise RunnerUnavailable(f"container {container_id} disappeared before its outputs")
+        state = attrs["State"]
         exit_code = int(state.get("ExitCode", -1))
-        finished_at = _parse_docker_time(state.get("FinishedAt"))
-        image_digest = str(container.attrs.get("Image") or "") or None
+        finished_text = state.get("FinishedAt")
+        finished_at = _parse_docker_time(finished_text)
+        image_digest = str(attrs.get("Image") or "") or None
         cap = int(spec.tool.get("stdout_cap_bytes") or self._limits.stdout_cap_bytes)
-        stdout = self._logs(container, stdout=True, cap=cap)
-        stderr = self._logs(container, stdout=False, cap=cap)
+        try:
+            stdout, stderr = stored_logs(self._api, container_id, cap)
+        except _TRANSPORT_ERRORS as exc:
+            raise RunnerUnavailable(f"cannot read logs of {container_id}: {exc}") from exc
+        if not live.started and finished_at is not None:
+            live.replay(stdout, stderr, str(finished_text))
         common: dict[str, Any] = {
             "exit_code": exit_code,
             "stdout": stdout.text(),
@@ -415,7 +427,7 @@ class DockerRunner:
                 **common,
             )
         result_cap = int(spec.tool.get("result_cap_bytes") or self._limits.result_cap_bytes)
-        result, problem = self._read_result(container, result_cap)
+        result, problem = self._read_result(container_id, result_cap)
         if problem is not None:
             return AttemptResult(
                 status=RunStatus.FAILED,
@@ -425,78 +437,32 @@ class DockerRunner:
             )
         return AttemptResult(status=RunStatus.SUCCEEDED, result=result, **common)
 
-    def _logs(self, container: Container, *, stdout: bool, cap: int) -> HeadTailBuffer:
-        buffer = HeadTailBuffer(cap)
+    def _read_result(self, container_id: str, cap: int) -> tuple[Any | None, str | None]:
+        """Read ``out/result.json`` as a tar stream (checked by ``parse_result_archive``)."""
         try:
-            chunks: Iterator[bytes] = container.logs(
-                stdout=stdout, stderr=not stdout, stream=True, follow=False
-            )
-            for chunk in chunks:
-                buffer.write(chunk)
-        except _TRANSPORT_ERRORS as exc:
-            raise RunnerUnavailable(f"cannot read logs of {container.name}: {exc}") from exc
-        return buffer
-
-    def _read_result(self, container: Container, cap: int) -> tuple[Any | None, str | None]:
-        """Read ``out/result.json`` as a tar stream; anything but one small regular file fails."""
-        path = f"{WORKDIR}/out/result.json"
-        try:
-            stream, stat = container.get_archive(path)
+            stream, stat = self._api.get_archive(container_id, f"{WORKDIR}/out/result.json")
+            return parse_result_archive(stat, stream, cap)
         except docker.errors.NotFound:
             return None, None
         except _TRANSPORT_ERRORS as exc:
-            raise RunnerUnavailable(f"cannot read the result of {container.name}: {exc}") from exc
-        if stat.get("linkTarget"):
-            return None, "result.json is a link; only a regular file is accepted"
-        if int(stat.get("size", 0)) > cap:
-            return None, f"result.json is larger than {cap} bytes"
-        raw = bytearray()
-        for chunk in stream:
-            raw += chunk
-            if len(raw) > cap + 64 * 1024:
-                return None, f"result.json is larger than {cap} bytes"
-        try:
-            with tarfile.open(fileobj=io.BytesIO(bytes(raw)), mode="r:") as tar:
-                members = tar.getmembers()
-                if len(members) != 1:
-                    return None, "result.json must be a single regular file"
-                member = members[0]
-                if (
-                    not member.isreg()
-                    or member.name != "result.json"
-                    or member.name.startswith("/")
-                    or ".." in member.name.split("/")
-                ):
-                    return None, "result.json must be a single regular file"
-                if member.size > cap:
-                    return None, f"result.json is larger than {cap} bytes"
-                handle = tar.extractfile(member)
-                data = handle.read(cap + 1) if handle is not None else b""
-        except tarfile.TarError as exc:
-            return None, f"result.json could not be read: {exc}"
-        try:
-            return json.loads(to_text(data)), None
-        except ValueError as exc:
-            return None, f"result.json is not valid JSON: {exc}"
+            raise RunnerUnavailable(f"cannot read the result of {container_id}: {exc}") from exc
 
     # --- cleanup ---
 
-    def _remove(self, container: Container) -> None:
+    def _remove(self, ref: str) -> None:
         try:
-            container.remove(force=True)
+            self._api.remove_container(ref, force=True)
         except docker.errors.NotFound:
             pass
         except _TRANSPORT_ERRORS as exc:
-            raise RunnerUnavailable(f"cannot remove {container.name}: {exc}") from exc
+            raise RunnerUnavailable(f"cannot remove {ref}: {exc}") from exc
 
     def discard(self, run_id: uuid.UUID, attempt: int) -> None:
         """Remove the attempt's container and volume (after the terminal commit)."""
         name = container_name(run_id, attempt)
-        container = self._find(run_id, attempt)
-        if container is not None:
-            self._remove(container)
+        self._remove(name)
         try:
-            self._client.volumes.get(name).remove(force=True)
+            self._api.remove_volume(name, force=True)
         except docker.errors.NotFound:
             pass
         except _TRANSPORT_ERRORS as exc:
@@ -507,20 +473,68 @@ class DockerRunner:
         selector = {"label": f"{LABEL_MANAGED}=true"}
         found: dict[tuple[uuid.UUID, int], ManagedAttempt] = {}
         try:
-            containers = self._client.containers.list(all=True, filters=selector)
-            volumes = self._client.volumes.list(filters=selector)
+            # The list's own summaries carry labels and state: no inspect per container.
+            containers = self._api.containers(all=True, filters=selector)
+            volumes = self._api.volumes(filters=selector).get("Volumes") or []
         except _TRANSPORT_ERRORS as exc:
             raise RunnerUnavailable(f"cannot list managed containers: {exc}") from exc
-        for container in containers:
-            attempt = _attempt_of(container.labels)
+        for summary in containers:
+            attempt = _attempt_of(summary.get("Labels") or {})
             if attempt is not None:
-                running = container.attrs["State"]["Status"] in ("running", "paused", "restarting")
+                running = summary.get("State") in _RUNNING
                 found[attempt] = ManagedAttempt(attempt[0], attempt[1], running)
         for volume in volumes:
-            attempt = _attempt_of(volume.attrs.get("Labels") or {})
+            attempt = _attempt_of(volume.get("Labels") or {})
             if attempt is not None and attempt not in found:
                 found[attempt] = ManagedAttempt(attempt[0], attempt[1], False)
         return list(found.values())
+
+
+class _LiveLogs:
+    """The live log followers of one attempt, started on demand (or never, for quick runs)."""
+
+    def __init__(self, source: ContainerLogs, sink: LogSink | None, cap: int) -> None:
+        self._source = source
+        self._sink = sink
+        self._cap = cap
+        self._followers: list[LogFollower] = []
+        self.started = sink is None  # nothing to stream: never start
+
+    def start(self) -> None:
+        """Follow both streams from where the sink says the last owner stopped."""
+        if self.started or self._sink is None:
+            return
+        self.started = True
+        self._followers = [
+            LogFollower(self._source, stream, self._sink, self._cap)
+            for stream in ("stdout", "stderr")
+        ]
+        for follower in self._followers:
+            follower.start()
+
+    def stop(self) -> None:
+        """Stop following now."""
+        for follower in self._followers:
+            follower.stop()
+
+    def join(self) -> None:
+        """Let the followers drain the ended streams."""
+        for follower in self._followers:
+            follower.join(timeout=5.0)
+
+    def replay(self, stdout: HeadTailBuffer, stderr: HeadTailBuffer, finished_at: str) -> None:
+        """The whole (capped) log of an attempt that ended before anyone followed it.
+
+        Only the runner that started the container calls it, so no chunk of this attempt
+        exists yet. One chunk per stream, stamped with the container's exit time: every line
+        was logged before it, so an adopter after us resumes past all of them (no repeat),
+        and one before this point finds no chunk and follows from the start (no loss).
+        """
+        if self._sink is None:
+            return
+        for stream, buffer in (("stdout", stdout), ("stderr", stderr)):
+            if buffer.total:
+                self._sink.write(stream, buffer.text(), finished_at)
 
 
 def _attempt_of(labels: dict[str, str]) -> tuple[uuid.UUID, int] | None:

@@ -15,7 +15,7 @@ from runyard.docker_runner import DockerRunner
 from runyard.queue import ClaimedJob, JobQueue
 from runyard.runner import AttemptControl, AttemptSpec, ContainerState, RunnerUnavailable
 from runyard.submit import prepare_run
-from runyard.tools import ToolRegistry
+from runyard.tools import ToolRegistry, ToolSpec
 from worker.service import Worker, WorkerConfig
 
 pytestmark = pytest.mark.docker
@@ -141,7 +141,7 @@ def _unreachable_engine_raises() -> None:
     spec = AttemptSpec(
         uuid.uuid4(),
         1,
-        {"name": "x", "image": "i", "command": ["true"]},
+        ToolSpec(name="x", image="i", command=["true"]).snapshot(),
         {},
         datetime.now(UTC) + timedelta(seconds=5),
     )

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import time
+import uuid
+from datetime import UTC, datetime, timedelta
 
 import docker
 import pytest
 from sqlalchemy import Engine, text
 
+from runyard.docker_outputs import ContainerLogs
 from runyard.docker_runner import DockerRunner
 from runyard.queue import JobQueue
+from runyard.runner import AttemptControl, AttemptSpec
 from runyard.submit import prepare_run
 from runyard.tools import ToolRegistry
 from worker.service import Worker, WorkerConfig
@@ -97,3 +101,58 @@ def test_live_logs__a_line_before_a_long_silence_arrives_during_the_silence(
     assert queue.cancel(run_id).status is not None
     assert worker.wait_idle(timeout=30)
     worker.close()
+
+
+class RecordingSink:
+    """A log sink in memory: the chunks written, and the last position per stream."""
+
+    def __init__(self) -> None:
+        self.chunks: list[tuple[str, str, str]] = []
+
+    def resume_point(self, stream: str) -> str | None:
+        stamps = [until for s, _, until in self.chunks if s == stream]
+        return stamps[-1] if stamps else None
+
+    def write(self, stream: str, text: str, until: str) -> bool:
+        self.chunks.append((stream, text, until))
+        return True
+
+
+def test_live_logs__quick_run_is_sent_once_from_the_stored_log_and_never_repeated(
+    registry: ToolRegistry, docker_client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
+):
+    follows: list[str] = []
+    original = ContainerLogs.logs
+
+    def counting(self: ContainerLogs, **kwargs: object) -> object:
+        follows.append(str(kwargs.get("stdout")))
+        return original(self, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ContainerLogs, "logs", counting)
+    tool = registry.get("shell")
+    assert tool is not None
+    spec = AttemptSpec(
+        run_id=uuid.uuid4(),
+        attempt=1,
+        tool=tool.snapshot(),
+        input={"script": "echo one; echo two >&2; echo three"},
+        deadline_at=datetime.now(UTC) + timedelta(seconds=30),
+    )
+    sink = RecordingSink()
+    runner = DockerRunner(docker_client)
+    result = runner.run(spec, AttemptControl(logs=sink))
+    assert result.stdout == "one\nthree\n" and result.stderr == "two\n"
+    assert follows == []  # finished before a follower was worth starting
+    assert [(s, t) for s, t, _ in sink.chunks] == [("stdout", "one\nthree\n"), ("stderr", "two\n")]
+
+    # An adopter of the exited container (say we died before the finalize) follows from the
+    # sink's position: nothing is sent twice.
+    again = runner.run(spec, AttemptControl(logs=sink))
+    assert again.stdout == "one\nthree\n"
+    assert len(follows) == 2 and len(sink.chunks) == 2
+
+    # One that arrives before anything was sent gets everything, once.
+    fresh = RecordingSink()
+    runner.run(spec, AttemptControl(logs=fresh))
+    for stream, text_ in (("stdout", "one\nthree\n"), ("stderr", "two\n")):
+        assert "".join(t for s, t, _ in fresh.chunks if s == stream) == text_
