@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 import anyio
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 
 from api.problems import Problem
-from runyard.auth import Principal, authenticate
+from runyard.auth import Principal, PrincipalCache, authenticate
 from runyard.notify import RunNotifier
 from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.settings import Settings
@@ -39,9 +40,13 @@ class Services:
     sync: SyncExecutor | None = None
     sync_limiter: anyio.CapacityLimiter | None = None
     open_streams: int = 0
+    # Verified API keys, trusted for a few seconds (runyard.auth.AUTH_CACHE_SECONDS).
+    auth_cache: PrincipalCache = field(default_factory=PrincipalCache)
 
 
-def get_services(request: Request) -> Services:
+# Dependencies are ``async`` where they do no I/O: FastAPI runs a plain ``def`` dependency in
+# the thread pool, one thread hand-off per request each.
+async def get_services(request: Request) -> Services:
     """The services of the running app."""
     services: Services = request.app.state.services
     return services
@@ -56,11 +61,15 @@ _bearer = HTTPBearer(
 )
 
 
-def get_principal(
+async def get_principal(
     services: ServicesDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
-    """Authenticate the Bearer key; with auth disabled everyone is the admin of ``dev``."""
+    """Authenticate the Bearer key; with auth disabled everyone is the admin of ``dev``.
+
+    A key verified in the last few seconds is taken from the cache without a thread hop or a
+    database read; otherwise the lookup runs in the thread pool.
+    """
     if services.settings.auth_disabled:
         return Principal(tenant=DEV_TENANT, admin=True)
     key = credentials.credentials.strip() if credentials is not None else ""
@@ -71,7 +80,11 @@ def get_principal(
             "send an API key as 'Authorization: Bearer <key>'",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    principal = authenticate(services.engine, key)
+    principal = services.auth_cache.get(key)
+    if principal is None:
+        principal = await run_in_threadpool(authenticate, services.engine, key)
+        if principal is not None:
+            services.auth_cache.put(key, principal)
     if principal is None:
         raise Problem(
             401,

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from runyard.models import RunStatus, ToolRun
+from runyard.submit import RunView
 from runyard.tools import TOOL_NAME_PATTERN
 
 RUN_EXAMPLE: dict[str, Any] = {
@@ -82,7 +83,7 @@ class RunOut(BaseModel):
     finished_at: datetime | None
 
     @classmethod
-    def from_row(cls, run: ToolRun) -> RunOut:
+    def from_row(cls, run: ToolRun | RunView) -> RunOut:
         """Project an ORM row onto the public shape."""
         return cls(
             id=run.id,

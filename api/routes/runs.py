@@ -21,7 +21,7 @@ from runyard.models import RunMode, RunStatus, ToolRun
 from runyard.queue import AdmissionRefused, IdempotencyConflict, NewRun
 from runyard.runner import AttemptControl
 from runyard.runs import LOG_STREAMS, BadCursor, RunFilter, RunReader
-from runyard.submit import InvalidInput, UnknownTool, prepare_run
+from runyard.submit import InvalidInput, RunView, UnknownTool, prepare_run, read_run_view
 from runyard.tools import TOOL_NAME_PATTERN
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=COMMON_ERRORS)
@@ -87,48 +87,111 @@ async def _watching_disconnect(
     return outcome[0]
 
 
-async def _load(services: Services, principal: Principal, run_id: uuid.UUID) -> ToolRun:
-    return await run_in_threadpool(load_run, services, principal, run_id)
+def view_run(services: Services, principal: Principal, run_id: uuid.UUID) -> RunView:
+    """The run's public fields if the caller may see it (one round trip); 404 otherwise."""
+    run = read_run_view(services.engine, run_id, visible_tenant(principal))
+    if run is None:
+        raise Problem(404, "run_not_found", f"no run {run_id}")
+    return run
+
+
+async def _view(services: Services, principal: Principal, run_id: uuid.UUID) -> RunView:
+    return await run_in_threadpool(view_run, services, principal, run_id)
 
 
 async def _wait_for_outcome(
     request: Request, services: Services, principal: Principal, run_id: uuid.UUID, wait: float
-) -> ToolRun:
+) -> RunView:
     """The run once terminal, or as it is after ``wait`` seconds (capped by the settings).
 
     It sleeps on the run's NOTIFY channel and re-reads at most every ``events_poll_seconds``;
     a client that goes away ends the wait.
     """
     seconds = min(wait, services.settings.max_wait_seconds)
-    run = await _load(services, principal, run_id)
-    if seconds <= 0 or run.status.is_terminal:
-        return run
+    if seconds <= 0:
+        return await _view(services, principal, run_id)
     deadline = time.monotonic() + seconds
     gone = anyio.Event()
     with services.notifier.subscribe(run_id) as subscription:
+        # Subscribed first, then read: a change in between still wakes us.
+        run = await _view(services, principal, run_id)
+        if run.status.is_terminal:
+            return run
 
         def on_gone() -> None:
             gone.set()
             subscription.wake()
 
-        async def wait_terminal() -> ToolRun:
-            # Subscribed first, then read: a change in between still wakes us.
-            current = await _load(services, principal, run_id)
+        async def wait_terminal() -> RunView:
+            current = run
             while not current.status.is_terminal and not gone.is_set():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 await subscription.wait(min(remaining, services.settings.events_poll_seconds))
-                current = await _load(services, principal, run_id)
+                current = await _view(services, principal, run_id)
             return current
 
-        run = await _watching_disconnect(request, on_gone, wait_terminal)
-    return run
+        return await _watching_disconnect(request, on_gone, wait_terminal)
+
+
+def _prepare(
+    services: Services, principal: Principal, body: RunCreate, idempotency_key: str | None
+) -> tuple[NewRun, uuid.UUID | None]:
+    """Validate the request; the run an Idempotency-Key already names, if any (else None)."""
+    try:
+        new_run = prepare_run(
+            services.registry,
+            tenant=principal.tenant,
+            tool_name=body.tool,
+            input_value=body.input,
+            priority=body.priority,
+            idempotency_key=idempotency_key,
+        )
+    except UnknownTool as exc:
+        raise Problem(422, "unknown_tool", str(exc), field="tool") from exc
+    except InvalidInput as exc:
+        raise Problem(422, "invalid_input", str(exc), field=exc.path) from exc
+    if idempotency_key is None:
+        return new_run, None
+    replay = RunReader(services.engine).find_idempotent(principal.tenant, idempotency_key)
+    if replay is None:
+        return new_run, None
+    if replay.request_hash != new_run.request_hash():
+        raise _conflict(
+            IdempotencyConflict("this Idempotency-Key was already used with a different request")
+        )
+    return new_run, replay.id
+
+
+def _accept(
+    services: Services,
+    principal: Principal,
+    body: RunCreate,
+    idempotency_key: str | None,
+    *,
+    answer_now: bool,
+) -> tuple[uuid.UUID, bool, RunView | None]:
+    """Queue mode in one thread hop: validate, replay or enqueue, and (``answer_now``) read
+    the run back for the answer. Returns the run id, whether it was created, and the run."""
+    new_run, replayed = _prepare(services, principal, body, idempotency_key)
+    if replayed is not None:
+        run_id, created = replayed, False
+    else:
+        try:
+            enqueued = services.queue.submit(new_run, services.caps)
+        except AdmissionRefused as exc:
+            raise _refused(services, exc) from exc
+        except IdempotencyConflict as exc:
+            raise _conflict(exc) from exc
+        run_id, created = enqueued.run_id, enqueued.created
+    view = read_run_view(services.engine, run_id, visible_tenant(principal)) if answer_now else None
+    return run_id, created, view
 
 
 async def _run_inline(
     request: Request, services: Services, principal: Principal, new_run: NewRun
-) -> tuple[ToolRun, bool]:
+) -> tuple[RunView, bool]:
     """Sync mode: take a slot or 429 at once, record the run, run it here, return it."""
     sync = services.sync
     assert sync is not None and services.sync_limiter is not None
@@ -171,12 +234,53 @@ async def _run_inline(
             await _watching_disconnect(request, control.cancel.set, execute)
     finally:
         sync.release()
-    return await _load(services, principal, recorded.run_id), recorded.created
+    return await _view(services, principal, recorded.run_id), recorded.created
+
+
+async def submit_run(
+    request: Request,
+    body: RunCreate,
+    response: Response,
+    services: Services,
+    principal: Principal,
+    wait: float = 0,
+    idempotency_key: str | None = None,
+) -> RunOut:
+    """Validate the tool and input, then enqueue (queue mode) or run inline (sync mode).
+
+    Sets ``response``'s status and headers; the dashboard submits through here too.
+    """
+    run: RunView | None
+    if services.sync is None:
+        answer_now = min(wait, services.settings.max_wait_seconds) <= 0
+        run_id, created, run = await run_in_threadpool(
+            lambda: _accept(services, principal, body, idempotency_key, answer_now=answer_now)
+        )
+        if run is None:
+            run = await _wait_for_outcome(request, services, principal, run_id, wait)
+    else:
+        new_run, replayed = await run_in_threadpool(
+            _prepare, services, principal, body, idempotency_key
+        )
+        created = False
+        if replayed is not None:
+            run = await _wait_for_outcome(request, services, principal, replayed, wait)
+        else:
+            run, created = await _run_inline(request, services, principal, new_run)
+            if not created:
+                run = await _wait_for_outcome(request, services, principal, run.id, wait)
+    response.headers["Location"] = f"/v1/runs/{run.id}"
+    if not created:
+        response.headers["Idempotent-Replayed"] = "true"
+    response.status_code = 200 if run.status.is_terminal else 202
+    return RunOut.from_row(run)
 
 
 @router.post(
     "",
+    name="submit_run",
     status_code=202,
+    response_model=RunOut,
     responses={
         200: {"model": RunOut, "description": "The run is terminal (waited for, or sync mode)"},
         202: {
@@ -189,10 +293,9 @@ async def _run_inline(
         **BODY_ERRORS,
     },
 )
-async def submit_run(
+async def post_run(
     request: Request,
     body: RunCreate,
-    response: Response,
     services: ServicesDep,
     principal: PrincipalDep,
     wait: Annotated[
@@ -215,57 +318,17 @@ async def submit_run(
             description="Retries with the same key and body return the first run",
         ),
     ] = None,
-) -> RunOut:
+) -> Response:
     """Validate the tool and input, then enqueue (queue mode) or run inline (sync mode)."""
-    try:
-        new_run = await run_in_threadpool(
-            lambda: prepare_run(
-                services.registry,
-                tenant=principal.tenant,
-                tool_name=body.tool,
-                input_value=body.input,
-                priority=body.priority,
-                idempotency_key=idempotency_key,
-            )
-        )
-    except UnknownTool as exc:
-        raise Problem(422, "unknown_tool", str(exc), field="tool") from exc
-    except InvalidInput as exc:
-        raise Problem(422, "invalid_input", str(exc), field=exc.path) from exc
-
-    replay = None
-    if idempotency_key is not None:
-        replay = await run_in_threadpool(
-            RunReader(services.engine).find_idempotent, principal.tenant, idempotency_key
-        )
-        if replay is not None and replay.request_hash != new_run.request_hash():
-            raise _conflict(
-                IdempotencyConflict(
-                    "this Idempotency-Key was already used with a different request"
-                )
-            )
-
-    created = False
-    if replay is not None:
-        run = await _wait_for_outcome(request, services, principal, replay.id, wait)
-    elif services.sync is not None:
-        run, created = await _run_inline(request, services, principal, new_run)
-        if not created:
-            run = await _wait_for_outcome(request, services, principal, run.id, wait)
-    else:
-        try:
-            enqueued = await run_in_threadpool(services.queue.submit, new_run, services.caps)
-        except AdmissionRefused as exc:
-            raise _refused(services, exc) from exc
-        except IdempotencyConflict as exc:
-            raise _conflict(exc) from exc
-        created = enqueued.created
-        run = await _wait_for_outcome(request, services, principal, enqueued.run_id, wait)
-    response.headers["Location"] = f"/v1/runs/{run.id}"
-    if not created:
-        response.headers["Idempotent-Replayed"] = "true"
-    response.status_code = 200 if run.status.is_terminal else 202
-    return RunOut.from_row(run)
+    meta = Response()
+    run = await submit_run(request, body, meta, services, principal, wait, idempotency_key)
+    # Serialized once here rather than validated again through the response model.
+    return Response(
+        run.model_dump_json(),
+        status_code=meta.status_code,
+        headers={k: v for k, v in meta.headers.items() if k != "content-length"},
+        media_type="application/json",
+    )
 
 
 @router.get("/{run_id}", responses={404: NOT_FOUND})

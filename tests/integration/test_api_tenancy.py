@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any, cast
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
+from runyard.auth import AUTH_CACHE_SECONDS, PrincipalCache
 from runyard.tools import ToolRegistry
 from tests.integration.test_api_helpers import bearer, make_app, run_status
 
@@ -81,3 +83,31 @@ def test_tenancy__admin_sees_and_cancels_every_tenant(client: TestClient, engine
     # An admin's own submissions belong to its own tenant.
     own = _create(client, admin)
     assert client.get(f"/v1/runs/{own}", headers=acme).status_code == 404
+
+
+def test_auth__revoked_key_stops_working_within_the_cache_bound(client: TestClient, engine: Engine):
+    now = [1000.0]
+    cache = PrincipalCache(ttl_seconds=AUTH_CACHE_SECONDS, clock=lambda: now[0])
+    services = cast(Any, client.app).state.services
+    services.auth_cache = cache
+    acme = bearer(engine, "acme")
+    assert client.get("/v1/runs", headers=acme).status_code == 200  # verified and cached
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE api_keys SET revoked_at = now()"))
+
+    now[0] += AUTH_CACHE_SECONDS - 0.5
+    assert client.get("/v1/runs", headers=acme).status_code == 200  # still inside the bound
+    now[0] += 0.5
+    response = client.get("/v1/runs", headers=acme)
+    assert response.status_code == 401 and response.json()["code"] == "invalid_api_key"
+    now[0] += 3600
+    assert client.get("/v1/runs", headers=acme).status_code == 401  # never cached as good
+
+
+def test_auth__unknown_keys_are_not_cached_and_a_new_key_works_at_once(
+    client: TestClient, engine: Engine
+):
+    assert client.get("/v1/runs", headers={"Authorization": "Bearer ry_x_y"}).status_code == 401
+    services = cast(Any, client.app).state.services
+    assert len(services.auth_cache._entries) == 0
+    assert client.get("/v1/runs", headers=bearer(engine, "acme")).status_code == 200
