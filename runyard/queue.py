@@ -36,6 +36,7 @@ from runyard.queue_sql import (
     CLEAR_EXPIRED,
     ENQUEUE,
     FINALIZE,
+    FINALIZE_AND_CLAIM,
     FIND_IDEMPOTENT,
     HEARTBEAT,
     LAST_LOG_POSITION,
@@ -181,6 +182,26 @@ def enqueue_params(
     }
 
 
+def claimed_job(row: Any) -> ClaimedJob:
+    """A ClaimedJob from a row of CLAIM (or of FINALIZE_AND_CLAIM)."""
+    return ClaimedJob(
+        job_id=row.id,
+        run_id=row.run_id,
+        attempt=row.attempts,
+        max_attempts=row.max_attempts,
+        lease_token=row.lease_token,
+        locked_until=row.locked_until,
+        deadline_at=row.deadline_at,
+        cancel_requested=row.cancel_requested_at is not None,
+        adopted=row.adopted,
+        spec=row.spec,
+        input=row.input,
+        container_requested=row.container_requested_at is not None,
+        requested_at=row.requested_at,
+        started_at=row.started_at,
+    )
+
+
 def outcome_params(outcome: AttemptResult) -> dict[str, Any]:
     """The bind parameters of a terminal outcome, shared by every finalize statement."""
     return {
@@ -266,25 +287,7 @@ class JobQueue:
             rows = self._run(CLAIM, {**params, "queue": queues[0]})
         else:
             rows = self._run(CLAIM_ANY_QUEUE, {**params, "queues": list(queues)})
-        return [
-            ClaimedJob(
-                job_id=row.id,
-                run_id=row.run_id,
-                attempt=row.attempts,
-                max_attempts=row.max_attempts,
-                lease_token=row.lease_token,
-                locked_until=row.locked_until,
-                deadline_at=row.deadline_at,
-                cancel_requested=row.cancel_requested_at is not None,
-                adopted=row.adopted,
-                spec=row.spec,
-                input=row.input,
-                container_requested=row.container_requested_at is not None,
-                requested_at=row.requested_at,
-                started_at=row.started_at,
-            )
-            for row in rows
-        ]
+        return [claimed_job(row) for row in rows]
 
     def heartbeat(
         self,
@@ -321,6 +324,41 @@ class JobQueue:
             FINALIZE, {"job_id": job_id, "token": token, **outcome_params(outcome), "now": now}
         )
         return row is not None
+
+    def finalize_and_claim(
+        self,
+        job_id: uuid.UUID,
+        token: uuid.UUID,
+        outcome: AttemptResult,
+        *,
+        worker_id: str,
+        engine_id: str,
+        limit: int,
+        lease_seconds: float,
+        queue: str,
+        now: datetime | None = None,
+    ) -> tuple[bool, list[ClaimedJob]]:
+        """``finalize``, then ``claim`` from one queue, in one statement.
+
+        Returns whether the finalize applied and the jobs claimed (adoptable ones first).
+        """
+        if not outcome.status.is_terminal:
+            raise ValueError(f"finalize needs a terminal status, not {outcome.status}")
+        first, *rows = self._run(
+            FINALIZE_AND_CLAIM,
+            {
+                "job_id": job_id,
+                "token": token,
+                **outcome_params(outcome),
+                "worker_id": worker_id,
+                "engine_id": engine_id,
+                "limit": limit,
+                "lease": lease_seconds,
+                "queue": queue,
+                "now": now,
+            },
+        )
+        return bool(first.finalized), [claimed_job(row) for row in rows]
 
     def requeue(
         self,

@@ -53,8 +53,8 @@ FIND_IDEMPOTENT = _sql(
 # picked ids reach the UPDATEs and the final join as arrays and primary-key lookups, and one
 # queue is an equality, so the plan reads the partial indexes in order and stays flat
 # however deep the backlog is (a hash join over whole tables otherwise).
-_CLAIM: LiteralString = """
-    WITH adoptable AS MATERIALIZED (
+_CLAIM_CTES: LiteralString = """
+    adoptable AS MATERIALIZED (
         SELECT id FROM tool_run_jobs
         WHERE status = 'running' AND locked_until IS NULL AND engine_id = :engine_id
         ORDER BY priority DESC, created_at
@@ -62,7 +62,7 @@ _CLAIM: LiteralString = """
         FOR UPDATE SKIP LOCKED
     ), fresh AS MATERIALIZED (
         SELECT id FROM tool_run_jobs
-        WHERE status = 'queued' AND {QUEUE} AND available_at <= {NOW}
+        WHERE status = 'queued' AND queue = :queue AND available_at <= {NOW}
           AND attempts < max_attempts
         ORDER BY priority DESC, created_at
         LIMIT GREATEST(:limit - (SELECT count(*) FROM adoptable), 0)
@@ -87,14 +87,14 @@ _CLAIM: LiteralString = """
                   j.deadline_at, j.started_at, j.cancel_requested_at, j.priority,
                   j.created_at, j.container_requested_at,
                   j.id = ANY(ARRAY(SELECT id FROM adoptable)) AS adopted
-    ), run AS (
+    ), claimed_run AS (
         UPDATE tool_runs r SET status = 'running',
                                started_at = coalesce(r.started_at, c.started_at),
                                attempts = c.attempts
         FROM claimed c
         WHERE r.id = ANY(ARRAY(SELECT run_id FROM claimed WHERE NOT adopted))
           AND r.id = c.run_id
-    ), event AS (
+    ), claimed_event AS (
         INSERT INTO tool_run_events (run_id, at, type, data)
         SELECT c.run_id, {NOW}, e.type, e.data
         FROM claimed c
@@ -106,20 +106,29 @@ _CLAIM: LiteralString = """
         ) AS e(type, data)
         WHERE e.data IS NOT NULL
     )
+"""
+
+_CLAIMED: LiteralString = """
     SELECT c.id, c.run_id, c.attempts, c.max_attempts, c.lease_token, c.locked_until,
            c.deadline_at, c.cancel_requested_at, c.container_requested_at, c.adopted,
            c.started_at, r.requested_at, r.spec, r.input
     FROM claimed c CROSS JOIN LATERAL (
         SELECT requested_at, spec, input FROM tool_runs WHERE id = c.run_id
     ) r
-    ORDER BY c.adopted DESC, c.priority DESC, c.created_at
 """
 
+_ORDER: LiteralString = "ORDER BY c.adopted DESC, c.priority DESC, c.created_at"
+
 # A worker of one queue (the usual case): the queued index is read in order from its start.
-CLAIM = _sql(_CLAIM.replace("{QUEUE}", "queue = :queue"))
+CLAIM = _sql("WITH " + _CLAIM_CTES + _CLAIMED + _ORDER)
 
 # A worker of several queues: correct, but Postgres sorts all their queued rows to pick.
-CLAIM_ANY_QUEUE = _sql(_CLAIM.replace("{QUEUE}", "queue = ANY(CAST(:queues AS text[]))"))
+CLAIM_ANY_QUEUE = _sql(
+    "WITH "
+    + _CLAIM_CTES.replace("queue = :queue", "queue = ANY(CAST(:queues AS text[]))")
+    + _CLAIMED
+    + _ORDER
+)
 
 
 HEARTBEAT = _sql(
@@ -133,32 +142,66 @@ HEARTBEAT = _sql(
 )
 
 
-FINALIZE = _sql(
-    """
-    WITH job AS (
+_FINALIZE_CTES: LiteralString = """
+    done AS (
         UPDATE tool_run_jobs
         SET status = CAST(:status AS run_status), locked_by = NULL, locked_until = NULL,
             lease_token = NULL, finished_at = {NOW}, updated_at = {NOW}, last_error = :error
         WHERE id = :job_id AND lease_token = :token AND status = 'running'
         RETURNING run_id, attempts
-    ), run AS (
+    ), done_run AS (
         UPDATE tool_runs r
-        SET status = CAST(:status AS run_status), finished_at = {NOW}, attempts = job.attempts,
+        SET status = CAST(:status AS run_status), finished_at = {NOW}, attempts = done.attempts,
             exit_code = :exit_code, result = CAST(:result AS jsonb),
             stdout = :stdout, stderr = :stderr,
             stdout_truncated = :stdout_truncated, stderr_truncated = :stderr_truncated,
             error_code = :error_code, error = :error,
             image_digest = coalesce(:image_digest, r.image_digest)
-        FROM job WHERE r.id = job.run_id
-    ), event AS (
+        FROM done WHERE r.id = done.run_id
+    ), done_event AS (
         INSERT INTO tool_run_events (run_id, at, type, data)
         SELECT run_id, {NOW}, 'status',
                jsonb_build_object('status', CAST(:status AS text), 'attempt', attempts,
                                   'exit_code', CAST(:exit_code AS integer),
                                   'error_code', CAST(:error_code AS text))
-        FROM job
+        FROM done
+    ), done_notify AS MATERIALIZED (
+        SELECT run_id, pg_notify('runyard_runs', CAST(run_id AS text)) FROM done
     )
-    SELECT run_id, pg_notify('runyard_runs', CAST(run_id AS text)) FROM job
+"""
+
+FINALIZE = _sql("WITH " + _FINALIZE_CTES + "SELECT run_id FROM done_notify")
+
+
+# A slot that finishes an attempt claims its next job (of its one queue) in the same
+# statement: one commit fewer per job. The finalize stays fenced by its own lease token; the
+# first row says whether it applied, the claimed jobs (if any) follow in claim order.
+FINALIZE_AND_CLAIM = _sql(
+    "WITH "
+    + _FINALIZE_CTES
+    + ", "
+    + _CLAIM_CTES
+    + """
+    SELECT * FROM (
+        SELECT 0 AS part, (SELECT count(*) FROM done_notify) = 1 AS finalized,
+               NULL::uuid AS id, NULL::uuid AS run_id, NULL::integer AS attempts,
+               NULL::integer AS max_attempts, NULL::uuid AS lease_token,
+               NULL::timestamptz AS locked_until, NULL::timestamptz AS deadline_at,
+               NULL::timestamptz AS cancel_requested_at,
+               NULL::timestamptz AS container_requested_at, NULL::boolean AS adopted,
+               NULL::timestamptz AS started_at, NULL::timestamptz AS requested_at,
+               NULL::jsonb AS spec, NULL::jsonb AS input,
+               NULL::integer AS priority, NULL::timestamptz AS created_at
+        UNION ALL
+        SELECT 1, NULL, c.id, c.run_id, c.attempts, c.max_attempts, c.lease_token,
+               c.locked_until, c.deadline_at, c.cancel_requested_at,
+               c.container_requested_at, c.adopted, c.started_at, r.requested_at, r.spec,
+               r.input, c.priority, c.created_at
+        FROM claimed c CROSS JOIN LATERAL (
+            SELECT requested_at, spec, input FROM tool_runs WHERE id = c.run_id
+        ) r
+    ) rows
+    ORDER BY part, adopted DESC, priority DESC, created_at
     """
 )
 

@@ -58,6 +58,8 @@ class InFlight:
     lease_valid_until: float = 0.0
     # Set once the outcome is committed: the lease is gone on purpose, heartbeats stop.
     settled: bool = False
+    # The job this slot's finalize claimed, to run next in the same thread.
+    next_job: ClaimedJob | None = None
 
 
 class QueueLogSink:
@@ -130,6 +132,8 @@ class Worker:
         self._stop = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
         self._engine_id: str | None = None
+        # Under ``run_forever`` a slot's finalize also claims its next job (see ``_finalize``).
+        self._chain = False
         self.finalized = 0
 
     @property
@@ -170,37 +174,55 @@ class Worker:
         free = self.free_slots()
         if free <= 0 or self._stop.is_set():
             return ClaimRound(claimed=0, adopted=0, free_slots=max(free, 0))
-        jobs = self._queue.claim(
-            worker_id=self.worker_id,
-            engine_id=self._engine_id,
-            limit=free,
-            lease_seconds=self._config.lease_seconds,
-            queues=self._config.queues,
-        )
-        now = time.monotonic()
+        jobs = self._claim(free)
         for job in jobs:
-            flight = InFlight(job=job, lease_valid_until=now + self._config.lease_seconds)
-            flight.control.logs = QueueLogSink(self._queue, job)
-            if job.cancel_requested:
-                flight.control.cancel.set()
-            with self._lock:
-                self._in_flight[job.job_id] = flight
-                self._metrics.slots_busy.set(len(self._in_flight))
-            if not job.adopted:
-                self._metrics.claims.inc()
-                if job.requested_at is not None and job.started_at is not None:
-                    wait = (job.started_at - job.requested_at).total_seconds()
-                    self._metrics.wait_time.observe(max(wait, 0.0))
-            logger.info(
-                "adopted job" if job.adopted else "claimed job",
-                extra=self._log(job, action="adopted" if job.adopted else "claimed"),
-            )
+            flight = self._take(job)
+            assert flight is not None
             future = self._pool.submit(self._execute, flight)
             with self._lock:
                 self._futures.add(future)
             future.add_done_callback(self._forget_future)
         adopted = sum(1 for job in jobs if job.adopted)
         return ClaimRound(claimed=len(jobs) - adopted, adopted=adopted, free_slots=free - len(jobs))
+
+    def _claim(self, limit: int) -> list[ClaimedJob]:
+        assert self._engine_id is not None
+        return self._queue.claim(
+            worker_id=self.worker_id,
+            engine_id=self._engine_id,
+            limit=limit,
+            lease_seconds=self._config.lease_seconds,
+            queues=self._config.queues,
+        )
+
+    def _take(self, job: ClaimedJob, *, instead_of: ClaimedJob | None = None) -> InFlight | None:
+        """Put a claimed job in flight, in the slot of ``instead_of`` if given.
+
+        None if that slot's own claim came back after ``stop()``: the caller gives it back.
+        """
+        flight = InFlight(job=job, lease_valid_until=time.monotonic() + self._config.lease_seconds)
+        flight.control.logs = QueueLogSink(self._queue, job)
+        if job.cancel_requested:
+            flight.control.cancel.set()
+        with self._lock:
+            if instead_of is not None:
+                self._in_flight.pop(instead_of.job_id, None)
+                # Checked under the lock hand_over() snapshots the flights with: none slips by.
+                if self._stop.is_set():
+                    self._metrics.slots_busy.set(len(self._in_flight))
+                    return None
+            self._in_flight[job.job_id] = flight
+            self._metrics.slots_busy.set(len(self._in_flight))
+        if not job.adopted:
+            self._metrics.claims.inc()
+            if job.requested_at is not None and job.started_at is not None:
+                wait = (job.started_at - job.requested_at).total_seconds()
+                self._metrics.wait_time.observe(max(wait, 0.0))
+        logger.info(
+            "adopted job" if job.adopted else "claimed job",
+            extra=self._log(job, action="adopted" if job.adopted else "claimed"),
+        )
+        return flight
 
     def _forget_future(self, future: Future[None]) -> None:
         with self._lock:
@@ -220,6 +242,7 @@ class Worker:
     def run_forever(self) -> None:
         """Claim whenever slots are free until ``stop()``; then hand over and exit."""
         self.start()
+        self._chain = True
         while not self._stop.is_set():
             try:
                 self.run_once()
@@ -333,16 +356,39 @@ class Worker:
     # --- execution ---
 
     def _execute(self, flight: InFlight) -> None:
-        job = flight.job
-        try:
-            self._execute_attempt(flight)
-        except Exception:
-            logger.exception("attempt crashed in the worker", extra=self._log(job))
-        finally:
+        current: InFlight | None = flight
+        while current is not None:
+            try:
+                self._execute_attempt(current)
+            except Exception:
+                logger.exception("attempt crashed in the worker", extra=self._log(current.job))
+            finally:
+                current = self._leave(current)
+
+    def _leave(self, flight: InFlight) -> InFlight | None:
+        """Free the slot, or hand it to the job its finalize claimed (run in this thread)."""
+        job, upcoming = flight.job, flight.next_job
+        if upcoming is not None:
+            following = self._take(upcoming, instead_of=job)
+            if following is not None:
+                return following
+            self._give_back(upcoming)
+        else:
             with self._lock:
                 self._in_flight.pop(job.job_id, None)
                 self._metrics.slots_busy.set(len(self._in_flight))
-            self._wake.set()
+        self._wake.set()
+        return None
+
+    def _give_back(self, job: ClaimedJob) -> None:
+        """A job claimed as the worker stopped: back at once, uncharged, for the next owner."""
+        try:
+            if job.adopted:
+                self._queue.release(job.job_id, job.lease_token)
+            else:
+                self._queue.requeue_unstarted(job.job_id, job.lease_token)
+        except _DB_ERRORS:
+            logger.warning("give-back failed; the reaper will clear the lease", exc_info=True)
 
     def _execute_attempt(self, flight: InFlight) -> None:
         job = flight.job
@@ -437,6 +483,25 @@ class Worker:
         except _DB_ERRORS:
             logger.warning("release failed; the reaper will clear the lease", exc_info=True)
 
+    def _commit_outcome(self, flight: InFlight, outcome: AttemptResult) -> bool:
+        """FINALIZE; a one-queue worker that is not stopping claims the slot's next job in it."""
+        job = flight.job
+        if not self._chain or self._stop.is_set() or len(self._config.queues) != 1:
+            return self._queue.finalize(job.job_id, job.lease_token, outcome)
+        assert self._engine_id is not None
+        owned, claimed = self._queue.finalize_and_claim(
+            job.job_id,
+            job.lease_token,
+            outcome,
+            worker_id=self.worker_id,
+            engine_id=self._engine_id,
+            limit=1,
+            lease_seconds=self._config.lease_seconds,
+            queue=self._config.queues[0],
+        )
+        flight.next_job = claimed[0] if claimed else None
+        return owned
+
     def _finalize(self, flight: InFlight, outcome: AttemptResult) -> None:
         """Commit the outcome, retrying DB errors while the lease holds; then clean up."""
         job = flight.job
@@ -446,7 +511,7 @@ class Worker:
                 logger.warning("not finalizing: lease lost", extra=self._log(job))
                 return
             try:
-                owned = self._queue.finalize(job.job_id, job.lease_token, outcome)
+                owned = self._commit_outcome(flight, outcome)
                 break
             except _DB_ERRORS as exc:
                 if time.monotonic() + delay >= flight.lease_valid_until:

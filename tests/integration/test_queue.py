@@ -265,6 +265,48 @@ def test_finalize__clears_lease_and_records_outcome(queue: JobQueue, engine: Eng
     )
 
 
+def finalize_and_claim(queue: JobQueue, job_id, token, *, now: datetime = T0, limit: int = 1):
+    return queue.finalize_and_claim(
+        job_id,
+        token,
+        SUCCESS,
+        worker_id="w1",
+        engine_id=ENGINE,
+        limit=limit,
+        lease_seconds=LEASE,
+        queue="default",
+        now=now,
+    )
+
+
+def test_finalize_and_claim__finalizes_then_claims_adoptable_first(queue: JobQueue, engine: Engine):
+    first, adopt_me, fresh = enqueue_many(queue, 3)
+    [job, lost] = claim(queue, limit=2)
+    at = T0 + timedelta(seconds=LEASE + 1)
+    queue.heartbeat(job.job_id, job.lease_token, lease_seconds=LEASE * 2, now=T0)
+    queue.clear_expired(queue.select_expired(batch=10, now=at), now=at)
+    done, claimed = finalize_and_claim(queue, job.job_id, job.lease_token, now=at, limit=2)
+    assert done and [c.run_id for c in claimed] == [adopt_me, fresh]
+    assert [c.adopted for c in claimed] == [True, False] and claimed[0].job_id == lost.job_id
+    assert row(engine, first)["run_status"] == "succeeded"
+    assert row(engine, fresh)["run_status"] == "running"
+    assert [t for t, _ in events(engine, first)][-1] == "status"
+    assert [t for t, _ in events(engine, fresh)] == ["status", "claimed", "status"]
+    again, none = finalize_and_claim(queue, job.job_id, job.lease_token, now=at)
+    assert not again and none == []
+    assert row(engine, first)["result"] == {"ok": True}
+
+
+def test_finalize_and_claim__lost_lease_changes_nothing_but_still_claims(
+    queue: JobQueue, engine: Engine
+):
+    run_id, other = enqueue_many(queue, 2)
+    [job] = claim(queue)
+    done, claimed = finalize_and_claim(queue, job.job_id, uuid.uuid4())
+    assert not done and [c.run_id for c in claimed] == [other]
+    assert row(engine, run_id)["run_status"] == "running"
+
+
 def test_heartbeat__extends_lease(queue: JobQueue, engine: Engine):
     enqueue_many(queue, 1)
     [job] = claim(queue)

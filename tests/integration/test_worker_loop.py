@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Engine, text
 
 from runyard.models import RunStatus
-from runyard.queue import JobQueue, NewRun
+from runyard.queue import ClaimedJob, JobQueue, NewRun
 from runyard.runner import AttemptControl, AttemptResult, AttemptSpec, ContainerState
 from runyard.testing import FakeRunner
 from worker.service import Worker, WorkerConfig
@@ -193,3 +195,48 @@ def test_worker__heartbeat_after_finalize_is_not_a_lost_lease(queue: JobQueue, e
     assert worker.wait_idle(timeout=10)
     worker.close()
     assert metrics.leases_lost._value.get() == 0
+
+
+def test_worker__slots_claim_their_next_job_as_they_finalize(queue: JobQueue, engine: Engine):
+    run_ids = [enqueue(queue) for _ in range(6)]
+    worker = make_worker(queue, FakeRunner(), concurrency=2, poll_seconds=60)
+    thread = threading.Thread(target=worker.run_forever, daemon=True)
+    thread.start()
+    try:
+        # One poll claims two; the other four come with the finalizes, not with a poll.
+        deadline = time.monotonic() + 10
+        while worker.finalized < 6 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert worker.finalized == 6
+    finally:
+        worker.stop()
+        thread.join(timeout=10)
+        worker.close()
+    assert all(status(engine, r) == "succeeded" for r in run_ids)
+
+
+def test_worker__job_claimed_by_a_finalize_as_the_worker_stops_goes_back(
+    queue: JobQueue, engine: Engine
+):
+    first, second = enqueue(queue), enqueue(queue)
+
+    class StopsDuringFinalize(JobQueue):
+        def finalize_and_claim(self, *args: Any, **kw: Any) -> tuple[bool, list[ClaimedJob]]:
+            done = super().finalize_and_claim(*args, **kw)
+            worker.stop()  # SIGTERM lands while the statement runs
+            return done
+
+    worker = make_worker(StopsDuringFinalize(engine), FakeRunner(), concurrency=1, poll_seconds=60)
+    thread = threading.Thread(target=worker.run_forever, daemon=True)
+    thread.start()
+    thread.join(timeout=10)
+    assert worker.wait_idle(timeout=10)
+    released = worker.hand_over()
+    assert released == 0
+    assert status(engine, first) == "succeeded"
+    with engine.connect() as conn:
+        job = conn.execute(
+            text("SELECT status, attempts, lease_token FROM tool_run_jobs WHERE run_id = :id"),
+            {"id": second},
+        ).one()
+    assert (job.status, job.attempts, job.lease_token) == ("queued", 0, None)
