@@ -206,7 +206,7 @@ class Worker:
             flight.control.cancel.set()
         with self._lock:
             if instead_of is not None:
-                self._in_flight.pop(instead_of.job_id, None)
+                self._forget(instead_of)
                 # Checked under the lock hand_over() snapshots the flights with: none slips by.
                 if self._stop.is_set():
                     self._metrics.slots_busy.set(len(self._in_flight))
@@ -375,10 +375,17 @@ class Worker:
             self._give_back(upcoming)
         else:
             with self._lock:
-                self._in_flight.pop(job.job_id, None)
+                self._forget(job)
                 self._metrics.slots_busy.set(len(self._in_flight))
         self._wake.set()
         return None
+
+    def _forget(self, job: ClaimedJob) -> None:
+        """Drop ``job``'s flight (with the lock held), unless the slot is already the next
+        attempt's: a lost lease can be re-claimed here before the old attempt has left."""
+        flight = self._in_flight.get(job.job_id)
+        if flight is not None and flight.job is job:
+            del self._in_flight[job.job_id]
 
     def _give_back(self, job: ClaimedJob) -> None:
         """A job claimed as the worker stopped: back at once, uncharged, for the next owner."""
