@@ -533,8 +533,13 @@ class _LiveLogs:
         if self._sink is None:
             return
         for stream, buffer in (("stdout", stdout), ("stderr", stderr)):
-            if buffer.total:
+            if not buffer.total:
+                continue
+            try:
                 self._sink.write(stream, buffer.text(), finished_at)
+            except Exception:
+                # As for a follower: live chunks are a courtesy, the stored log is the record.
+                logger.warning("could not send the log of a quick attempt", exc_info=True)
 
 
 def _attempt_of(labels: dict[str, str]) -> tuple[uuid.UUID, int] | None:

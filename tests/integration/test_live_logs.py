@@ -156,3 +156,23 @@ def test_live_logs__quick_run_is_sent_once_from_the_stored_log_and_never_repeate
     runner.run(spec, AttemptControl(logs=fresh))
     for stream, text_ in (("stdout", "one\nthree\n"), ("stderr", "two\n")):
         assert "".join(t for s, t, _ in fresh.chunks if s == stream) == text_
+
+
+def test_live_logs__a_failing_sink_never_fails_the_attempt(
+    registry: ToolRegistry, docker_client: docker.DockerClient
+):
+    class FailingSink(RecordingSink):
+        def write(self, stream: str, text: str, until: str) -> bool:
+            raise RuntimeError("sink down")
+
+    tool = registry.get("shell")
+    assert tool is not None
+    spec = AttemptSpec(
+        run_id=uuid.uuid4(),
+        attempt=1,
+        tool=tool.snapshot(),
+        input={"script": "echo kept"},
+        deadline_at=datetime.now(UTC) + timedelta(seconds=30),
+    )
+    result = DockerRunner(docker_client).run(spec, AttemptControl(logs=FailingSink()))
+    assert result.exit_code == 0 and result.stdout == "kept\n"  # the stored log is the record
