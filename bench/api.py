@@ -430,7 +430,14 @@ def admission_cost(url: str, backlogs: list[int]) -> list[tuple[object, ...]]:
                 depth_ms = (time.perf_counter() - t0) / n * 1000
                 t0 = time.perf_counter()
                 for _ in range(n):
-                    conn.execute(active_sql, {"tenant": tenant}).fetchone()
+                    conn.execute(
+                        active_sql,
+                        {
+                            "tenant": tenant,
+                            "queued_cap": caps.tenant_max_queued,
+                            "running_cap": caps.tenant_max_running,
+                        },
+                    ).fetchone()
                 active_ms = (time.perf_counter() - t0) / n * 1000
                 t0 = time.perf_counter()
                 for _ in range(n):
