@@ -455,9 +455,11 @@ def round_trips_per_submit(
 ) -> list[tuple[object, ...]]:
     """In-process (ASGI, no socket): database round trips of one ``POST /v1/runs``, counted
     with SQLAlchemy events: pool pre-pings (one per checkout), BEGIN, statements,
-    COMMIT/ROLLBACK."""
+    COMMIT/ROLLBACK; and statements sent on the psycopg cursor directly (autocommit)."""
+    import threading
     from collections import defaultdict
 
+    import psycopg
     from fastapi.testclient import TestClient
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
@@ -476,9 +478,26 @@ def round_trips_per_submit(
 
         return handler
 
+    in_sqlalchemy = threading.local()
+
     def statement(conn: Any, cursor: Any, text_: str, *rest: Any) -> None:
+        in_sqlalchemy.active = True
         if counting[0]:
             counts["statement: " + " ".join(text_.split())[:60]] += 1
+
+    def statement_done(*args: Any) -> None:
+        in_sqlalchemy.active = False
+
+    # Statements sent on a pooled connection's psycopg cursor directly (runyard.db.autocommit)
+    # bypass SQLAlchemy's events; the pool's own pre-ping is counted with its checkout.
+    pings = ("SELECT 1", ";")
+    original_execute = psycopg.Cursor.execute
+
+    def psycopg_execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        text_ = query if isinstance(query, str) else str(query)
+        if counting[0] and not getattr(in_sqlalchemy, "active", False) and text_ not in pings:
+            counts["statement (autocommit): " + " ".join(text_.split())[:60]] += 1
+        return original_execute(self, query, *args, **kwargs)
 
     hooks = [
         (Pool, "checkout", bump("pool checkout (pre-ping SELECT 1)")),
@@ -486,6 +505,8 @@ def round_trips_per_submit(
         (Engine, "commit", bump("COMMIT")),
         (Engine, "rollback", bump("ROLLBACK (end of a read)")),
         (Engine, "before_cursor_execute", statement),
+        (Engine, "after_cursor_execute", statement_done),
+        (Engine, "handle_error", statement_done),
     ]
     settings = Settings(
         database_url=url,
@@ -495,6 +516,7 @@ def round_trips_per_submit(
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     for target, name, fn in hooks:
         event.listen(target, name, fn)
+    psycopg.Cursor.execute = psycopg_execute  # type: ignore[method-assign]
     try:
         with TestClient(create_app(settings)) as client:
             for _ in range(5):
@@ -507,6 +529,7 @@ def round_trips_per_submit(
                 assert answer.status_code == 202, answer.text
             counting[0] = False
     finally:
+        psycopg.Cursor.execute = original_execute  # type: ignore[method-assign]
         for target, name, fn in hooks:
             event.remove(target, name, fn)
     rows: list[tuple[object, ...]] = [
