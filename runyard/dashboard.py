@@ -1,70 +1,100 @@
-"""Plain reads behind the dashboard's queue and workers pages (nothing here writes)."""
+"""Plain reads behind the dashboard's pages (nothing here writes).
+
+Every statement reads through an index: the job status index for queued and running work,
+the per-tenant partial index of active runs, ``started_at`` for wait times, ``(run_id, id)``
+for a run's events. A tenant's figures and everyone's are two statements each, so neither
+plan has to cope with an optional filter.
+"""
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import Engine, func, select, text
+from sqlalchemy import Engine, TextClause, func, select, text
 from sqlalchemy.orm import Session
 
-from runyard.models import RunStatus, ToolRunEvent
+from runyard.models import RunStatus, ToolRun, ToolRunEvent
 from runyard.runs import LOG_STREAMS
 
-# Per tenant (NULL: every tenant). Counts come from the runs' mirror of the job status.
-QUEUE_DEPTH_BY_STATUS = text(
+# Depth counts queued (ready or waiting out a retry backoff) and running jobs only.
+DEPTH_ALL = text(
     """
-    SELECT j.queue, CAST(j.status AS text) AS status, count(*) AS runs
-    FROM tool_run_jobs j JOIN tool_runs r ON r.id = j.run_id
-    WHERE CAST(:tenant AS text) IS NULL OR r.tenant = CAST(:tenant AS text)
-    GROUP BY j.queue, j.status
-    ORDER BY j.queue, j.status
-    """
-)
-OLDEST_READY = text(
-    """
-    SELECT min(j.available_at) FROM tool_run_jobs j JOIN tool_runs r ON r.id = j.run_id
-    WHERE j.status = 'queued' AND j.available_at <= now()
-      AND (CAST(:tenant AS text) IS NULL OR r.tenant = CAST(:tenant AS text))
+    SELECT queue, CAST(status AS text) AS status,
+           (status = 'queued' AND available_at > now()) AS delayed, count(*) AS runs
+    FROM tool_run_jobs WHERE status IN ('queued', 'running')
+    GROUP BY 1, 2, 3 ORDER BY 1, 2 DESC, 3
     """
 )
-WAIT_PERCENTILES = text(
+DEPTH_OF_TENANT = text(
     """
+    SELECT j.queue, CAST(j.status AS text) AS status,
+           (j.status = 'queued' AND j.available_at > now()) AS delayed, count(*) AS runs
+    FROM tool_runs r JOIN tool_run_jobs j ON j.run_id = r.id
+    WHERE r.tenant = :tenant AND r.status IN ('queued', 'running')
+      AND j.status IN ('queued', 'running')
+    GROUP BY 1, 2, 3 ORDER BY 1, 2 DESC, 3
+    """
+)
+OLDEST_READY_ALL = text(
+    "SELECT min(available_at) FROM tool_run_jobs WHERE status = 'queued' AND available_at <= now()"
+)
+OLDEST_READY_OF_TENANT = text(
+    """
+    SELECT min(j.available_at) FROM tool_runs r JOIN tool_run_jobs j ON j.run_id = r.id
+    WHERE r.tenant = :tenant AND r.status = 'queued'
+      AND j.status = 'queued' AND j.available_at <= now()
+    """
+)
+_WAITS = """
     SELECT count(*) AS started,
            percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (
                ORDER BY extract(epoch FROM started_at - requested_at)) AS seconds
     FROM tool_runs
-    WHERE mode = 'queue' AND started_at >= now() - make_interval(secs => :window)
-      AND (CAST(:tenant AS text) IS NULL OR tenant = CAST(:tenant AS text))
-    """
-)
+    WHERE started_at >= now() - make_interval(secs => :window) AND mode = 'queue'
+"""
+WAITS_ALL = text(_WAITS)
+WAITS_OF_TENANT = text(_WAITS + " AND tenant = :tenant")
 WORKERS = text(
     """
     SELECT w.id, w.engine_id, w.host, w.pid, w.concurrency, w.started_at, w.last_seen_at,
-           w.stopped_at, now() AS db_now,
-           (SELECT count(*) FROM tool_run_jobs j
-            WHERE j.locked_by = w.id AND j.status = 'running') AS busy
+           w.stopped_at, now() AS db_now, coalesce(b.busy, 0) AS busy
     FROM workers w
+    LEFT JOIN (SELECT locked_by, count(*) AS busy FROM tool_run_jobs
+               WHERE status = 'running' GROUP BY locked_by) b ON b.locked_by = w.id
     WHERE w.stopped_at IS NULL OR w.stopped_at >= now() - make_interval(secs => :keep)
     ORDER BY w.stopped_at IS NOT NULL, w.last_seen_at DESC
     LIMIT 200
+    """
+)
+HOLDER = text(
+    """
+    SELECT j.locked_by AS owner, j.locked_until AS lease_until
+    FROM tool_run_jobs j WHERE j.run_id = :run_id AND j.status = 'running'
+      AND j.locked_by IS NOT NULL
+    UNION ALL
+    SELECT r.sync_owner, r.sync_owner_until
+    FROM tool_runs r WHERE r.id = :run_id AND r.status = 'running' AND r.sync_owner IS NOT NULL
+    LIMIT 1
     """
 )
 
 
 @dataclass(frozen=True)
 class DepthRow:
-    """How many runs of one queue are in one status."""
+    """How many runs of one queue are in one state."""
 
     queue: str
     status: RunStatus
+    delayed: bool  # queued, but waiting out a retry backoff
     runs: int
 
 
 @dataclass(frozen=True)
 class QueueOverview:
-    """Depth by queue and status, the oldest ready run, and recent wait-time percentiles."""
+    """Depth by queue and state, the oldest ready run, and recent wait-time percentiles."""
 
     depth: list[DepthRow]
     oldest_ready_at: datetime | None
@@ -91,18 +121,53 @@ class WorkerRow:
     state: str  # "live", "silent" (no heartbeat for a lease) or "stopped"
 
 
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a run's current attempt: the worker (or API, for sync runs) and until when."""
+
+    owner: str
+    lease_until: datetime | None
+
+
+@dataclass(frozen=True)
+class LogSnapshot:
+    """The live log chunks of ``attempt`` up to event ``upto``; later ones come over SSE."""
+
+    stdout: str
+    stderr: str
+    upto: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """A run's events other than log chunks, oldest first; the newest ``limit`` of them."""
+
+    events: list[ToolRunEvent]
+    omitted: int
+
+
 def queue_overview(
     engine: Engine, tenant: str | None, *, window_seconds: float = 3600.0
 ) -> QueueOverview:
     """The queue page's figures, for one tenant or (``None``) all of them."""
-    params = {"tenant": tenant, "window": window_seconds}
+    params: dict[str, Any] = {"tenant": tenant, "window": window_seconds}
+
+    def pick(everyone: TextClause, one: TextClause) -> TextClause:
+        return everyone if tenant is None else one
+
     with engine.connect() as conn:
         depth = [
-            DepthRow(queue=row.queue, status=RunStatus(row.status), runs=int(row.runs))
-            for row in conn.execute(QUEUE_DEPTH_BY_STATUS, params)
+            DepthRow(
+                queue=row.queue,
+                status=RunStatus(row.status),
+                delayed=bool(row.delayed),
+                runs=int(row.runs),
+            )
+            for row in conn.execute(pick(DEPTH_ALL, DEPTH_OF_TENANT), params)
         ]
-        oldest = conn.execute(OLDEST_READY, params).scalar_one()
-        waits = conn.execute(WAIT_PERCENTILES, params).one()
+        oldest = conn.execute(pick(OLDEST_READY_ALL, OLDEST_READY_OF_TENANT), params).scalar_one()
+        waits = conn.execute(pick(WAITS_ALL, WAITS_OF_TENANT), params).one()
     p50, p95, p99 = waits.seconds if waits.seconds is not None else (None, None, None)
     return QueueOverview(
         depth=depth,
@@ -147,37 +212,30 @@ def worker_overview(
     return result
 
 
-@dataclass(frozen=True)
-class LogSnapshot:
-    """The live log chunks of one attempt up to event ``upto``; later ones come over SSE."""
-
-    stdout: str
-    stderr: str
-    upto: int
-
-
-def run_timeline(engine: Engine, run_id: uuid.UUID, limit: int = 500) -> list[ToolRunEvent]:
-    """A run's events other than log chunks, oldest first (the first ``limit``)."""
-    query = (
-        select(ToolRunEvent)
-        .where(ToolRunEvent.run_id == run_id, ToolRunEvent.type.not_in(LOG_STREAMS))
-        .order_by(ToolRunEvent.id)
-        .limit(limit)
-    )
+def run_timeline(engine: Engine, run_id: uuid.UUID, limit: int = 500) -> Timeline:
+    """The run's newest ``limit`` non-log events (so the final status is always there)."""
+    events = (ToolRunEvent.run_id == run_id, ToolRunEvent.type.not_in(LOG_STREAMS))
+    newest = select(ToolRunEvent).where(*events).order_by(ToolRunEvent.id.desc()).limit(limit)
     with Session(engine, expire_on_commit=False) as session:
-        rows = list(session.scalars(query))
+        rows = list(session.scalars(newest))
+        omitted = 0
+        if len(rows) == limit:
+            total = session.scalar(select(func.count()).select_from(ToolRunEvent).where(*events))
+            omitted = int(total or 0) - limit
         for row in rows:
             session.expunge(row)
-    return rows
+    return Timeline(events=rows[::-1], omitted=omitted)
 
 
-def log_snapshot(engine: Engine, run_id: uuid.UUID, attempt: int) -> LogSnapshot:
-    """Live chunks of ``attempt``, bounded by the newest event id read first (no gap, no
-    repeat when the page then streams events after that id)."""
+def log_snapshot(engine: Engine, run_id: uuid.UUID) -> LogSnapshot:
+    """The current attempt's live chunks up to the newest event id, read in that order:
+    a page that then streams events after that id sees no gap and no repeat, and an attempt
+    that starts meanwhile arrives whole over the stream."""
     with engine.connect() as conn:
         upto = conn.execute(
             select(func.coalesce(func.max(ToolRunEvent.id), 0)).where(ToolRunEvent.run_id == run_id)
         ).scalar_one()
+        attempt = conn.execute(select(ToolRun.attempts).where(ToolRun.id == run_id)).scalar_one()
         rows = conn.execute(
             select(ToolRunEvent.type, ToolRunEvent.data["text"].astext)
             .where(
@@ -191,28 +249,9 @@ def log_snapshot(engine: Engine, run_id: uuid.UUID, attempt: int) -> LogSnapshot
     out = {stream: "" for stream in LOG_STREAMS}
     for stream, chunk in rows:
         out[stream] += chunk or ""
-    return LogSnapshot(stdout=out["stdout"], stderr=out["stderr"], upto=int(upto))
-
-
-@dataclass(frozen=True)
-class Holder:
-    """Who holds a run's current attempt: the worker (or API, for sync runs) and until when."""
-
-    owner: str
-    lease_until: datetime | None
-
-
-HOLDER = text(
-    """
-    SELECT j.locked_by AS owner, j.locked_until AS lease_until
-    FROM tool_run_jobs j WHERE j.run_id = :run_id AND j.status = 'running'
-      AND j.locked_by IS NOT NULL
-    UNION ALL
-    SELECT r.sync_owner, r.sync_owner_until
-    FROM tool_runs r WHERE r.id = :run_id AND r.status = 'running' AND r.sync_owner IS NOT NULL
-    LIMIT 1
-    """
-)
+    return LogSnapshot(
+        stdout=out["stdout"], stderr=out["stderr"], upto=int(upto), attempt=int(attempt)
+    )
 
 
 def run_holder(engine: Engine, run_id: uuid.UUID) -> Holder | None:

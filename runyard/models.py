@@ -97,6 +97,11 @@ class ToolRun(Base):
             "status",
             postgresql_where=text("status IN ('queued', 'running')"),
         ),
+        Index(
+            "ix_tool_runs_started_at",
+            "started_at",
+            postgresql_where=text("started_at IS NOT NULL"),
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import secrets
 from dataclasses import dataclass
 from typing import Annotated
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -22,6 +24,7 @@ from runyard.settings import Settings
 logger = logging.getLogger(__name__)
 
 UI_PREFIX = "/ui"
+STATIC_PREFIX = UI_PREFIX + "/static/"
 # Nothing on a page may load or send anything anywhere but this origin.
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -87,6 +90,18 @@ async def get_session(request: Request, services: ServicesDep, ui: UiDep) -> Ses
 SessionDep = Annotated[Session, Depends(get_session)]
 
 
+def check_same_origin(request: Request) -> None:
+    """Refuse a form post another site's page made (login CSRF included): browsers send
+    ``Sec-Fetch-Site`` and ``Origin`` with every POST; tools that send neither pass."""
+    fetch_site = request.headers.get("sec-fetch-site")
+    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
+        raise UiError(403, "Refused", "This form was sent from another site.")
+    origin = request.headers.get("origin")
+    # Host only: behind a TLS-terminating proxy the page is https and the app sees http.
+    if origin is not None and urlsplit(origin).netloc != request.url.netloc:
+        raise UiError(403, "Refused", "This form was sent from another site.")
+
+
 def check_csrf(session: Session, fields: dict[str, str]) -> None:
     """A form post must carry the session's token (SameSite=Strict is the first guard)."""
     if not same_token(fields.get("csrf_token"), session.csrf_token):
@@ -96,11 +111,17 @@ def check_csrf(session: Session, fields: dict[str, str]) -> None:
 
 
 def _login_required(request: Request, exc: Exception) -> Response:
-    wants_page = request.method == "GET" and request.headers.get("x-runyard-fragment") is None
-    if wants_page and "text/event-stream" not in request.headers.get("accept", ""):
+    fragment = request.headers.get("x-runyard-fragment") is not None
+    if fragment or "text/event-stream" in request.headers.get("accept", ""):
+        return PlainTextResponse("log in again", status_code=401)
+    if request.method == "GET":
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        return RedirectResponse(f"/ui/login?next={quote(target)}", status_code=303)
-    return PlainTextResponse("log in again", status_code=401)
+    else:
+        # A form posted after the session ended: log in, then back to the page it came from.
+        referer = urlsplit(request.headers.get("referer", ""))
+        same = referer.netloc == request.url.netloc and referer.path.startswith(UI_PREFIX + "/")
+        target = referer.path if same else f"{UI_PREFIX}/runs"
+    return RedirectResponse(f"/ui/login?next={quote(target)}", status_code=303)
 
 
 def _ui_error(request: Request, exc: Exception) -> Response:
@@ -132,9 +153,14 @@ class UiSecurityHeaders:
             await self.app(scope, receive, send)
             return
 
+        extra = SECURITY_HEADERS
+        if not path.startswith(STATIC_PREFIX):
+            # Pages hold tenant data and CSRF tokens: not for the back button after logout.
+            extra = [*SECURITY_HEADERS, (b"cache-control", b"no-store")]
+
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+                message["headers"] = [*message.get("headers", []), *extra]
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
@@ -164,11 +190,12 @@ def install_ui(app: FastAPI, settings: Settings) -> None:
         dev_session=Session(
             principal=Principal(tenant=DEV_TENANT, admin=True),
             key_prefix="",
-            csrf_token=secrets.token_urlsafe(24),
+            # From the secret, so every replica sharing it accepts the same forms.
+            csrf_token=hmac.new(secret, b"runyard-dev-csrf", hashlib.sha256).hexdigest(),
         ),
     )
     app.add_exception_handler(LoginRequired, _login_required)
     app.add_exception_handler(UiError, _ui_error)
-    app.mount(f"{UI_PREFIX}/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
+    app.mount(STATIC_PREFIX.rstrip("/"), StaticFiles(directory=STATIC_DIR), name="ui-static")
     app.include_router(router)
     app.add_middleware(UiSecurityHeaders)

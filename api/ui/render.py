@@ -92,13 +92,18 @@ def event_label(event: ToolRunEvent) -> str:
     return label
 
 
+# Only these fields of an event are shown: never an engine or API process id, a container,
+# or whatever a later statement adds to an event's data.
+EVENT_DETAILS = ("attempt", "worker_id", "exit_code", "error_code", "available_at", "unstarted")
+
+
 def event_details(event: ToolRunEvent) -> str:
-    """The event's data as ``key=value`` pairs (attempt, worker, error ...)."""
+    """The event's shown fields as ``name: value`` pairs (attempt, worker, error ...)."""
     data = event.data or {}
     parts = [
-        f"{key.replace('_', ' ')}: {value}"
-        for key, value in data.items()
-        if key not in {"status", "text"} and value is not None
+        f"{key.replace('_', ' ')}: {data[key]}"
+        for key in EVENT_DETAILS
+        if data.get(key) is not None
     ]
     return ", ".join(parts)
 

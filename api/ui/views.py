@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 import uuid
 from typing import Annotated, Any
@@ -18,7 +19,14 @@ from api.problems import Problem
 from api.routes import events as event_routes
 from api.routes import runs as run_routes
 from api.schemas import RunCreate
-from api.ui.context import SessionDep, UiContext, UiDep, UiError, check_csrf
+from api.ui.context import (
+    SessionDep,
+    UiContext,
+    UiDep,
+    UiError,
+    check_csrf,
+    check_same_origin,
+)
 from api.ui.session import COOKIE_NAME, COOKIE_PATH, key_prefix
 from runyard.auth import authenticate
 from runyard.dashboard import (
@@ -34,6 +42,7 @@ from runyard.runs import BadCursor, RunFilter, RunReader
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
 PAGE_SIZE = 25
+FORM_KEY = re.compile(r"[A-Za-z0-9_-]{8,64}")
 MAX_FORM_FIELDS = 20
 NOTICES = {
     "cancel_requested": "Cancel requested: the run stops within a few seconds.",
@@ -43,13 +52,22 @@ NOTICES = {
 
 
 async def form_fields(request: Request) -> dict[str, str]:
-    """A url-encoded form body (the guard has checked its size and media type)."""
+    """A url-encoded form body from a page of this origin (the guard has checked its size
+    and media type); every dashboard POST, login included, reads its form through here."""
+    check_same_origin(request)
     body = (await request.body()).decode("utf-8", errors="replace")
     try:
         pairs = parse_qsl(body, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
     except ValueError as exc:
         raise UiError(400, "Bad form", "The form has too many fields.") from exc
+    if any("\x00" in name or "\x00" in value for name, value in pairs):
+        raise UiError(400, "Bad form", "NUL characters are not allowed in a form.")
     return dict(pairs)
+
+
+def _clamp(value: str | None, longest: int) -> str | None:
+    """A query value the page can use, or None (a mangled link is not an error page)."""
+    return value if value is not None and len(value) <= longest else None
 
 
 def page(
@@ -107,8 +125,10 @@ async def login(request: Request, services: ServicesDep, ui: UiDep) -> Response:
     fields = await form_fields(request)
     target = _safe_next(fields.get("next"))
     api_key = fields.get("api_key", "").strip()
-    principal = await run_in_threadpool(authenticate, services.engine, api_key) if api_key else None
     prefix = key_prefix(api_key)
+    principal = None
+    if prefix is not None:
+        principal = await run_in_threadpool(authenticate, services.engine, api_key)
     if principal is None or prefix is None:
         message = "That API key is unknown or revoked." if api_key else "Enter an API key."
         return page(ui, request, "login.html", {"next": target, "error": message}, status_code=401)
@@ -119,7 +139,7 @@ async def login(request: Request, services: ServicesDep, ui: UiDep) -> Response:
         max_age=int(ui.signer.lifetime_seconds),
         path=COOKIE_PATH,
         httponly=True,
-        secure=ui.cookie_secure,
+        secure=ui.cookie_secure or request.url.scheme == "https",
         samesite="strict",
     )
     return response
@@ -143,7 +163,7 @@ def _run_filters(
             chosen_status = RunStatus(status)
         except ValueError:
             chosen_status = None
-    return RunFilter(tenant=session_tenant, status=chosen_status, tool=tool or None)
+    return RunFilter(tenant=session_tenant, status=chosen_status, tool=_clamp(tool, 63) or None)
 
 
 def _runs_context(services: ServicesDep, filters: RunFilter, cursor: str | None) -> dict[str, Any]:
@@ -176,13 +196,13 @@ def runs_page(
     services: ServicesDep,
     ui: UiDep,
     session: SessionDep,
-    status: Annotated[str | None, Query(max_length=20)] = None,
-    tool: Annotated[str | None, Query(max_length=63)] = None,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    status: str | None = None,
+    tool: str | None = None,
+    cursor: str | None = None,
 ) -> HTMLResponse:
     """Runs newest first, filtered by status and tool, refreshed in place by app.js."""
     filters = _run_filters(request, visible_tenant(session.principal), status, tool)
-    context = _runs_context(services, filters, cursor)
+    context = _runs_context(services, filters, _clamp(cursor, 200))
     context.update(
         statuses=[s.value for s in RunStatus], tools=sorted(services.registry.tools), title="Runs"
     )
@@ -195,13 +215,14 @@ def runs_rows(
     services: ServicesDep,
     ui: UiDep,
     session: SessionDep,
-    status: Annotated[str | None, Query(max_length=20)] = None,
-    tool: Annotated[str | None, Query(max_length=63)] = None,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    status: str | None = None,
+    tool: str | None = None,
+    cursor: str | None = None,
 ) -> HTMLResponse:
     """The table body of the runs page, for its live refresh."""
     filters = _run_filters(request, visible_tenant(session.principal), status, tool)
-    return page(ui, request, "_run_rows.html", _runs_context(services, filters, cursor))
+    context = _runs_context(services, filters, _clamp(cursor, 200))
+    return page(ui, request, "_run_rows.html", context)
 
 
 def _load_run(services: ServicesDep, session: Any, run_id: str) -> ToolRun | None:
@@ -230,11 +251,14 @@ def run_page(
         return not_found(ui, request, f"There is no run {run_id} you can see.")
     context = _panel_context(services, run)
     if context["terminal"]:
-        stdout, stderr, upto = run.stdout or "", run.stderr or "", 0
+        stdout, stderr, upto, attempt = run.stdout or "", run.stderr or "", 0, run.attempts
     else:
-        snapshot = log_snapshot(services.engine, run.id, run.attempts)
+        snapshot = log_snapshot(services.engine, run.id)
         stdout, stderr, upto = snapshot.stdout, snapshot.stderr, snapshot.upto
-    context.update(title=f"Run {run.id}", stdout=stdout, stderr=stderr, upto=upto)
+        attempt = snapshot.attempt
+    context.update(
+        title=f"Run {run.id}", stdout=stdout, stderr=stderr, upto=upto, log_attempt=attempt
+    )
     return page(ui, request, "run.html", context)
 
 
@@ -257,7 +281,13 @@ def run_logs_fragment(
     run = _load_run(services, session, run_id)
     if run is None:
         return not_found(ui, request, f"There is no run {run_id} you can see.")
-    context = {"run": run, "stdout": run.stdout or "", "stderr": run.stderr or "", "upto": 0}
+    context = {
+        "run": run,
+        "stdout": run.stdout or "",
+        "stderr": run.stderr or "",
+        "upto": 0,
+        "log_attempt": run.attempts,
+    }
     return page(ui, request, "_run_logs.html", context)
 
 
@@ -323,6 +353,7 @@ def _submit_context(
         "error": error,
         # A fresh Idempotency-Key per form: submitting the same form twice makes one run.
         "form_key": secrets.token_urlsafe(16),
+        "sync_mode": services.sync is not None,
     }
 
 
@@ -332,10 +363,10 @@ def submit_form(
     services: ServicesDep,
     ui: UiDep,
     session: SessionDep,
-    tool: Annotated[str | None, Query(max_length=63)] = None,
+    tool: str | None = None,
 ) -> HTMLResponse:
     """A form: pick a tool, write its JSON input."""
-    return page(ui, request, "submit.html", _submit_context(services, tool, "{}", None))
+    return page(ui, request, "submit.html", _submit_context(services, _clamp(tool, 63), "{}", None))
 
 
 @router.post("/submit")
@@ -362,7 +393,7 @@ async def submit(
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         return again(f"{where}: {first['msg']}", 422)
-    form_key = fields.get("form_key") or None
+    form_key = fields.get("form_key", "")
     try:
         run = await run_routes.submit_run(
             request=request,
@@ -371,7 +402,7 @@ async def submit(
             services=services,
             principal=session.principal,
             wait=0,
-            idempotency_key=form_key if form_key and len(form_key) <= 64 else None,
+            idempotency_key=form_key if FORM_KEY.fullmatch(form_key) else None,
         )
     except Problem as exc:
         return again(exc.detail, exc.status)
@@ -391,7 +422,10 @@ def queue_page(
 def workers_page(
     request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
 ) -> HTMLResponse:
-    """Workers: live, silent or stopped; their engine, slots and last heartbeat."""
+    """Workers: live, silent or stopped; their engine, slots and last heartbeat (admins:
+    hosts, engines and other tenants' load are not a tenant's business)."""
+    if not session.principal.admin:
+        raise UiError(403, "Admins only", "The workers page needs an admin key.")
     workers = worker_overview(services.engine, silent_after_seconds=services.settings.lease_seconds)
     return page(ui, request, "workers.html", {"title": "Workers", "workers": workers})
 

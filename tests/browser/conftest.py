@@ -67,16 +67,27 @@ class Dashboard:
     engine: Engine
     requests: list[str] = field(default_factory=list)
     console_errors: list[str] = field(default_factory=list)
+    expected_404: set[str] = field(default_factory=set)
+
+    def expect_404(self, path: str) -> str:
+        """Note a page the test opens expecting 404; returns the path."""
+        self.expected_404.add(self.url + path)
+        return path
 
     def context(self, browser: Browser, width: int = 1280) -> BrowserContext:
         """A fresh browser profile whose every request and console error is recorded."""
         made = browser.new_context(viewport={"width": width, "height": 900}, base_url=self.url)
 
         def on_console(message: ConsoleMessage) -> None:
-            # The 404 pages the tests open on purpose log this; anything else is a fault
-            # (a script error, a request the Content-Security-Policy blocked).
-            if message.type == "error" and not message.text.startswith(EXPECTED_404):
-                self.console_errors.append(message.text)
+            # A 404 the test opened on purpose logs this; anything else is a fault (a script
+            # error, a missing asset, a request the Content-Security-Policy blocked).
+            if message.type != "error":
+                return
+            expected = message.text.startswith(EXPECTED_404) and (
+                message.location.get("url") in self.expected_404
+            )
+            if not expected:
+                self.console_errors.append(f"{message.text} ({message.location.get('url')})")
 
         def on_page(page: Page) -> None:
             page.on("console", on_console)

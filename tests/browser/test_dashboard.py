@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import re
+import uuid
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
 from sqlalchemy import text
 
 from runyard.auth import create_api_key
+from runyard.queue import JobQueue
 from tests.browser.conftest import ARTIFACTS, Dashboard
+from tests.integration.test_api_helpers import wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.browser, pytest.mark.timeout(240)]
 
@@ -115,6 +118,11 @@ def test_cancel__a_sleep_run_from_its_page_ends_cancelled(browser: Browser, dash
     expect(page.locator("#run-status")).to_have_attribute("data-status", "running", timeout=LIVE)
     expect(page.locator("#stdout")).to_contain_text("sleeping 120", timeout=LIVE)
     expect(page.locator("#run-holder")).to_contain_text("w-browser")
+    # The button asks first; dismissing changes nothing.
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    page.get_by_role("button", name="Cancel run").click()
+    expect(page.locator("#run-status")).to_have_attribute("data-status", "running")
+    page.once("dialog", lambda dialog: dialog.accept())
     page.get_by_role("button", name="Cancel run").click()
     expect(page.locator(".notice")).to_contain_text("Cancel requested")
     expect(page.locator("#run-status")).to_have_attribute("data-status", "cancelled", timeout=LIVE)
@@ -134,9 +142,11 @@ def test_tenancy__another_tenant_cannot_open_the_run_page(browser: Browser, dash
     page = owner.new_page()
     log_in(page, create_api_key(dashboard.engine, "acme"))
     page.goto("/ui/submit?tool=echo")
+    page.get_by_label("Input (JSON)").fill('{"secret": "acme-only-7f3a"}')
     page.get_by_role("button", name="Submit").click()
     expect(page).to_have_url(re.compile(r"/ui/runs/[0-9a-f-]{36}$"))
-    run_path = page.url.removeprefix(dashboard.url)
+    expect(page.locator("body")).to_contain_text("acme-only-7f3a")
+    run_path = dashboard.expect_404(page.url.removeprefix(dashboard.url))
 
     other = dashboard.context(browser)
     intruder = other.new_page()
@@ -144,12 +154,65 @@ def test_tenancy__another_tenant_cannot_open_the_run_page(browser: Browser, dash
     response = intruder.goto(run_path)
     assert response is not None and response.status == 404
     expect(intruder.get_by_role("heading", name="Not found")).to_be_visible()
-    expect(intruder.locator("body")).not_to_contain_text('"tool"')
+    expect(intruder.locator("body")).not_to_contain_text("acme-only-7f3a")
+    for suffix in ("/panel", "/logs"):
+        fragment = intruder.request.get(run_path + suffix)
+        assert fragment.status == 404 and "acme-only-7f3a" not in fragment.text()
     intruder.goto("/ui/runs")
     expect(intruder.locator("#run-rows")).not_to_contain_text(run_path.rsplit("/", 1)[1][:8])
     owner.close()
     other.close()
     assert_same_origin_only(dashboard)
+
+
+def test_requeue__the_page_switches_to_the_new_attempts_logs(
+    browser: Browser, dashboard: Dashboard
+):
+    context = dashboard.context(browser)
+    page = context.new_page()
+    log_in(page, create_api_key(dashboard.engine, "acme"))
+    page.goto("/ui/submit?tool=sleep")
+    page.get_by_label("Input (JSON)").fill('{"seconds": 120}')
+    page.get_by_role("button", name="Submit").click()
+    expect(page).to_have_url(re.compile(r"/ui/runs/[0-9a-f-]{36}$"))
+    run_id = page.url.rsplit("/", 1)[1]
+    expect(page.locator("#stdout")).to_have_text("sleeping 120\n", timeout=LIVE)
+    mark_page(page)
+
+    # Take the lease away as the reaper would after a lost heartbeat, with the live token.
+    with dashboard.engine.connect() as conn:
+        job_id, token = conn.execute(
+            text("SELECT id, lease_token FROM tool_run_jobs WHERE run_id = :id"), {"id": run_id}
+        ).one()
+    queue = JobQueue(dashboard.engine)
+    assert queue.requeue(job_id, token, error_code="test", error="forced requeue").owned
+
+    timeline = page.locator("#timeline")
+    expect(timeline).to_contain_text("Requeued", timeout=LIVE)
+    expect(page.locator("#run-panel")).to_contain_text("2 of 3", timeout=LIVE)
+    expect(page.locator("#run-status")).to_have_attribute("data-status", "running", timeout=LIVE)
+    # Once attempt 2 has printed, the pane holds its output only (not appended to the first's).
+    wait_until(lambda: second_attempt_printed(dashboard, run_id), timeout=60)
+    expect(page.locator("#stdout")).to_have_text("sleeping 120\n")
+    expect(timeline.locator("li", has_text="Claimed")).to_have_count(2)
+    assert still_marked(page)
+    queue.cancel(uuid.UUID(run_id))
+    expect(page.locator("#run-status")).to_have_attribute("data-status", "cancelled", timeout=LIVE)
+    context.close()
+    assert_same_origin_only(dashboard)
+
+
+def second_attempt_printed(dashboard: Dashboard, run_id: str) -> bool:
+    with dashboard.engine.connect() as conn:
+        return bool(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM tool_run_events WHERE run_id = :id AND type = 'stdout'"
+                    " AND data->>'attempt' = '2'"
+                ),
+                {"id": run_id},
+            ).scalar_one()
+        )
 
 
 PAGES = {
@@ -163,7 +226,7 @@ PAGES = {
 
 @pytest.mark.parametrize("width", [1280, 390])
 def test_screenshots__every_page_fits_the_width(browser: Browser, dashboard: Dashboard, width: int):
-    key = create_api_key(dashboard.engine, "acme")
+    key = create_api_key(dashboard.engine, "ops", admin=True)  # admins also see workers
     context = dashboard.context(browser, width=width)
     page = context.new_page()
     page.goto("/ui/login")
@@ -183,7 +246,7 @@ def test_screenshots__every_page_fits_the_width(browser: Browser, dashboard: Das
         expect(page.locator("h1")).to_be_visible()
         page.screenshot(path=ARTIFACTS / f"{name}-{width}.png", full_page=True)
         assert_fits(page, width)
-    page.goto("/ui/runs/00000000-0000-4000-8000-000000000000")
+    page.goto(dashboard.expect_404("/ui/runs/00000000-0000-4000-8000-000000000000"))
     page.screenshot(path=ARTIFACTS / f"not-found-{width}.png", full_page=True)
     context.close()
     assert_same_origin_only(dashboard)

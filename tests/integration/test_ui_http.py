@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -177,8 +178,8 @@ def test_submit_form__creates_one_run_per_form_even_when_sent_twice(
     log_in(app_client, create_api_key(engine, "acme"))
     token = csrf(app_client)
     data = {"tool": "echo", "input": '{"greeting": "<b>hi</b>"}', "csrf_token": token}
-    first = app_client.post("/ui/submit", data={**data, "form_key": "form-1"})
-    second = app_client.post("/ui/submit", data={**data, "form_key": "form-1"})
+    first = app_client.post("/ui/submit", data={**data, "form_key": "form-key-0001"})
+    second = app_client.post("/ui/submit", data={**data, "form_key": "form-key-0001"})
     assert first.status_code == second.status_code == 303
     assert first.headers["location"] == second.headers["location"]
     assert count(engine, "SELECT count(*) FROM tool_runs WHERE tenant = 'acme'") == 1
@@ -188,27 +189,87 @@ def test_submit_form__creates_one_run_per_form_even_when_sent_twice(
 
 
 def test_pages__queue_workers_tools_show_their_figures(app_client: TestClient, engine: Engine):
+    mine = submit(app_client, engine, "acme")
     submit(app_client, engine, "acme")
     submit(app_client, engine, "globex")
+    queue = JobQueue(engine)
+    [job] = queue.claim(worker_id="w-live", engine_id="engine-a", limit=1, lease_seconds=30)
+    assert queue.requeue(job.job_id, job.lease_token, error_code="x", error="retry me").owned
     WorkerRegistry(engine).register("w-live", "engine-a", 4)
     WorkerRegistry(engine).register(
         "w-silent", "engine-a", 2, now=datetime.now(UTC) - timedelta(minutes=10)
     )
+    app_client.cookies.clear()
     log_in(app_client, create_api_key(engine, "acme"))
 
-    queue = app_client.get("/ui/queue").text
-    depth = re.search(r'<table id="depth">.*?</table>', queue, re.S)
+    page = app_client.get("/ui/queue").text
+    depth = re.search(r'<table id="depth">.*?</table>', page, re.S)
     assert depth is not None
-    assert "default" in depth.group(0) and ">1</a>" in depth.group(0)  # acme's only, not 2
+    rows = re.findall(r"<tr><td>default</td>(.*?)</tr>", depth.group(0), re.S)
+    # acme: one ready, one waiting out its backoff; globex's run is not counted.
+    assert len(rows) == 2, rows
+    assert "ready" in rows[0] and ">1</a>" in rows[0]
+    assert "retry backoff" in rows[1] and ">1</a>" in rows[1]
+    assert "Runs started in the last 60 min" in page and mine not in page
 
-    workers = app_client.get("/ui/workers").text
+    # Workers are for admins: hosts, engines and other tenants' load.
+    assert app_client.get("/ui/workers").status_code == 403
+    assert 'href="/ui/workers"' not in app_client.get("/ui/runs").text
+    admin = TestClient(app_client.app, follow_redirects=False)
+    log_in(admin, create_api_key(engine, "ops", admin=True))
+    workers = admin.get("/ui/workers").text
     assert re.search(r"w-live</td>\s*<td><span class=\"state w-live\">live", workers)
     assert re.search(r"w-silent</td>\s*<td><span class=\"state w-silent\">silent", workers)
+    everyone = admin.get("/ui/queue").text
+    assert ">2</a>" in everyone  # acme's ready run and globex's
 
     tools = app_client.get("/ui/tools").text
     for name in ("echo", "sleep", "fail", "shell"):
         assert f'id="tool-{name}"' in tools
     assert "&#34;maximum&#34;: 3600" in tools or "&quot;maximum&quot;: 3600" in tools
+
+
+def test_timeline__shows_claims_lost_heartbeats_requeues_hand_overs_and_adoptions(
+    app_client: TestClient, engine: Engine
+):
+    run_id = submit(app_client, engine, "acme")
+    queue = JobQueue(engine)
+    later = datetime.now(UTC) + timedelta(minutes=5)
+    [first] = queue.claim(worker_id="w-one", engine_id="engine-a", limit=1, lease_seconds=30)
+    assert queue.clear_expired(queue.select_expired(batch=10, now=later), now=later)
+    [second] = queue.claim(
+        worker_id="w-two", engine_id="engine-a", limit=1, lease_seconds=30, now=later
+    )
+    assert second.adopted and second.attempt == first.attempt
+    assert queue.release(second.job_id, second.lease_token, now=later)
+    [third] = queue.claim(
+        worker_id="w-three", engine_id="engine-a", limit=1, lease_seconds=30, now=later
+    )
+    requeued = queue.requeue(
+        third.job_id, third.lease_token, error_code="oops", error="x", now=later
+    )
+    assert requeued.owned
+    log_in(app_client, create_api_key(engine, "acme"))
+
+    panel = app_client.get(f"/ui/runs/{run_id}/panel").text
+    items = re.findall(
+        r'<span class="ev-what">(.*?)</span>\s*(?:<span class="ev-details">(.*?)</span>)?', panel
+    )
+    assert [what for what, _ in items] == [
+        "Status: queued",
+        "Claimed",
+        "Status: running",
+        "Heartbeat lost (lease expired)",
+        "Adopted by another worker",
+        "Released (worker handed over)",
+        "Adopted by another worker",
+        "Requeued",
+        "Status: queued",
+    ], items
+    details = [detail for _, detail in items]
+    assert "worker id: w-one" in details[1] and "worker id: w-two" in details[4]
+    assert "worker id: w-three" in details[6]
+    assert "engine-a" not in panel and str(third.lease_token) not in panel
 
 
 def test_headers__dashboard_answers_carry_a_same_origin_csp(app_client: TestClient, engine: Engine):
@@ -280,3 +341,121 @@ def test_runs_page__filters_and_pages_with_older_links(app_client: TestClient, e
     rows = app_client.get("/ui/runs/rows?tool=fail", headers={"X-Runyard-Fragment": "1"})
     assert rows.status_code == 200 and "<html" not in rows.text
     assert shown(rows.text) == fails
+
+
+def test_forms__from_another_site_are_refused_login_included(
+    app_client: TestClient, engine: Engine
+):
+    key = create_api_key(engine, "acme")
+    for headers in (
+        {"Origin": "https://elsewhere.test"},
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site", "Origin": "http://testserver"},
+    ):
+        refused = app_client.post("/ui/login", data={"api_key": key}, headers=headers)
+        assert refused.status_code == 403, headers
+        assert "another site" in refused.text
+        assert "set-cookie" not in refused.headers
+    same = {"Origin": "http://testserver", "Sec-Fetch-Site": "same-origin"}
+    assert app_client.post("/ui/login", data={"api_key": key}, headers=same).status_code == 303
+    run_id = submit(app_client, engine, "acme")
+    token = csrf(app_client)
+    cancel = app_client.post(
+        f"/ui/runs/{run_id}/cancel",
+        data={"csrf_token": token},
+        headers={"Origin": "https://elsewhere.test"},
+    )
+    assert cancel.status_code == 403
+    assert run_status(engine, run_id) == "queued"
+
+
+def test_forms__submit_and_logout_need_the_csrf_token(app_client: TestClient, engine: Engine):
+    log_in(app_client, create_api_key(engine, "acme"))
+    for data in (
+        {"tool": "echo", "input": "{}"},
+        {"tool": "echo", "input": "{}", "csrf_token": "x"},
+    ):
+        assert app_client.post("/ui/submit", data=data).status_code == 403
+    assert count(engine, "SELECT count(*) FROM tool_runs") == 0
+    assert app_client.post("/ui/logout", data={}).status_code == 403
+    assert app_client.get("/ui/runs").status_code == 200  # still logged in
+    out = app_client.post("/ui/logout", data={"csrf_token": csrf(app_client)})
+    assert out.status_code == 303 and out.headers["location"] == "/ui/login?notice=logged_out"
+    assert (
+        f"{COOKIE_NAME}=" in out.headers["set-cookie"] and "Max-Age=0" in out.headers["set-cookie"]
+    )
+    assert app_client.get("/ui/runs").status_code == 303
+
+
+def test_forms__nul_characters_are_a_clear_400_not_a_crash(app_client: TestClient, engine: Engine):
+    create_api_key(engine, "acme")
+    login = app_client.post("/ui/login", data={"api_key": "ry_a\x00b_secret"})
+    assert login.status_code == 400 and "NUL" in login.text
+    junk_key = app_client.post("/ui/login", data={"api_key": "ry_zz-not-hex_secret"})
+    assert junk_key.status_code == 401
+    log_in(app_client, create_api_key(engine, "acme"))
+    token = csrf(app_client)
+    data = {"tool": "echo", "input": "{}", "csrf_token": token, "form_key": "a\x00b"}
+    assert app_client.post("/ui/submit", data=data).status_code == 400
+    assert count(engine, "SELECT count(*) FROM tool_runs") == 0
+
+
+def test_submit_form__echoes_hostile_input_escaped(app_client: TestClient, engine: Engine):
+    log_in(app_client, create_api_key(engine, "acme"))
+    hostile = '{"x": </textarea><script>alert(1)</script>'
+    response = app_client.post(
+        "/ui/submit", data={"tool": "echo", "input": hostile, "csrf_token": csrf(app_client)}
+    )
+    assert response.status_code == 422
+    assert "</textarea><script>" not in response.text
+    assert "&lt;/textarea&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in response.text
+
+
+def test_session__expired_cookie_and_posts_after_expiry_go_to_login(
+    app_client: TestClient, engine: Engine
+):
+    key = create_api_key(engine, "acme")
+    run_id = submit(app_client, engine, "acme")
+    signer = app_client.app.state.ui.signer  # type: ignore[attr-defined]
+    expired = signer.issue(key.split("_")[1], now=time.time() - signer.lifetime_seconds - 1)
+    app_client.cookies.set(COOKIE_NAME, expired, path="/ui")
+    page = app_client.get(f"/ui/runs/{run_id}")
+    assert page.status_code == 303
+    assert page.headers["location"] == f"/ui/login?next=/ui/runs/{run_id}"
+    post = app_client.post(
+        f"/ui/runs/{run_id}/cancel",
+        data={"csrf_token": "whatever"},
+        headers={"Referer": f"http://testserver/ui/runs/{run_id}"},
+    )
+    assert post.status_code == 303
+    assert post.headers["location"] == f"/ui/login?next=/ui/runs/{run_id}"
+    assert run_status(engine, run_id) == "queued"
+
+
+def test_pages__are_not_cached_and_junk_queries_still_render(
+    app_client: TestClient, engine: Engine
+):
+    log_in(app_client, create_api_key(engine, "acme"))
+    assert app_client.get("/ui/runs").headers["cache-control"] == "no-store"
+    assert "no-store" not in app_client.get("/ui/static/app.js").headers.get("cache-control", "")
+    for query in ("tool=" + "x" * 500, "cursor=" + "y" * 500, "status=" + "z" * 100):
+        assert app_client.get(f"/ui/runs?{query}").status_code == 200, query
+    assert app_client.get("/ui/submit?tool=" + "t" * 300).status_code == 200
+
+
+def test_auth_disabled__no_login_everyone_is_the_dev_admin(
+    database_url: str, engine: Engine, registry: ToolRegistry
+):
+    app = make_app(database_url, engine, registry, auth_disabled=True)
+    with TestClient(app, follow_redirects=False) as client:
+        assert client.get("/ui/login").headers["location"] == "/ui/runs"
+        page = client.get("/ui/runs")
+        assert page.status_code == 200 and "admin" in page.text
+        assert client.get("/ui/workers").status_code == 200
+        token = csrf(client)
+        created = client.post(
+            "/ui/submit", data={"tool": "echo", "input": "{}", "csrf_token": token}
+        )
+        assert created.status_code == 303
+        assert client.post("/ui/submit", data={"tool": "echo", "input": "{}"}).status_code == 403
+    assert count(engine, "SELECT count(*) FROM tool_runs WHERE tenant = 'dev'") == 1

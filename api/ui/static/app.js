@@ -40,8 +40,18 @@ async function fetchFragment(url) {
 
 function liveRunsTable(tbody) {
   let busy = false;
+  let paused = false;
+  const toggle = document.getElementById("pause-updates");
+  if (toggle) {
+    toggle.hidden = false;
+    toggle.addEventListener("click", () => {
+      paused = !paused;
+      toggle.setAttribute("aria-pressed", String(paused));
+      toggle.textContent = paused ? "Resume live updates" : "Pause live updates";
+    });
+  }
   async function tick() {
-    if (busy || document.hidden) return;
+    if (busy || paused || document.hidden) return;
     // Never pull the rug from under a keyboard user's focus.
     if (tbody.contains(document.activeElement)) return;
     busy = true;
@@ -62,22 +72,36 @@ function liveRunsTable(tbody) {
 
 function liveRunPage(page) {
   const panel = document.getElementById("run-panel");
+  const announce = document.getElementById("live-status");
   let logs = document.getElementById("run-logs");
   let lastId = Number(logs.dataset.upto || "0");
   let attempt = Number(logs.dataset.attempt || "0");
   let panelTimer = null;
-  let finished = page.dataset.terminal === "true";
+  let panelSeq = 0;
+  let finished = false;
+  let source = null;
+  let retryDelay = 1000;
+
+  function currentStatus() {
+    const status = document.getElementById("run-status");
+    return status ? status.dataset.status : "";
+  }
 
   async function refreshPanel() {
     panelTimer = null;
+    const seq = ++panelSeq;
+    const before = currentStatus();
     const html = await fetchFragment(page.dataset.panel);
-    if (html === null) return;
-    if (!panel.contains(document.activeElement)) {
-      panel.innerHTML = html;
-      refreshRelativeTimes(panel);
-    } else {
+    // An answer older than a later request's must not overwrite it.
+    if (html === null || seq !== panelSeq) return;
+    if (panel.contains(document.activeElement)) {
       panelTimer = setTimeout(refreshPanel, 1000);
+      return;
     }
+    panel.innerHTML = html;
+    refreshRelativeTimes(panel);
+    const after = currentStatus();
+    if (after && after !== before && announce) announce.textContent = "Run " + after;
   }
 
   function schedulePanel() {
@@ -106,46 +130,81 @@ function liveRunPage(page) {
   }
 
   async function finish() {
+    if (finished) return;
     finished = true;
-    source.close();
+    if (source) source.close();
+    if (panelTimer !== null) clearTimeout(panelTimer);
     await refreshPanel();
     await showStoredLogs();
   }
 
-  const source = new EventSource(page.dataset.events, { withCredentials: true });
-  for (const stream of ["stdout", "stderr"]) {
-    source.addEventListener(stream, (event) => {
-      if (!fresh(event)) return;
-      const data = JSON.parse(event.data);
-      if (data.attempt > attempt) {
-        // A new attempt starts with empty streams; the timeline says why.
-        attempt = data.attempt;
-        document.getElementById("stdout").textContent = "";
-        document.getElementById("stderr").textContent = "";
-      }
-      if (data.attempt === attempt) append(stream, data.text || "");
-    });
+  function eventsUrl() {
+    const url = new URL(page.dataset.events, window.location.href);
+    url.searchParams.set("after", String(lastId));
+    return url.pathname + url.search;
   }
-  for (const type of TIMELINE_EVENTS) {
-    source.addEventListener(type, (event) => {
-      if (!fresh(event)) return;
-      const data = JSON.parse(event.data);
-      if (type === "status" && TERMINAL.has(data.status)) {
+
+  function open() {
+    source = new EventSource(eventsUrl(), { withCredentials: true });
+    source.addEventListener("open", () => { retryDelay = 1000; });
+    for (const stream of ["stdout", "stderr"]) {
+      source.addEventListener(stream, (event) => {
+        if (!fresh(event)) return;
+        const data = JSON.parse(event.data);
+        if (data.attempt > attempt) {
+          // A new attempt starts with empty streams; the timeline says why.
+          attempt = data.attempt;
+          document.getElementById("stdout").textContent = "";
+          document.getElementById("stderr").textContent = "";
+        }
+        if (data.attempt === attempt) append(stream, data.text || "");
+      });
+    }
+    for (const type of TIMELINE_EVENTS) {
+      source.addEventListener(type, (event) => {
+        if (!fresh(event)) return;
+        const data = JSON.parse(event.data);
+        if (type === "status" && TERMINAL.has(data.status)) {
+          finish();
+        } else {
+          schedulePanel();
+        }
+      });
+    }
+    source.addEventListener("error", async () => {
+      // EventSource retries by itself unless the answer was not a stream (204 when the run
+      // is over, 401, 404, 503 too many streams, a proxy's 502): then decide here.
+      if (source.readyState !== EventSource.CLOSED || finished) return;
+      await refreshPanel();
+      if (TERMINAL.has(currentStatus())) {
         finish();
       } else {
-        schedulePanel();
+        setTimeout(() => { if (!finished) open(); }, retryDelay);
+        retryDelay = Math.min(retryDelay * 2, 30000);
       }
     });
   }
-  source.addEventListener("error", () => {
-    // Closed for good (204: the run is over, or 401/404): show the final state once.
-    if (source.readyState === EventSource.CLOSED && !finished) finish();
-  });
+
+  open();
+}
+
+function confirmForms() {
+  for (const form of document.querySelectorAll("form[data-confirm]")) {
+    if (form.dataset.confirmBound) continue;
+    form.dataset.confirmBound = "1";
+    form.addEventListener("submit", (event) => {
+      if (!window.confirm(form.dataset.confirm)) event.preventDefault();
+    });
+  }
 }
 
 document.addEventListener("DOMContentLoaded", () => {
   refreshRelativeTimes();
   setInterval(refreshRelativeTimes, 15000);
+  confirmForms();
+  // The run panel is re-rendered live; bind its cancel confirmation again each time.
+  const panel = document.getElementById("run-panel");
+  if (panel) new MutationObserver(confirmForms).observe(panel, { childList: true });
   const rows = document.getElementById("run-rows");
   if (rows) liveRunsTable(rows);
   const page = document.getElementById("run-page");
