@@ -438,12 +438,12 @@ def procrastinate_round(url: str, jobs: int, concurrency: int, deadline: Deadlin
     return asyncio.run(go())
 
 
-def analyze(url: str) -> None:
-    """Refresh the planner statistics of every table (both sides') once."""
+def vacuum(url: str) -> None:
+    """Clean up dead rows and refresh the planner statistics of every table (both sides')."""
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("ANALYZE")
+        conn.execute("VACUUM (ANALYZE)")
 
 
 def ensure_procrastinate_schema(url: str) -> None:
@@ -802,13 +802,14 @@ def main(argv: list[str] | None = None) -> int:
             "proposal": proposal_round,
             "procrastinate": procrastinate_round,
         }
-        # A warm-up of each side (imports, pools, plans), not recorded, then ANALYZE: the
-        # rounds must not run on the statistics of empty tables (Procrastinate's first round
-        # otherwise drained at 43-67 jobs/s with 9-14 ms of Postgres CPU per job, a bad plan
-        # that was gone by its second round).
+        # A warm-up of each side (imports, pools, plans), not recorded. VACUUM ANALYZE after
+        # it and after every round (not timed): no round runs on the statistics of empty
+        # tables, or next to autovacuum cleaning up the previous side's dead rows (that made
+        # whichever side came second slow: Procrastinate drained 42-67 jobs/s with 13 ms of
+        # backend CPU per job right after a runyard round, 170-310 jobs/s otherwise).
         for side in sides:
             runners[side](db.url, min(args.warmup, args.jobs), args.threads, deadline)
-        analyze(db.url)
+        vacuum(db.url)
         for r in range(args.rounds):
             order = sides if r % 2 == 0 else list(reversed(sides))
             for side in order:
@@ -819,6 +820,7 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(0.15)  # one more sample of the backends that are closing
                 res.server_cpu_s = server_cpu.used_since(srv0)
                 rounds.append(res)
+                vacuum(db.url)
                 note(
                     f"round {r} {side}: enqueue {res.enqueue_rate:.0f}/s, "
                     f"drain {res.drain_rate:.0f}/s, total {res.total_rate:.0f}/s, "
