@@ -58,6 +58,9 @@ class InFlight:
     lease_valid_until: float = 0.0
     # Set once the outcome is committed: the lease is gone on purpose, heartbeats stop.
     settled: bool = False
+    # Set while the outcome is being committed: a heartbeat that finds the job no longer
+    # running is then seeing that commit, and the finalize's own answer tells a loss.
+    finalizing: bool = False
     # The job this slot's finalize claimed, to run next in the same thread.
     next_job: ClaimedJob | None = None
 
@@ -324,7 +327,8 @@ class Worker:
                     self._lose(flight, "lease expired while the database was unreachable")
                 continue
             if not beat.owned:
-                self._lose(flight, "lease taken away")
+                if not flight.finalizing:
+                    self._lose(flight, "lease taken away")
                 continue
             flight.lease_valid_until = time.monotonic() + self._config.lease_seconds
             if beat.cancel_requested and not flight.control.cancel.is_set():
@@ -513,6 +517,7 @@ class Worker:
         """Commit the outcome, retrying DB errors while the lease holds; then clean up."""
         job = flight.job
         delay = 0.1
+        flight.finalizing = True
         while True:
             if flight.control.abandon.is_set():
                 logger.warning("not finalizing: lease lost", extra=self._log(job))

@@ -240,3 +240,30 @@ def test_worker__job_claimed_by_a_finalize_as_the_worker_stops_goes_back(
             {"id": second},
         ).one()
     assert (job.status, job.attempts, job.lease_token) == ("queued", 0, None)
+
+
+def test_worker__heartbeat_racing_the_finalize_commit_is_not_a_lost_lease(
+    queue: JobQueue, engine: Engine
+):
+    run_id = enqueue(queue)
+
+    class BeatDuringFinalize(JobQueue):
+        def finalize(self, *args: Any, **kw: Any) -> bool:
+            done = super().finalize(*args, **kw)
+            worker.heartbeat_once()  # committed, but the slot has not heard back yet
+            return done
+
+    from runyard.metrics import Metrics
+
+    metrics = Metrics()
+    worker = Worker(
+        BeatDuringFinalize(engine),
+        FakeRunner(),
+        WorkerConfig(worker_id="w1", heartbeat_seconds=3600),
+        metrics=metrics,
+    )
+    worker.run_once()
+    assert worker.wait_idle(timeout=10)
+    worker.close()
+    assert status(engine, run_id) == "succeeded"
+    assert metrics.leases_lost._value.get() == 0
