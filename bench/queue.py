@@ -489,11 +489,15 @@ def profile_runyard(url: str, jobs: int, concurrency: int, deadline: Deadline) -
 
 
 def _profile_round_trips(url: str, jobs: int, concurrency: int, deadline: Deadline) -> None:
-    """Count every database round trip of a worker round: pool pre-pings (one per checkout),
-    BEGIN (psycopg sends it before the first statement), statements, COMMIT."""
+    """Count every database round trip of a worker round: the queue's autocommit statements
+    (one round trip each) and whatever still goes through SQLAlchemy (BEGIN, which psycopg
+    sends before the first statement, statements, COMMIT). The worker's engines have no
+    pool pre-ping, so a checkout costs no round trip."""
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
-    from sqlalchemy.pool import Pool
+
+    import runyard.queue as queue_module
+    from runyard import queue_sql
 
     counts: dict[str, int] = defaultdict(int)
     times: dict[str, float] = defaultdict(float)
@@ -520,19 +524,34 @@ def _profile_round_trips(url: str, jobs: int, concurrency: int, deadline: Deadli
 
         return handler
 
+    statement_names = {id(v): k for k, v in vars(queue_sql).items() if k.isupper()}
+    namespace = vars(queue_module)  # JobQueue calls the module's ``autocommit``
+    real_autocommit = namespace["autocommit"]
+
+    def counted(engine: Any, statement: Any, params: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return real_autocommit(engine, statement, params)
+        finally:
+            name = f"{statement_names.get(id(statement), '?')} (autocommit)"
+            with lock:
+                counts[name] += 1
+                times[name] += time.perf_counter() - start
+
     hooks = [
         (Engine, "before_cursor_execute", before),
         (Engine, "after_cursor_execute", after),
         (Engine, "begin", bump("BEGIN (sent by psycopg before the first statement)")),
         (Engine, "commit", bump("COMMIT")),
         (Engine, "rollback", bump("ROLLBACK")),
-        (Pool, "checkout", bump("pre-ping SELECT 1 (pool_pre_ping, per checkout)")),
     ]
     for target, name, fn in hooks:
         event.listen(target, name, fn)
+    namespace["autocommit"] = counted
     try:
         result = runyard_worker_round(url, jobs, concurrency, deadline)
     finally:
+        namespace["autocommit"] = real_autocommit
         for target, name, fn in hooks:
             event.remove(target, name, fn)
     rows = []
@@ -553,6 +572,7 @@ def _profile_transaction_cost(url: str, n: int = 2000) -> None:
     import psycopg
     from sqlalchemy import create_engine, text
 
+    from runyard.db import autocommit as run_autocommit
     from runyard.db import make_engine
 
     stmt = text("SELECT pg_notify(:channel, :payload)")
@@ -579,6 +599,14 @@ def _profile_transaction_cost(url: str, n: int = 2000) -> None:
                         conn.execute(stmt, params)
 
             rows.append((label, *_cost(once, n)))
+        worker_engine = make_engine(url, pool_size=5, pre_ping=False)
+        engines["runyard.db.autocommit (what JobQueue does now)"] = worker_engine
+        rows.append(
+            (
+                "runyard.db.autocommit (what JobQueue does now)",
+                *_cost(lambda: run_autocommit(worker_engine, stmt, params), n),
+            )
+        )
         with psycopg.connect(url, autocommit=True) as conn:
             rows.append(
                 (
