@@ -869,6 +869,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(rounds: list[QueueRound], threads: int, profile_text: str = "") -> None:
+    if not rounds:  # --sides none: the profile alone
+        out(profile_text.rstrip())
+        return
     out("")
     out(
         table(
