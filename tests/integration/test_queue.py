@@ -609,3 +609,27 @@ def test_prune__removes_old_terminal_jobs_and_events(queue: JobQueue, engine: En
     assert remaining == {recent, live}
     assert runs == {old, recent, live}  # the user-facing record stays
     assert events(engine, old) == []
+
+
+def test_admission__caps_refuse_and_count_only_up_to_them(engine: Engine):
+    from runyard.queue import AdmissionCaps, AdmissionRefused, ApiQueue
+
+    api = ApiQueue(engine)
+    caps = AdmissionCaps(max_queue_depth=5, tenant_max_queued=2)
+    for _ in range(2):
+        assert api.submit(new_run(), caps, now=T0).created
+    with pytest.raises(AdmissionRefused) as refused:
+        api.submit(new_run(), caps, now=T0)
+    assert refused.value.reason == "tenant_queued"
+    for _ in range(3):
+        api.submit(new_run(tenant="other"), AdmissionCaps(max_queue_depth=5), now=T0)
+    with pytest.raises(AdmissionRefused) as full:
+        api.submit(new_run(tenant="third"), AdmissionCaps(max_queue_depth=5), now=T0)
+    assert full.value.reason == "queue_full"
+    with engine.connect() as conn:
+        from runyard.queue_sql import TENANT_ACTIVE
+
+        active = conn.execute(
+            TENANT_ACTIVE, {"tenant": "other", "queued_cap": 2, "running_cap": 0}
+        ).one()
+    assert (active.queued, active.running) == (2, 0)
