@@ -5,12 +5,12 @@ Nothing is connected at import.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import namedtuple
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import psycopg
-from psycopg.rows import namedtuple_row
 from sqlalchemy import Engine, TextClause, create_engine
 from sqlalchemy.exc import DBAPIError
 
@@ -37,6 +37,20 @@ def make_engine(
 
 
 _COMPILED: dict[TextClause, str] = {}
+_ROW_TYPES: dict[str, Callable[[Sequence[Any]], Any]] = {}
+_CURSOR = "runyard.cursor"
+
+
+def _rows(sql: str, cursor: psycopg.Cursor[Any]) -> list[Any]:
+    """The result as named tuples, their type made once per statement."""
+    make = _ROW_TYPES.get(sql)
+    if make is None:
+        if cursor.description is None:
+            return []
+        names = [column.name for column in cursor.description]
+        row_type: Any = namedtuple("Row", names, rename=True)  # type: ignore[misc]
+        make = _ROW_TYPES[sql] = row_type._make
+    return [make(row) for row in cursor.fetchall()]
 
 
 def autocommit(engine: Engine, statement: TextClause, params: Mapping[str, Any]) -> list[Any]:
@@ -57,9 +71,12 @@ def autocommit(engine: Engine, statement: TextClause, params: Mapping[str, Any])
     try:
         conn.autocommit = True
         try:
-            with conn.cursor(row_factory=namedtuple_row) as cursor:
-                cursor.execute(sql, params)
-                rows = cursor.fetchall() if cursor.description is not None else []
+            # One cursor per connection, kept in the pool record's info (dropped with it).
+            cursor = fairy.info.get(_CURSOR)
+            if cursor is None or cursor.closed or cursor.connection is not conn:
+                cursor = fairy.info[_CURSOR] = conn.cursor()
+            cursor.execute(sql, params)
+            rows = _rows(sql, cursor)
         finally:
             if not (conn.closed or conn.broken):
                 conn.autocommit = False

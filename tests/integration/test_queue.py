@@ -633,3 +633,44 @@ def test_admission__caps_refuse_and_count_only_up_to_them(engine: Engine):
             TENANT_ACTIVE, {"tenant": "other", "queued_cap": 2, "running_cap": 0}
         ).one()
     assert (active.queued, active.running) == (2, 0)
+
+
+# --- one statement, one round trip ---------------------------------------------------------
+
+
+def test_autocommit__killed_connection_fails_once_then_the_pool_heals(database_url: str):
+    import psycopg
+    from sqlalchemy.exc import OperationalError
+
+    from runyard.db import autocommit
+
+    eng = make_engine(database_url, pool_size=1, max_overflow=0, pre_ping=False)
+    queue = JobQueue(eng)
+    try:
+        run_id = enqueue_many(queue, 1)[0]
+        pid = autocommit(eng, text("SELECT pg_backend_pid() AS pid"), {})[0].pid
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(OperationalError):
+            claim(queue)
+        [job] = claim(queue)
+        assert job.run_id == run_id
+    finally:
+        eng.dispose()
+
+
+def test_autocommit__the_pooled_connection_goes_back_transactional(database_url: str):
+    from runyard.db import autocommit
+
+    eng = make_engine(database_url, pool_size=1, max_overflow=0, pre_ping=False)
+    try:
+        assert autocommit(eng, text("SELECT 1 AS one"), {})[0].one == 1
+        with eng.connect() as conn:
+            trans = conn.begin()
+            conn.execute(text("CREATE TABLE autocommit_probe (x int)"))
+            trans.rollback()
+        with eng.connect() as conn:
+            found = conn.execute(text("SELECT to_regclass('autocommit_probe')")).scalar_one()
+        assert found is None
+    finally:
+        eng.dispose()
