@@ -176,3 +176,25 @@ def test_live_logs__a_failing_sink_never_fails_the_attempt(
     )
     result = DockerRunner(docker_client).run(spec, AttemptControl(logs=FailingSink()))
     assert result.exit_code == 0 and result.stdout == "kept\n"  # the stored log is the record
+
+
+def test_live_logs__quick_run_through_the_worker_lands_in_the_events(
+    queue: JobQueue, engine: Engine, registry: ToolRegistry, docker_client: docker.DockerClient
+):
+    run = prepare_run(
+        registry, tenant="t", tool_name="shell", input_value={"script": "echo a; echo b >&2"}
+    )
+    run_id = queue.enqueue(run).run_id
+    worker = Worker(queue, DockerRunner(docker_client), WorkerConfig(worker_id="w1"))
+    worker.run_once()
+    assert worker.wait_idle(timeout=30)
+    worker.close()
+    # What `runyard logs --follow` prints: every line once, before the final status event.
+    assert "".join(str(e["text"]) for e in stream_events(engine, run_id, "stdout")) == "a\n"
+    assert "".join(str(e["text"]) for e in stream_events(engine, run_id, "stderr")) == "b\n"
+    with engine.connect() as conn:
+        types = conn.execute(
+            text("SELECT type FROM tool_run_events WHERE run_id = :id ORDER BY id"), {"id": run_id}
+        ).scalars()
+        order = [t for t in types if t in ("stdout", "stderr", "status")]
+    assert order[-1] == "status" and {"stdout", "stderr"} <= set(order[:-1])
