@@ -10,9 +10,8 @@ Same Postgres, same database, same run; the sides alternate round by round.
 - ``runyard direct``: 4 plain threads, each ``claim(limit=1)`` -> ``mark_container_requested``
   -> ``finalize`` through ``JobQueue`` (no worker loop).
 - ``runyard SQL, plain psycopg`` (``psycopg-floor``): runyard's own statements (ENQUEUE,
-  CLAIM, MARK_CONTAINER_REQUESTED, FINALIZE, both NOTIFYs) on plain psycopg connections in
-  autocommit, 4 threads: what the same SQL costs with one round trip per statement. Not a
-  product path; it bounds what the suggestions in docs/benchmarks.md can reach.
+  CLAIM, MARK_CONTAINER_REQUESTED, FINALIZE, each with its NOTIFY inside) on plain psycopg
+  connections in autocommit, 4 threads, no pool: close to what ``JobQueue`` itself does now.
 - ``proposal`` (not in the default set): the floor with a claim rewritten as suggested in
   docs/benchmarks.md (``CLAIM_PROPOSAL`` below), to size that suggestion.
 - ``procrastinate``: Procrastinate (PyPI) with an async no-op task, ``run_worker_async(
@@ -214,11 +213,9 @@ def runyard_direct_round(url: str, jobs: int, threads: int, deadline: Deadline) 
 def psycopg_floor_round(
     url: str, jobs: int, threads: int, deadline: Deadline, proposal: bool = False
 ) -> QueueRound:
-    """runyard's own statements (ENQUEUE, CLAIM, MARK_CONTAINER_REQUESTED, FINALIZE and the
-    two NOTIFYs) sent through plain psycopg connections in autocommit: no SQLAlchemy, no
-    pool pre-ping, no separate BEGIN/COMMIT. Each statement is atomic on its own, so this is
-    what the same SQL costs with one round trip per statement: a floor for the suggestions in
-    docs/benchmarks.md, not a product path."""
+    """runyard's own statements (ENQUEUE, CLAIM, MARK_CONTAINER_REQUESTED, FINALIZE, each
+    with its NOTIFY inside) sent through plain psycopg connections in autocommit, with no
+    pool and no SQLAlchemy at all: a floor for ``JobQueue``, not a product path."""
     import json
 
     import psycopg
