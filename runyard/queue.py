@@ -57,6 +57,7 @@ from runyard.queue_sql import (
     TENANT_ACTIVE,
 )
 from runyard.queue_values import (
+    TENANT_ESTIMATE_SECONDS,
     AdmissionCaps,
     AdmissionRefused,
     CancelResult,
@@ -69,6 +70,7 @@ from runyard.queue_values import (
     RequeueResult,
     SyncOrphan,
     SyncStart,
+    TenantEstimate,
     claimed_job,
     enqueue_params,
     outcome_params,
@@ -403,6 +405,10 @@ def run_mode_is_queue(mode: str) -> bool:
 EVENTS_CHANNEL = "runyard_events"
 
 
+def _tenant_capped(caps: AdmissionCaps) -> bool:
+    return caps.tenant_max_queued > 0 or caps.tenant_max_running > 0
+
+
 class ApiQueue(JobQueue):
     """The queue plus the API's operations: admitted submits and sync-mode runs."""
 
@@ -412,6 +418,7 @@ class ApiQueue(JobQueue):
         *,
         backoff_base_seconds: float = 2.0,
         backoff_max_seconds: float = 300.0,
+        tenant_estimate_seconds: float = TENANT_ESTIMATE_SECONDS,
     ) -> None:
         super().__init__(
             engine,
@@ -419,6 +426,7 @@ class ApiQueue(JobQueue):
             backoff_max_seconds=backoff_max_seconds,
         )
         self._depth = DepthEstimate()
+        self._tenants = TenantEstimate(ttl=tenant_estimate_seconds)
 
     def _replay(self, conn: Connection, run: NewRun, request_hash: str | None) -> uuid.UUID | None:
         if run.idempotency_key is None:
@@ -434,55 +442,68 @@ class ApiQueue(JobQueue):
             )
         return uuid.UUID(str(existing.id))
 
-    def _admit(self, conn: Connection, tenant: str, caps: AdmissionCaps, *, queue: bool) -> None:
+    def _admit(
+        self, conn: Connection, tenant: str, caps: AdmissionCaps, *, queue: bool, fast: bool
+    ) -> None:
+        """Check the caps; unless ``fast``, the tenant's counted submit is then held."""
         cap = caps.max_queue_depth
         if queue and cap > 0 and not self._depth.far_below(cap):
             depth = conn.execute(QUEUE_DEPTH, {"cap": cap}).scalar_one()
             self._depth.counted(depth)
             if depth >= cap:
                 raise AdmissionRefused("queue_full", cap)
-        if caps.tenant_max_queued > 0 or caps.tenant_max_running > 0:
-            active = conn.execute(
-                TENANT_ACTIVE,
-                {
-                    "tenant": tenant,
-                    "queued_cap": caps.tenant_max_queued,
-                    "running_cap": caps.tenant_max_running,
-                },
-            ).one()
-            if 0 < caps.tenant_max_queued <= active.queued:
-                raise AdmissionRefused("tenant_queued", caps.tenant_max_queued)
-            if 0 < caps.tenant_max_running <= active.running:
-                raise AdmissionRefused("tenant_running", caps.tenant_max_running)
-
-    def _lock_tenant(self, conn: Connection, tenant: str, caps: AdmissionCaps) -> None:
-        if caps.tenant_max_queued > 0 or caps.tenant_max_running > 0:
-            conn.execute(ADMISSION_LOCK, {"tenant": tenant})
+        if fast or not _tenant_capped(caps):
+            return
+        active = conn.execute(
+            TENANT_ACTIVE,
+            {
+                "tenant": tenant,
+                "queued_cap": caps.tenant_max_queued,
+                "running_cap": caps.tenant_max_running,
+            },
+        ).one()
+        refused = self._tenants.counted(tenant, caps, active.queued, active.running)
+        if refused == "tenant_queued":
+            raise AdmissionRefused(refused, caps.tenant_max_queued)
+        if refused == "tenant_running":
+            raise AdmissionRefused(refused, caps.tenant_max_running)
 
     def submit(
         self, run: NewRun, caps: AdmissionCaps, *, now: datetime | None = None
     ) -> EnqueueResult:
         """Enqueue if admitted; an idempotent replay returns the first run and skips the caps.
 
+        A tenant far below its caps (``TenantEstimate``) skips the advisory lock and the
+        count; near them the submit is counted and inserted under the lock.
         Raises ``AdmissionRefused`` or ``IdempotencyConflict``.
         """
         run_id, job_id = uuid.uuid4(), uuid.uuid4()
         request_hash = run.request_hash() if run.idempotency_key else None
-        with self._engine.begin() as conn:
-            self._lock_tenant(conn, run.tenant, caps)
-            replayed = self._replay(conn, run, request_hash)
-            if replayed is not None:
-                return EnqueueResult(run_id=replayed, created=False)
-            self._admit(conn, run.tenant, caps, queue=True)
-            created = conn.execute(
-                ENQUEUE,
-                enqueue_params(run, run_id, job_id, request_hash, now),
-            ).scalar_one_or_none()
-            if created is None:
-                # A concurrent submit with the same key committed first (ON CONFLICT).
+        capped = _tenant_capped(caps)
+        fast = capped and self._tenants.reserve(run.tenant, caps)
+        held = admitted = False
+        try:
+            with self._engine.begin() as conn:
+                if capped and not fast:
+                    conn.execute(ADMISSION_LOCK, {"tenant": run.tenant})
                 replayed = self._replay(conn, run, request_hash)
-                assert replayed is not None
-                return EnqueueResult(run_id=replayed, created=False)
+                if replayed is not None:
+                    return EnqueueResult(run_id=replayed, created=False)
+                self._admit(conn, run.tenant, caps, queue=True, fast=fast)
+                held = capped
+                created = conn.execute(
+                    ENQUEUE,
+                    enqueue_params(run, run_id, job_id, request_hash, now),
+                ).scalar_one_or_none()
+                if created is None:
+                    # A concurrent submit with the same key committed first (ON CONFLICT).
+                    replayed = self._replay(conn, run, request_hash)
+                    assert replayed is not None
+                    return EnqueueResult(run_id=replayed, created=False)
+            admitted = True
+        finally:
+            if fast or held:
+                self._tenants.release(run.tenant, fast=fast, admitted=admitted)
         self._depth.admitted()
         return EnqueueResult(run_id=created, created=True)
 
@@ -498,31 +519,41 @@ class ApiQueue(JobQueue):
         """Record a sync run as ``queued`` and owned by ``owner``; no job row is written."""
         run_id = uuid.uuid4()
         request_hash = run.request_hash() if run.idempotency_key else None
-        with self._engine.begin() as conn:
-            self._lock_tenant(conn, run.tenant, caps)
-            replayed = self._replay(conn, run, request_hash)
-            if replayed is not None:
-                return EnqueueResult(run_id=replayed, created=False)
-            self._admit(conn, run.tenant, caps, queue=False)
-            created = conn.execute(
-                SYNC_RECORD,
-                {
-                    "run_id": run_id,
-                    "tenant": run.tenant,
-                    "tool": run.tool,
-                    "spec": json.dumps(run.spec),
-                    "input": json.dumps(run.input),
-                    "idempotency_key": run.idempotency_key,
-                    "request_hash": request_hash,
-                    "owner": owner,
-                    "lease": lease_seconds,
-                    "now": now,
-                },
-            ).scalar_one_or_none()
-            if created is None:
+        capped = _tenant_capped(caps)
+        fast = capped and self._tenants.reserve(run.tenant, caps)
+        held = admitted = False
+        try:
+            with self._engine.begin() as conn:
+                if capped and not fast:
+                    conn.execute(ADMISSION_LOCK, {"tenant": run.tenant})
                 replayed = self._replay(conn, run, request_hash)
-                assert replayed is not None
-                return EnqueueResult(run_id=replayed, created=False)
+                if replayed is not None:
+                    return EnqueueResult(run_id=replayed, created=False)
+                self._admit(conn, run.tenant, caps, queue=False, fast=fast)
+                held = capped
+                created = conn.execute(
+                    SYNC_RECORD,
+                    {
+                        "run_id": run_id,
+                        "tenant": run.tenant,
+                        "tool": run.tool,
+                        "spec": json.dumps(run.spec),
+                        "input": json.dumps(run.input),
+                        "idempotency_key": run.idempotency_key,
+                        "request_hash": request_hash,
+                        "owner": owner,
+                        "lease": lease_seconds,
+                        "now": now,
+                    },
+                ).scalar_one_or_none()
+                if created is None:
+                    replayed = self._replay(conn, run, request_hash)
+                    assert replayed is not None
+                    return EnqueueResult(run_id=replayed, created=False)
+            admitted = True
+        finally:
+            if fast or held:
+                self._tenants.release(run.tenant, fast=fast, admitted=admitted)
         return EnqueueResult(run_id=created, created=True)
 
     def start_sync(

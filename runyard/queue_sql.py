@@ -445,7 +445,8 @@ PRUNE = _sql(
 )
 
 
-# Serializes the admission check and the insert of one tenant's submits, so caps are exact.
+# Serializes the admission check and the insert of one tenant's counted submits, so a tenant
+# near its caps is admitted exactly (far below them, submits skip it: TenantEstimate).
 ADMISSION_LOCK = _sql(
     "SELECT pg_advisory_xact_lock(hashtextextended('runyard.admission:' || :tenant, 0))"
 )

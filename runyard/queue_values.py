@@ -233,3 +233,98 @@ class DepthEstimate:
         """This process queued one more run."""
         with self._lock:
             self._depth += 1
+
+
+# How long an exact count of a tenant's active runs lets this process admit without counting.
+TENANT_ESTIMATE_SECONDS = 1.0
+
+
+@dataclass
+class _TenantView:
+    queued: int = 0
+    running: int = 0
+    until: float = 0.0
+    since: int = 0  # runs this process admitted for the tenant since the count
+    fast: int = 0  # submits in flight that skipped the lock and the count
+    exact: int = 0  # counted, admitted submits not yet committed
+
+
+class TenantEstimate:
+    """This process's idea of each tenant's active runs, to skip most locked counts.
+
+    An exact count (taken under the tenant's advisory lock) is reused for ``ttl`` seconds.
+    A submit skips the lock and the count (``reserve``) only while that count plus every run
+    this process has admitted or is admitting for the tenant since stays below half of each
+    cap; the reservation is taken atomically, so one process admits at most ``ceil(cap / 2)``
+    runs of a tenant per count without counting. Nearer a cap, or with no fresh count, the
+    submit counts under the lock, and the count is checked together with this process's own
+    uncounted submits still in flight (``counted``), so one API process never admits past the
+    queued cap. Running runs are started by workers, not admitted: a count up to ``ttl`` old
+    may miss runs started since (at most ``ceil(cap / 2)`` admits per process per count).
+    """
+
+    def __init__(self, ttl: float = TENANT_ESTIMATE_SECONDS, max_tenants: int = 4096) -> None:
+        self._ttl = ttl
+        self._max = max_tenants
+        self._lock = threading.Lock()
+        self._views: dict[str, _TenantView] = {}
+
+    def reserve(self, tenant: str, caps: AdmissionCaps) -> bool:
+        """True: admit without the lock and the count; call ``release(fast=True)`` after."""
+        if self._ttl <= 0:
+            return False
+        with self._lock:
+            view = self._views.get(tenant)
+            if view is None or time.monotonic() >= view.until:
+                return False
+            own = view.since + view.fast + view.exact
+            for cap, active in (
+                (caps.tenant_max_queued, view.queued),
+                (caps.tenant_max_running, view.running),
+            ):
+                if cap > 0 and 2 * (active + own) >= cap:
+                    return False
+            view.fast += 1
+            return True
+
+    def counted(self, tenant: str, caps: AdmissionCaps, queued: int, running: int) -> str | None:
+        """Remember an exact count and decide on it, with this process's uncounted submits
+        in flight added: the refusal reason, or None (held: call ``release(fast=False)``)."""
+        with self._lock:
+            view = self._views.get(tenant)
+            if view is None:
+                if len(self._views) >= self._max:
+                    self._evict()
+                view = self._views[tenant] = _TenantView()
+            view.queued, view.running, view.since = queued, running, 0
+            view.until = time.monotonic() + self._ttl
+            if 0 < caps.tenant_max_queued <= queued + view.fast:
+                return "tenant_queued"
+            if 0 < caps.tenant_max_running <= running:
+                return "tenant_running"
+            view.exact += 1
+            return None
+
+    def release(self, tenant: str, *, fast: bool, admitted: bool) -> None:
+        """End of a reserved or held submit: committed (``admitted``) or not."""
+        with self._lock:
+            view = self._views.get(tenant)
+            if view is None:
+                return
+            if fast:
+                view.fast = max(0, view.fast - 1)
+            else:
+                view.exact = max(0, view.exact - 1)
+            if admitted:
+                view.since += 1
+
+    def _evict(self) -> None:
+        now = time.monotonic()
+        for tenant, view in list(self._views.items()):
+            if view.until <= now and view.fast == 0 and view.exact == 0:
+                del self._views[tenant]
+        if len(self._views) >= self._max:
+            # Every view is fresh or busy: forget the idle ones (they count again next time).
+            for tenant, view in list(self._views.items()):
+                if view.fast == 0 and view.exact == 0:
+                    del self._views[tenant]
