@@ -53,6 +53,9 @@ CREATED_GRACE_SECONDS = 2.0
 # quicker attempt's log is sent to the sink once, from the stored log (``_LiveLogs.replay``).
 LIVE_LOGS_AFTER_SECONDS = 1.0
 _RUNNING = ("running", "paused", "restarting")
+# Someone is removing the container (or a removal failed half-way): its logs answer 409 and
+# its outputs cannot be trusted, so the attempt's container counts as lost.
+_GOING = ("removing", "dead")
 
 _TRANSPORT_ERRORS = (
     docker.errors.APIError,
@@ -142,6 +145,8 @@ class DockerRunner:
         if attrs is None:
             return ContainerState.MISSING
         status = attrs["State"]["Status"]
+        if status in _GOING:
+            return ContainerState.MISSING
         if status == "created":
             return ContainerState.CREATED
         if status in _RUNNING:
@@ -372,7 +377,8 @@ class DockerRunner:
         self, container_id: str, spec: AttemptSpec, stopped_for: str | None, live: _LiveLogs
     ) -> AttemptResult:
         attrs = self._inspect(container_id)
-        if attrs is None:
+        if attrs is None or attrs["State"]["Status"] in _GOING:
+            # Released, the next owner sees it missing and requeues it as container_lost.
             raise RunnerUnavailable(f"container {container_id} disappeared before its outputs")
         state = attrs["State"]
         exit_code = int(state.get("ExitCode", -1))

@@ -73,7 +73,8 @@ def test_sigstop_past_lease__stale_worker_changes_nothing(cluster: Cluster):
 def test_container_removed_by_hand__requeued_and_retried(cluster: Cluster):
     cluster.start_reaper()
     cluster.start_worker("w1", concurrency=1)
-    run_id = cluster.submit("sleep", {"seconds": 2}, Expected("succeeded"))
+    # Long enough that the removal below always meets a running container, even under load.
+    run_id = cluster.submit("sleep", {"seconds": 8}, Expected("succeeded"))
     cluster.wait_for(lambda: cluster.container_state(run_id) == "running", 30, "container")
     cluster.docker_client.containers.get(f"runyard-{run_id}-1").remove(force=True)
     cluster.check_invariants()

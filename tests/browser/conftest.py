@@ -47,9 +47,10 @@ def chromium_executable() -> str:
     return found
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    """One headless Chromium for the session."""
+    """One headless Chromium per module: Playwright's sync API keeps an event loop running in
+    the main thread while it is open, which later asyncio tests must not find."""
     args = ["--disable-dev-shm-usage"]
     if os.geteuid() == 0:
         args.append("--no-sandbox")  # Chromium refuses its sandbox as root (CI runs as root)

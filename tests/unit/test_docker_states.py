@@ -1,0 +1,56 @@
+"""How the Docker runner reads a container's state (no engine: a stub answers inspects)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, cast
+
+import docker
+import pytest
+
+from runyard.docker_runner import DockerRunner
+from runyard.runner import ContainerState, RunnerUnavailable
+
+
+class StubApi:
+    def __init__(self, status: str) -> None:
+        self.status = status
+
+    def inspect_container(self, ref: str) -> dict[str, Any]:
+        return {
+            "Id": "c0ffee",
+            "Image": "sha256:1",
+            "State": {"Status": self.status, "ExitCode": 137},
+        }
+
+
+class StubClient:
+    def __init__(self, status: str) -> None:
+        self.api = StubApi(status)
+
+
+def runner_seeing(status: str) -> DockerRunner:
+    return DockerRunner(cast(docker.DockerClient, StubClient(status)))
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        ("created", ContainerState.CREATED),
+        ("running", ContainerState.RUNNING),
+        ("paused", ContainerState.RUNNING),
+        ("exited", ContainerState.EXITED),
+        # Being removed by someone else (or a removal that failed half-way): lost, not exited.
+        ("removing", ContainerState.MISSING),
+        ("dead", ContainerState.MISSING),
+    ],
+)
+def test_state__maps_docker_statuses(status: str, expected: ContainerState):
+    assert runner_seeing(status).state(uuid.uuid4(), 1) is expected
+
+
+@pytest.mark.parametrize("status", ["removing", "dead"])
+def test_collect__a_container_being_removed_has_no_outputs_to_trust(status: str):
+    # Its logs would answer 409 or be cut short; the exit code is the remover's SIGKILL.
+    with pytest.raises(RunnerUnavailable, match="disappeared"):
+        runner_seeing(status)._collect("c0ffee", cast(Any, None), None, cast(Any, None))
