@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -17,6 +18,7 @@ import pytest
 
 from runyard.docker_runner import DockerRunner
 from tests.acceptance.cluster import Cluster, Expected
+from tests.integration.conftest import _quietly
 
 sys.path.insert(0, "/tmp")
 
@@ -91,8 +93,9 @@ def engine_b(tmp_path: Path) -> Iterator[docker.DockerClient]:
         yield client
     finally:
         if client is not None:
-            for container in client.containers.list(all=True):
-                container.remove(force=True)
+            # A worker of the test may be removing its own container right now (404/409).
+            for container in client.containers.list(all=True, sparse=True):
+                _quietly(functools.partial(container.remove, force=True))
             client.close()
         first.close()
         proc.send_signal(signal.SIGTERM)
