@@ -22,7 +22,7 @@ from runyard.docker_outputs import (
     workdir_archive,
 )
 from runyard.faults import AFTER_CREATE, crash_point
-from runyard.live_logs import LogFollower
+from runyard.live_logs import LogFollower, timestamp_key
 from runyard.models import RunStatus
 from runyard.runner import (
     AttemptAbandoned,
@@ -357,6 +357,18 @@ class DockerRunner:
                 raise RunnerUnavailable(f"cannot wait on {spec.container_name}: {exc}") from exc
         return stopped_for
 
+    def _replay_stamp(self, container_id: str, finished_text: str) -> str:
+        """The later of the exit time and the last log line's engine timestamp: under load
+        the engine stamps a line when it copies it, which can be after the exit."""
+        try:
+            raw = self._api.logs(container_id, stdout=True, stderr=True, timestamps=True, tail=1)
+        except _TRANSPORT_ERRORS:
+            return finished_text
+        last = bytes(raw).split(b" ", 1)[0].decode("ascii", errors="replace").strip()
+        if not last or not last[:4].isdigit():
+            return finished_text
+        return max(finished_text, last, key=timestamp_key)
+
     def _is_running(self, container_id: str) -> bool:
         attrs = self._inspect(container_id)
         if attrs is None:
@@ -391,7 +403,7 @@ class DockerRunner:
         except _TRANSPORT_ERRORS as exc:
             raise RunnerUnavailable(f"cannot read logs of {container_id}: {exc}") from exc
         if not live.started and finished_at is not None:
-            live.replay(stdout, stderr, str(finished_text))
+            live.replay(stdout, stderr, self._replay_stamp(container_id, str(finished_text)))
         common: dict[str, Any] = {
             "exit_code": exit_code,
             "stdout": stdout.text(),
@@ -532,9 +544,9 @@ class _LiveLogs:
         """The whole (capped) log of an attempt that ended before anyone followed it.
 
         Only the runner that started the container calls it, so no chunk of this attempt
-        exists yet. One chunk per stream, stamped with the container's exit time: every line
-        was logged before it, so an adopter after us resumes past all of them (no repeat),
-        and one before this point finds no chunk and follows from the start (no loss).
+        exists yet. One chunk per stream, stamped no earlier than the last line's timestamp:
+        an adopter after us resumes past all of them (no repeat), and one before this point
+        finds no chunk and follows from the start (no loss).
         """
         if self._sink is None:
             return

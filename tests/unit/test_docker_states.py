@@ -54,3 +54,31 @@ def test_collect__a_container_being_removed_has_no_outputs_to_trust(status: str)
     # Its logs would answer 409 or be cut short; the exit code is the remover's SIGKILL.
     with pytest.raises(RunnerUnavailable, match="disappeared"):
         runner_seeing(status)._collect("c0ffee", cast(Any, None), None, cast(Any, None))
+
+
+class StubLogsApi(StubApi):
+    def __init__(self, last_line: bytes) -> None:
+        super().__init__("exited")
+        self.last_line = last_line
+
+    def logs(self, container: str, **kwargs: Any) -> bytes:
+        assert kwargs == {"stdout": True, "stderr": True, "timestamps": True, "tail": 1}
+        return self.last_line
+
+
+@pytest.mark.parametrize(
+    ("last_line", "expected"),
+    [
+        # The engine stamped the last line after the exit (it copies output asynchronously).
+        (b"2026-11-26T03:24:44.5Z three\n", "2026-11-26T03:24:44.5Z"),
+        (b"2026-11-26T03:24:44.000000001Z x\n", "2026-11-26T03:24:44.000000001Z"),
+        # Earlier than the exit, or no log at all: the exit time.
+        (b"2026-11-26T03:24:43.9Z three\n", "2026-11-26T03:24:44Z"),
+        (b"", "2026-11-26T03:24:44Z"),
+    ],
+)
+def test_replay_stamp__never_earlier_than_the_last_logged_line(last_line: bytes, expected: str):
+    client = StubClient("exited")
+    client.api = StubLogsApi(last_line)
+    runner = DockerRunner(cast(docker.DockerClient, client))
+    assert runner._replay_stamp("c0ffee", "2026-11-26T03:24:44Z") == expected
