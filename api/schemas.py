@@ -84,25 +84,8 @@ class RunOut(BaseModel):
 
     @classmethod
     def from_row(cls, run: ToolRun | RunView) -> RunOut:
-        """Project an ORM row onto the public shape."""
-        return cls(
-            id=run.id,
-            tool=run.tool,
-            status=run.status,
-            mode=run.mode,
-            input=run.input,
-            result=run.result,
-            exit_code=run.exit_code,
-            attempts=run.attempts,
-            max_attempts=run.max_attempts,
-            error_code=run.error_code,
-            error=run.error,
-            stdout_truncated=run.stdout_truncated,
-            stderr_truncated=run.stderr_truncated,
-            requested_at=run.requested_at,
-            started_at=run.started_at,
-            finished_at=run.finished_at,
-        )
+        """Project an ORM row or a ``RunView`` onto the public shape (same field names)."""
+        return cls.model_validate(run, from_attributes=True)
 
 
 class RunPage(BaseModel):

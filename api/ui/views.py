@@ -8,7 +8,7 @@ import uuid
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, urlencode
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import ValidationError
@@ -27,7 +27,7 @@ from api.ui.context import (
     check_csrf,
     check_same_origin,
 )
-from api.ui.session import COOKIE_NAME, COOKIE_PATH, key_prefix
+from api.ui.session import COOKIE_NAME, COOKIE_PATH, Session, key_prefix
 from runyard.auth import authenticate
 from runyard.dashboard import (
     log_snapshot,
@@ -85,9 +85,9 @@ def page(
     return ui.templates.TemplateResponse(request, name, full, status_code=status_code)
 
 
-def not_found(ui: UiContext, request: Request, what: str) -> HTMLResponse:
+def no_run(run_id: str) -> UiError:
     """The dashboard's 404: the same answer for a missing run and another tenant's."""
-    return page(ui, request, "error.html", {"title": "Not found", "message": what}, status_code=404)
+    return UiError(404, "Not found", f"There is no run {run_id} you can see.")
 
 
 def _safe_next(target: str | None) -> str:
@@ -97,11 +97,11 @@ def _safe_next(target: str | None) -> str:
     return "/ui/runs"
 
 
-def _parse_run_id(value: str) -> uuid.UUID | None:
+def _parse_run_id(value: str) -> uuid.UUID:
     try:
         return uuid.UUID(value)
     except ValueError:
-        return None
+        raise no_run(value) from None
 
 
 @router.get("")
@@ -154,9 +154,7 @@ async def logout(request: Request, session: SessionDep) -> Response:
     return response
 
 
-def _run_filters(
-    request: Request, session_tenant: str | None, status: str | None, tool: str | None
-) -> RunFilter:
+def _run_filters(session_tenant: str | None, status: str | None, tool: str | None) -> RunFilter:
     chosen_status = None
     if status:
         try:
@@ -190,46 +188,47 @@ def _runs_context(services: ServicesDep, filters: RunFilter, cursor: str | None)
     }
 
 
-@router.get("/runs")
-def runs_page(
-    request: Request,
+def runs_listing(
     services: ServicesDep,
-    ui: UiDep,
     session: SessionDep,
     status: str | None = None,
     tool: str | None = None,
     cursor: str | None = None,
+) -> dict[str, Any]:
+    """One page of the runs the caller may see, from the page's query."""
+    filters = _run_filters(visible_tenant(session.principal), status, tool)
+    return _runs_context(services, filters, _clamp(cursor, 200))
+
+
+RunsListingDep = Annotated[dict[str, Any], Depends(runs_listing)]
+
+
+@router.get("/runs")
+def runs_page(
+    request: Request, services: ServicesDep, ui: UiDep, listing: RunsListingDep
 ) -> HTMLResponse:
     """Runs newest first, filtered by status and tool, refreshed in place by app.js."""
-    filters = _run_filters(request, visible_tenant(session.principal), status, tool)
-    context = _runs_context(services, filters, _clamp(cursor, 200))
-    context.update(
-        statuses=[s.value for s in RunStatus], tools=sorted(services.registry.tools), title="Runs"
-    )
+    context = {
+        **listing,
+        "statuses": [s.value for s in RunStatus],
+        "tools": sorted(services.registry.tools),
+        "title": "Runs",
+    }
     return page(ui, request, "runs.html", context)
 
 
 @router.get("/runs/rows")
-def runs_rows(
-    request: Request,
-    services: ServicesDep,
-    ui: UiDep,
-    session: SessionDep,
-    status: str | None = None,
-    tool: str | None = None,
-    cursor: str | None = None,
-) -> HTMLResponse:
+def runs_rows(request: Request, ui: UiDep, listing: RunsListingDep) -> HTMLResponse:
     """The table body of the runs page, for its live refresh."""
-    filters = _run_filters(request, visible_tenant(session.principal), status, tool)
-    context = _runs_context(services, filters, _clamp(cursor, 200))
-    return page(ui, request, "_run_rows.html", context)
+    return page(ui, request, "_run_rows.html", listing)
 
 
-def _load_run(services: ServicesDep, session: Any, run_id: str) -> ToolRun | None:
-    parsed = _parse_run_id(run_id)
-    if parsed is None:
-        return None
-    return RunReader(services.engine).get(parsed, visible_tenant(session.principal))
+def _load_run(services: ServicesDep, session: Session, run_id: str) -> ToolRun:
+    """The run if the caller may see it; the dashboard's 404 otherwise."""
+    run = RunReader(services.engine).get(_parse_run_id(run_id), visible_tenant(session.principal))
+    if run is None:
+        raise no_run(run_id)
+    return run
 
 
 def _panel_context(services: ServicesDep, run: ToolRun) -> dict[str, Any]:
@@ -247,8 +246,6 @@ def run_page(
 ) -> HTMLResponse:
     """One run: summary, result, logs (live while it runs), timeline, cancel."""
     run = _load_run(services, session, run_id)
-    if run is None:
-        return not_found(ui, request, f"There is no run {run_id} you can see.")
     context = _panel_context(services, run)
     if context["terminal"]:
         stdout, stderr, upto, attempt = run.stdout or "", run.stderr or "", 0, run.attempts
@@ -268,8 +265,6 @@ def run_panel(
 ) -> HTMLResponse:
     """The summary and timeline of a run page, for its live refresh."""
     run = _load_run(services, session, run_id)
-    if run is None:
-        return not_found(ui, request, f"There is no run {run_id} you can see.")
     return page(ui, request, "_run_panel.html", _panel_context(services, run))
 
 
@@ -279,8 +274,6 @@ def run_logs_fragment(
 ) -> HTMLResponse:
     """The stored (capped) logs of a finished run, swapped in when it ends."""
     run = _load_run(services, session, run_id)
-    if run is None:
-        return not_found(ui, request, f"There is no run {run_id} you can see.")
     context = {
         "run": run,
         "stdout": run.stdout or "",
@@ -296,14 +289,11 @@ async def run_events(
     run_id: str,
     request: Request,
     services: ServicesDep,
-    ui: UiDep,
     session: SessionDep,
     after: Annotated[int, Query(ge=0, le=event_routes.MAX_EVENT_ID)] = 0,
 ) -> Response:
     """The run's SSE stream (the API's own), authenticated by the session cookie."""
     parsed = _parse_run_id(run_id)
-    if parsed is None:
-        return not_found(ui, request, f"There is no run {run_id} you can see.")
     last_event_id = request.headers.get("last-event-id")
     start = after
     if last_event_id and last_event_id.isdigit() and len(last_event_id) <= 19:
@@ -319,13 +309,11 @@ async def run_events(
 
 @router.post("/runs/{run_id}/cancel")
 async def cancel(
-    run_id: str, request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
+    run_id: str, request: Request, services: ServicesDep, session: SessionDep
 ) -> Response:
     """Cancel from the run page, then show the page again."""
     check_csrf(session, await form_fields(request))
     parsed = _parse_run_id(run_id)
-    if parsed is None:
-        return not_found(ui, request, f"There is no run {run_id} you can see.")
     notice = "cancel_requested"
     try:
         await run_in_threadpool(
@@ -333,7 +321,7 @@ async def cancel(
         )
     except Problem as exc:
         if exc.status == 404:
-            return not_found(ui, request, f"There is no run {run_id} you can see.")
+            raise no_run(run_id) from exc
         if exc.code != "run_finished":
             raise
         notice = "already_finished"
