@@ -479,6 +479,30 @@ class ApiQueue(JobQueue):
         """
         run_id, job_id = uuid.uuid4(), uuid.uuid4()
         request_hash = run.request_hash() if run.idempotency_key else None
+        result = self._admitted_insert(
+            run,
+            caps,
+            request_hash,
+            queue=True,
+            insert=ENQUEUE,
+            params=enqueue_params(run, run_id, job_id, request_hash, now),
+        )
+        if result.created:
+            self._depth.admitted()
+        return result
+
+    def _admitted_insert(
+        self,
+        run: NewRun,
+        caps: AdmissionCaps,
+        request_hash: str | None,
+        *,
+        queue: bool,
+        insert: TextClause,
+        params: dict[str, Any],
+    ) -> EnqueueResult:
+        """Replay, or admit and insert (``insert`` returns the new run's id, or nothing when a
+        concurrent submit with the same key committed first), with the tenant's slot held."""
         capped = _tenant_capped(caps)
         fast = capped and self._tenants.reserve(run.tenant, caps)
         held = admitted = False
@@ -489,12 +513,9 @@ class ApiQueue(JobQueue):
                 replayed = self._replay(conn, run, request_hash)
                 if replayed is not None:
                     return EnqueueResult(run_id=replayed, created=False)
-                self._admit(conn, run.tenant, caps, queue=True, fast=fast)
+                self._admit(conn, run.tenant, caps, queue=queue, fast=fast)
                 held = capped
-                created = conn.execute(
-                    ENQUEUE,
-                    enqueue_params(run, run_id, job_id, request_hash, now),
-                ).scalar_one_or_none()
+                created = conn.execute(insert, params).scalar_one_or_none()
                 if created is None:
                     # A concurrent submit with the same key committed first (ON CONFLICT).
                     replayed = self._replay(conn, run, request_hash)
@@ -504,7 +525,6 @@ class ApiQueue(JobQueue):
         finally:
             if fast or held:
                 self._tenants.release(run.tenant, fast=fast, admitted=admitted)
-        self._depth.admitted()
         return EnqueueResult(run_id=created, created=True)
 
     def record_sync(
@@ -517,44 +537,22 @@ class ApiQueue(JobQueue):
         now: datetime | None = None,
     ) -> EnqueueResult:
         """Record a sync run as ``queued`` and owned by ``owner``; no job row is written."""
-        run_id = uuid.uuid4()
         request_hash = run.request_hash() if run.idempotency_key else None
-        capped = _tenant_capped(caps)
-        fast = capped and self._tenants.reserve(run.tenant, caps)
-        held = admitted = False
-        try:
-            with self._engine.begin() as conn:
-                if capped and not fast:
-                    conn.execute(ADMISSION_LOCK, {"tenant": run.tenant})
-                replayed = self._replay(conn, run, request_hash)
-                if replayed is not None:
-                    return EnqueueResult(run_id=replayed, created=False)
-                self._admit(conn, run.tenant, caps, queue=False, fast=fast)
-                held = capped
-                created = conn.execute(
-                    SYNC_RECORD,
-                    {
-                        "run_id": run_id,
-                        "tenant": run.tenant,
-                        "tool": run.tool,
-                        "spec": json.dumps(run.spec),
-                        "input": json.dumps(run.input),
-                        "idempotency_key": run.idempotency_key,
-                        "request_hash": request_hash,
-                        "owner": owner,
-                        "lease": lease_seconds,
-                        "now": now,
-                    },
-                ).scalar_one_or_none()
-                if created is None:
-                    replayed = self._replay(conn, run, request_hash)
-                    assert replayed is not None
-                    return EnqueueResult(run_id=replayed, created=False)
-            admitted = True
-        finally:
-            if fast or held:
-                self._tenants.release(run.tenant, fast=fast, admitted=admitted)
-        return EnqueueResult(run_id=created, created=True)
+        params = {
+            "run_id": uuid.uuid4(),
+            "tenant": run.tenant,
+            "tool": run.tool,
+            "spec": json.dumps(run.spec),
+            "input": json.dumps(run.input),
+            "idempotency_key": run.idempotency_key,
+            "request_hash": request_hash,
+            "owner": owner,
+            "lease": lease_seconds,
+            "now": now,
+        }
+        return self._admitted_insert(
+            run, caps, request_hash, queue=False, insert=SYNC_RECORD, params=params
+        )
 
     def start_sync(
         self,
