@@ -12,8 +12,6 @@ Same Postgres, same database, same run; the sides alternate round by round.
 - ``runyard SQL, plain psycopg`` (``psycopg-floor``): runyard's own statements (ENQUEUE,
   CLAIM, MARK_CONTAINER_REQUESTED, FINALIZE, each with its NOTIFY inside) on plain psycopg
   connections in autocommit, 4 threads, no pool: close to what ``JobQueue`` itself does now.
-- ``proposal`` (not in the default set): the floor with a claim rewritten as suggested in
-  docs/benchmarks.md (``CLAIM_PROPOSAL`` below), to size that suggestion.
 - ``procrastinate``: Procrastinate (PyPI) with an async no-op task, ``run_worker_async(
   concurrency=4, wait=False)`` (drains the queue, then returns).
 
@@ -48,7 +46,6 @@ from bench.common import (
     print_machine,
     psycopg_sql,
     queue_statement,
-    sql_text,
     statement_modules,
     table,
     wait_until,
@@ -86,7 +83,6 @@ SIDE_LABELS = (
     "runyard worker",
     "runyard direct",
     "runyard SQL, plain psycopg",
-    "proposal: claim by index, plain psycopg",
 )
 
 # --- runyard --------------------------------------------------------------------------------
@@ -210,9 +206,7 @@ def runyard_direct_round(url: str, jobs: int, threads: int, deadline: Deadline) 
         engine.dispose()
 
 
-def psycopg_floor_round(
-    url: str, jobs: int, threads: int, deadline: Deadline, proposal: bool = False
-) -> QueueRound:
+def psycopg_floor_round(url: str, jobs: int, threads: int, deadline: Deadline) -> QueueRound:
     """runyard's own statements (ENQUEUE, CLAIM, MARK_CONTAINER_REQUESTED, FINALIZE, each
     with its NOTIFY inside) sent through plain psycopg connections in autocommit, with no
     pool and no SQLAlchemy at all: a floor for ``JobQueue``, not a product path."""
@@ -221,7 +215,7 @@ def psycopg_floor_round(
     import psycopg
 
     enqueue_sql = psycopg_sql(queue_statement("ENQUEUE"))
-    claim_sql = psycopg_sql(sql_text(CLAIM_PROPOSAL) if proposal else queue_statement("CLAIM"))
+    claim_sql = psycopg_sql(queue_statement("CLAIM"))
     mark_sql = psycopg_sql(queue_statement("MARK_CONTAINER_REQUESTED"))
     finalize_sql = psycopg_sql(queue_statement("FINALIZE"))
     queue_name = f"bench-{uuid.uuid4().hex[:8]}"
@@ -307,87 +301,7 @@ def psycopg_floor_round(
     for w in workers:
         w.join()
     drain_s = time.perf_counter() - start
-    label = "proposal: claim by index, plain psycopg" if proposal else "runyard SQL, plain psycopg"
-    return QueueRound(label, jobs, enqueue_s, drain_s, done[0])
-
-
-def proposal_round(url: str, jobs: int, threads: int, deadline: Deadline) -> QueueRound:
-    """The floor with ``CLAIM_PROPOSAL`` instead of runyard's CLAIM."""
-    return psycopg_floor_round(url, jobs, threads, deadline, proposal=True)
-
-
-# A sketch of the claim with the two plan fixes suggested in docs/benchmarks.md, for this
-# benchmark only (runyard's CLAIM is untouched): (1) one equality on the queue, so the partial
-# index ix_tool_run_jobs_queued (queue, priority DESC, created_at) WHERE status = 'queued'
-# yields rows in order and the LIMIT stops the scan (Postgres 15 cannot do that for
-# ``queue = ANY(array)``; a worker of several queues would run one such branch per queue);
-# (2) the picked ids reach the UPDATEs and the final join as ``= ANY(ARRAY(...))`` and a
-# LATERAL primary-key lookup, so they are index lookups instead of hash joins over whole
-# tables (the planner cannot estimate ``LIMIT GREATEST(:limit - (SELECT count(*) ...), 0)``).
-# Adoption vs fresh is read from the old row's status (adoptable rows are 'running').
-CLAIM_PROPOSAL = """
-    WITH adoptable AS MATERIALIZED (
-        SELECT id FROM tool_run_jobs
-        WHERE status = 'running' AND locked_until IS NULL AND engine_id = :engine_id
-        ORDER BY priority DESC, created_at
-        LIMIT :limit
-        FOR UPDATE SKIP LOCKED
-    ), fresh AS MATERIALIZED (
-        SELECT id FROM tool_run_jobs
-        WHERE status = 'queued' AND available_at <= {NOW} AND attempts < max_attempts
-          AND queue = (CAST(:queues AS text[]))[1]
-        ORDER BY priority DESC, created_at
-        LIMIT :limit
-        FOR UPDATE SKIP LOCKED
-    ), picked AS MATERIALIZED (
-        SELECT id FROM (
-            SELECT id, 0 AS o FROM adoptable UNION ALL SELECT id, 1 FROM fresh
-        ) p ORDER BY o LIMIT :limit
-    ), claimed AS (
-        UPDATE tool_run_jobs j SET
-            status = 'running',
-            attempts = j.attempts + CASE WHEN j.status = 'running' THEN 0 ELSE 1 END,
-            locked_by = :worker_id,
-            locked_until = {NOW} + make_interval(secs => CAST(:lease AS double precision)),
-            lease_token = gen_random_uuid(),
-            engine_id = :engine_id,
-            started_at = CASE WHEN j.status = 'running' THEN j.started_at ELSE {NOW} END,
-            deadline_at = CASE WHEN j.status = 'running' THEN j.deadline_at
-                          ELSE {NOW} + make_interval(secs => j.timeout_seconds) END,
-            container_requested_at = CASE WHEN j.status = 'running'
-                                     THEN j.container_requested_at ELSE NULL END,
-            updated_at = {NOW}
-        WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-        RETURNING j.id, j.run_id, j.attempts, j.max_attempts, j.lease_token, j.locked_until,
-                  j.deadline_at, j.started_at, j.cancel_requested_at, j.priority,
-                  j.created_at, j.container_requested_at,
-                  j.id = ANY(ARRAY(SELECT id FROM adoptable)) AS adopted
-    ), run AS (
-        UPDATE tool_runs r SET status = 'running',
-                               started_at = coalesce(r.started_at, c.started_at),
-                               attempts = c.attempts
-        FROM claimed c
-        WHERE r.id = ANY(ARRAY(SELECT run_id FROM claimed WHERE NOT adopted))
-          AND r.id = c.run_id
-    ), event AS (
-        INSERT INTO tool_run_events (run_id, at, type, data)
-        SELECT c.run_id, {NOW}, e.type, e.data
-        FROM claimed c
-        CROSS JOIN LATERAL (VALUES
-            (CASE WHEN c.adopted THEN 'adopted' ELSE 'claimed' END,
-             jsonb_build_object('attempt', c.attempts, 'worker_id', CAST(:worker_id AS text))),
-            ('status', CASE WHEN c.adopted THEN NULL
-                       ELSE jsonb_build_object('status', 'running', 'attempt', c.attempts) END)
-        ) AS e(type, data)
-        WHERE e.data IS NOT NULL
-    )
-    SELECT c.id, c.run_id, c.attempts, c.max_attempts, c.lease_token, c.locked_until,
-           c.deadline_at, c.cancel_requested_at, c.container_requested_at, c.adopted,
-           r.spec, r.input
-    FROM claimed c CROSS JOIN LATERAL (
-        SELECT spec, input FROM tool_runs WHERE id = c.run_id) r
-    ORDER BY c.adopted DESC, c.priority DESC, c.created_at
-"""
+    return QueueRound("runyard SQL, plain psycopg", jobs, enqueue_s, drain_s, done[0])
 
 
 # --- Procrastinate --------------------------------------------------------------------------
@@ -719,17 +633,14 @@ def _profile_python(url: str, jobs: int, deadline: Deadline) -> None:
 
 
 def _profile_claim_vs_backlog(url: str, backlogs: list[int], deadline: Deadline) -> None:
-    """One CLAIM (limit 1, prepared, rolled back) as the queued backlog grows, runyard's
-    statement vs ``CLAIM_PROPOSAL``."""
+    """One CLAIM (limit 1, prepared, rolled back) as the queued backlog grows: flat when the
+    claim reads the queued index in order and stops at its limit."""
     import json
 
     import psycopg
 
     enqueue_sql = psycopg_sql(queue_statement("ENQUEUE"))
-    claims = {
-        "CLAIM": psycopg_sql(queue_statement("CLAIM")),
-        "CLAIM_PROPOSAL": psycopg_sql(sql_text(CLAIM_PROPOSAL)),
-    }
+    claim_sql = psycopg_sql(queue_statement("CLAIM"))
     queue_name = f"bench-{uuid.uuid4().hex[:8]}"
     run = _new_run(queue_name)
     spec = json.dumps(run.spec)
@@ -770,23 +681,20 @@ def _profile_claim_vs_backlog(url: str, backlogs: list[int], deadline: Deadline)
                     )
             have = backlog
             conn.execute("ANALYZE tool_runs, tool_run_jobs")
-            timings = []
-            for sql in claims.values():
-                for _ in range(6):  # past psycopg's prepare threshold
-                    conn.execute("BEGIN")
-                    conn.execute(sql, params).fetchall()
-                    conn.execute("ROLLBACK")
-                n = 30
-                start = time.perf_counter()
-                for _ in range(n):
-                    conn.execute("BEGIN")
-                    conn.execute(sql, params).fetchall()
-                    conn.execute("ROLLBACK")
-                timings.append((time.perf_counter() - start) / n * 1000)
-            rows.append((backlog, *timings))
+            for _ in range(6):  # past psycopg's prepare threshold
+                conn.execute("BEGIN")
+                conn.execute(claim_sql, params).fetchall()
+                conn.execute("ROLLBACK")
+            n = 30
+            start = time.perf_counter()
+            for _ in range(n):
+                conn.execute("BEGIN")
+                conn.execute(claim_sql, params).fetchall()
+                conn.execute("ROLLBACK")
+            rows.append((backlog, (time.perf_counter() - start) / n * 1000))
     out("")
     out("profile 4: one claim (limit 1, prepared, BEGIN + CLAIM + ROLLBACK) vs queued backlog, ms")
-    out(table(["queued backlog", "runyard CLAIM", "CLAIM_PROPOSAL (bench/queue.py)"], rows))
+    out(table(["queued backlog", "runyard CLAIM"], rows))
 
 
 # --- main -----------------------------------------------------------------------------------
@@ -824,7 +732,6 @@ def main(argv: list[str] | None = None) -> int:
             "runyard-worker": runyard_worker_round,
             "runyard-direct": runyard_direct_round,
             "psycopg-floor": psycopg_floor_round,
-            "proposal": proposal_round,
             "procrastinate": procrastinate_round,
         }
         # A warm-up of each side (imports, pools, plans), not recorded. VACUUM ANALYZE after

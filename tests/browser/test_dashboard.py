@@ -29,6 +29,15 @@ def log_in(page: Page, key: str) -> None:
     expect(page).to_have_url(re.compile(r"/ui/runs$"))
 
 
+def submit_from_form(page: Page, tool: str, value: str) -> str:
+    """Submit a run of ``tool`` through the form; the page lands on the run's page."""
+    page.goto(f"/ui/submit?tool={tool}")
+    page.get_by_label("Input (JSON)").fill(value)
+    page.get_by_role("button", name="Submit").click()
+    expect(page).to_have_url(re.compile(r"/ui/runs/[0-9a-f-]{36}$"))
+    return page.url.rsplit("/", 1)[1]
+
+
 def assert_same_origin_only(dashboard: Dashboard) -> None:
     """No page asked anything of another origin, and the CSP blocked nothing."""
     assert dashboard.requests, "no request was recorded"
@@ -108,11 +117,7 @@ def test_cancel__a_sleep_run_from_its_page_ends_cancelled(browser: Browser, dash
     context = dashboard.context(browser)
     page = context.new_page()
     log_in(page, create_api_key(dashboard.engine, "acme"))
-    page.goto("/ui/submit?tool=sleep")
-    page.get_by_label("Input (JSON)").fill('{"seconds": 120}')
-    page.get_by_role("button", name="Submit").click()
-    expect(page).to_have_url(re.compile(r"/ui/runs/[0-9a-f-]{36}$"))
-    run_id = page.url.rsplit("/", 1)[1]
+    run_id = submit_from_form(page, "sleep", '{"seconds": 120}')
 
     # Running, with its first line tailed live from the container.
     expect(page.locator("#run-status")).to_have_attribute("data-status", "running", timeout=LIVE)
@@ -141,10 +146,7 @@ def test_tenancy__another_tenant_cannot_open_the_run_page(browser: Browser, dash
     owner = dashboard.context(browser)
     page = owner.new_page()
     log_in(page, create_api_key(dashboard.engine, "acme"))
-    page.goto("/ui/submit?tool=echo")
-    page.get_by_label("Input (JSON)").fill('{"secret": "acme-only-7f3a"}')
-    page.get_by_role("button", name="Submit").click()
-    expect(page).to_have_url(re.compile(r"/ui/runs/[0-9a-f-]{36}$"))
+    submit_from_form(page, "echo", '{"secret": "acme-only-7f3a"}')
     expect(page.locator("body")).to_contain_text("acme-only-7f3a")
     run_path = dashboard.expect_404(page.url.removeprefix(dashboard.url))
 
@@ -171,11 +173,7 @@ def test_requeue__the_page_switches_to_the_new_attempts_logs(
     context = dashboard.context(browser)
     page = context.new_page()
     log_in(page, create_api_key(dashboard.engine, "acme"))
-    page.goto("/ui/submit?tool=sleep")
-    page.get_by_label("Input (JSON)").fill('{"seconds": 120}')
-    page.get_by_role("button", name="Submit").click()
-    expect(page).to_have_url(re.compile(r"/ui/runs/[0-9a-f-]{36}$"))
-    run_id = page.url.rsplit("/", 1)[1]
+    run_id = submit_from_form(page, "sleep", '{"seconds": 120}')
     expect(page.locator("#stdout")).to_have_text("sleeping 120\n", timeout=LIVE)
     mark_page(page)
 
@@ -233,9 +231,7 @@ def test_screenshots__every_page_fits_the_width(browser: Browser, dashboard: Das
     page.screenshot(path=ARTIFACTS / f"login-{width}.png", full_page=True)
     log_in(page, key)
     for tool, value in (("echo", '{"greeting": "hi"}'), ("fail", "{}")):
-        page.goto(f"/ui/submit?tool={tool}")
-        page.get_by_label("Input (JSON)").fill(value)
-        page.get_by_role("button", name="Submit").click()
+        submit_from_form(page, tool, value)
         expect(page.locator("#run-status")).to_have_attribute(
             "data-status", re.compile("succeeded|failed"), timeout=LIVE
         )
