@@ -28,6 +28,7 @@ from runyard.runner import (
     RunnerUnavailable,
 )
 from runyard.workers import WorkerRegistry
+from worker.cleanup import Cleaner
 from worker.sweep import Sweeper
 
 logger = logging.getLogger(__name__)
@@ -124,6 +125,7 @@ class Worker:
         self._sweeper = sweeper
         self._next_sweep = 0.0
         self._runner = runner
+        self._cleaner = Cleaner(runner, backlog=config.concurrency, worker_id=config.worker_id)
         self._config = config
         self._registry = registry
         self._pool = ThreadPoolExecutor(
@@ -232,12 +234,13 @@ class Worker:
             self._futures.discard(future)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
-        """Block until no attempt is in flight; False on timeout."""
+        """Block until no attempt is in flight or being removed; False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
-                if not self._in_flight and not self._futures:
-                    return True
+                idle = not self._in_flight and not self._futures
+            if idle and self._cleaner.pending() == 0:
+                return True
             if deadline is not None and time.monotonic() >= deadline:
                 return False
             time.sleep(0.05)
@@ -301,6 +304,7 @@ class Worker:
         """Shut the slot pool down and mark this worker stopped."""
         self._stop.set()
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._cleaner.close()
         if stopped and self._registry is not None:
             try:
                 self._registry.stopped(self.worker_id)
@@ -551,7 +555,4 @@ class Worker:
             "run finalized",
             extra=self._log(job, action="finalized", status=outcome.status.value),
         )
-        try:
-            self._runner.discard(job.run_id, job.attempt)
-        except RunnerUnavailable as exc:
-            logger.warning("cleanup deferred to the sweep", extra=self._log(job, error=str(exc)))
+        self._cleaner.discard(job.run_id, job.attempt)

@@ -54,6 +54,55 @@ def test_worker__runs_and_finalizes_then_discards(queue: JobQueue, engine: Engin
     assert worker.finalized == 3
 
 
+class SlowRemovalRunner(FakeRunner):
+    """A fake engine whose container removal blocks until ``removable`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.removable = threading.Event()
+        self.removing = threading.Event()
+
+    def discard(self, run_id: uuid.UUID, attempt: int) -> None:
+        self.removing.set()
+        assert self.removable.wait(10)
+        super().discard(run_id, attempt)
+
+
+def test_worker__slot_takes_next_job_while_the_last_container_is_removed(
+    queue: JobQueue, engine: Engine
+):
+    first = enqueue(queue)
+    runner = SlowRemovalRunner()
+    worker = make_worker(queue, runner, concurrency=1)
+    assert worker.run_once().claimed == 1
+    assert runner.removing.wait(10)
+    assert status(engine, first) == "succeeded"
+    second = enqueue(queue)
+    deadline = time.monotonic() + 10
+    while worker.run_once().claimed == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    while status(engine, second) != "succeeded" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert status(engine, second) == "succeeded"
+    assert runner.discarded == []
+    assert not worker.wait_idle(timeout=0.1)
+    runner.removable.set()
+    assert worker.wait_idle(timeout=10)
+    worker.close()
+    assert sorted(runner.discarded) == sorted([(first, 1), (second, 1)])
+
+
+def test_worker__close_finishes_queued_removals(queue: JobQueue):
+    run_id = enqueue(queue)
+    runner = SlowRemovalRunner()
+    worker = make_worker(queue, runner, concurrency=1)
+    assert worker.run_once().claimed == 1
+    assert runner.removing.wait(10)
+    threading.Timer(0.2, runner.removable.set).start()
+    worker.close()
+    assert runner.discarded == [(run_id, 1)]
+
+
 def test_worker__claims_only_for_free_slots(queue: JobQueue):
     for _ in range(5):
         enqueue(queue)
