@@ -20,7 +20,7 @@ from api.problems import install_problem_handlers
 from api.routes import events, health, metrics, runs, tools
 from api.ui.context import install_ui
 from runyard.db import make_engine
-from runyard.docker_runner import DockerLimits, DockerRunner
+from runyard.docker_runner import DockerRunner
 from runyard.notify import RunNotifier
 from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.runner import Runner
@@ -44,17 +44,6 @@ tenant's run answers 404. Every error is an `application/problem+json` document 
 def _listen_url(engine: Engine) -> str:
     """The engine's database as a plain libpq URL, for the LISTEN connection."""
     return engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-def _docker_runner(settings: Settings) -> DockerRunner:
-    return DockerRunner.from_env(
-        DockerLimits(
-            stdout_cap_bytes=settings.stdout_cap_bytes,
-            result_cap_bytes=settings.result_cap_bytes,
-            stop_grace_seconds=settings.stop_grace_seconds,
-            api_timeout_seconds=settings.docker_timeout_seconds,
-        )
-    )
 
 
 def create_app(
@@ -99,7 +88,7 @@ def create_app(
             events_limiter=anyio.CapacityLimiter(settings.events_db_concurrency),
         )
         if not settings.queue_enabled:
-            sync_runner = runner if runner is not None else _docker_runner(settings)
+            sync_runner = runner if runner is not None else DockerRunner.from_settings(settings)
             services.sync = SyncExecutor(
                 queue,
                 sync_runner,

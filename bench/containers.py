@@ -148,13 +148,15 @@ PARITY_FIELDS = (
 )
 
 
-def check_parity(client: Any, tool: dict[str, Any], image_id: str, session: str) -> int:
+def check_parity(
+    client: Any, tool: dict[str, Any], image_id: str, session: str, host_root: str
+) -> int:
     """Create one container through runyard's DockerRunner and one with the raw flags, compare
     the hardening fields of their configs, remove both. Returns the number of fields compared."""
     from runyard.docker_runner import DockerRunner
     from runyard.runner import AttemptSpec
 
-    runner = DockerRunner(client)
+    runner = DockerRunner(client, workdirs=host_workdirs(host_root))
     spec = AttemptSpec(
         run_id=uuid.uuid4(),
         attempt=1,
@@ -342,8 +344,15 @@ def _call_key(request: Any) -> str:
     return f"{request.method} {path}"
 
 
+def host_workdirs(root: str) -> Any:
+    """runyard's host work directories under ``root``, or None (inputs uploaded)."""
+    from runyard.host_workdirs import HostWorkdirs
+
+    return HostWorkdirs.open(root) if root else None
+
+
 def docker_breakdown(
-    client: Any, tool: dict[str, Any], image_id: str, session: str, runs: int
+    client: Any, tool: dict[str, Any], image_id: str, session: str, runs: int, host_root: str
 ) -> None:
     """Time every Docker API request of ``runs`` sequential attempts through runyard's
     DockerRunner (no database, a null log sink) and of the raw lifecycle, alternating."""
@@ -373,7 +382,7 @@ def docker_breakdown(
         current.clear()
 
     client.api.send = send
-    runner = DockerRunner(client)
+    runner = DockerRunner(client, workdirs=host_workdirs(host_root))
     walls: dict[str, list[float]] = {"runyard": [], "raw": []}
     terminal: dict[str, list[float]] = {"runyard": [], "raw": []}
     try:
@@ -484,6 +493,13 @@ def main(argv: list[str] | None = None) -> int:
         default=10,
         help="runs of the in-process Docker call breakdown (10; 0 = skip)",
     )
+    parser.add_argument(
+        "--inputs",
+        choices=("host", "upload"),
+        default="host",
+        help="how the worker writes each input: 'host' (RUNYARD_HOST_WORKDIR_ROOT, a directory "
+        "beside the engine; the default here) or 'upload' (the archive API, runyard's default)",
+    )
     args = parser.parse_args(argv)
     levels = [int(x) for x in args.concurrency.split(",") if x]
     deadline = Deadline(args.time_limit)
@@ -504,12 +520,14 @@ def main(argv: list[str] | None = None) -> int:
         print_machine(db.url)
         tool = noop_tool()
         image_id = str(client.images.get(TOOLBOX_IMAGE).id)
-        fields = check_parity(client, tool, image_id, session)
+        host_root = str(procs.logs / "attempts") if args.inputs == "host" else ""
+        out(f"inputs: {args.inputs} ({host_root or 'archive API'})")
+        fields = check_parity(client, tool, image_id, session, host_root)
         out(f"hardening parity: {fields} container config fields identical (runyard vs raw)")
         if args.breakdown:
             buffer = io.StringIO()
             with contextlib.redirect_stdout(buffer):
-                docker_breakdown(client, tool, image_id, session, args.breakdown)
+                docker_breakdown(client, tool, image_id, session, args.breakdown, host_root)
             breakdown = buffer.getvalue()
 
         tools_file = write_tools_file(procs.logs, {"noop": NOOP})
@@ -518,6 +536,7 @@ def main(argv: list[str] | None = None) -> int:
             "RUNYARD_DATABASE_URL": db.url,
             "RUNYARD_TOOLS_FILE": str(tools_file),
             "RUNYARD_AUTH_DISABLED": "true",
+            "RUNYARD_HOST_WORKDIR_ROOT": host_root,
         }
         procs.spawn("api", ["-m", "api", "--port", str(port)])
         wait_for_api(port, procs, "api")
@@ -563,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             procs.cleanup_logs()
 
-    report(results, levels, breakdown)
+    report(results, levels, breakdown, args.inputs)
     return 0
 
 
@@ -608,7 +627,9 @@ def _cleanup(client: Any, engine: Any, session: str, since: datetime) -> None:
         note(f"cleanup of runyard containers skipped: {exc}")
 
 
-def report(results: list[RoundResult], levels: list[int], breakdown: str = "") -> None:
+def report(
+    results: list[RoundResult], levels: list[int], breakdown: str = "", inputs: str = "host"
+) -> None:
     """Per-round table, summary per concurrency, the Docker breakdown, then the headline."""
     out("")
     out("rounds:")
@@ -704,7 +725,7 @@ def report(results: list[RoundResult], levels: list[int], breakdown: str = "") -
     out("")
     out(load_line())
     out(
-        "containers: runyard/raw throughput "
+        f"containers (inputs: {inputs}): runyard/raw throughput "
         + ", ".join(f"c{c}={ratios[c]:.2f}" for c in ratios)
         + " (target >= 0.90); p50 overhead "
         + ", ".join(f"c{c}={overheads[c]:+.0f} ms" for c in overheads)

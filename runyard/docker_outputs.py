@@ -15,6 +15,7 @@ from typing import Any
 from docker.types import CancellableStream
 
 from runyard.capture import HeadTailBuffer, to_text
+from runyard.host_workdirs import tool_ids
 
 STDOUT_FRAME = 1
 STDERR_FRAME = 2
@@ -148,9 +149,7 @@ def parse_result_archive(stat: dict[str, Any], chunks: Any, cap: int) -> tuple[A
 
 def workdir_archive(input_value: Any, user: str, now: float) -> bytes:
     """``input.json`` (root-owned, read-only) and ``out/`` (owned by the tool user)."""
-    uid_text, _, gid_text = user.partition(":")
-    uid = int(uid_text)
-    gid = int(gid_text or uid_text)
+    uid, gid = tool_ids(user)
     payload = json.dumps(input_value).encode()
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:

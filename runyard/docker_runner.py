@@ -12,7 +12,7 @@ from typing import Any
 import docker
 import docker.errors
 import requests.exceptions
-from docker.types import LogConfig, Mount, Ulimit
+from docker.types import DriverConfig, LogConfig, Mount, Ulimit
 
 from runyard.capture import HeadTailBuffer
 from runyard.docker_outputs import (
@@ -22,6 +22,7 @@ from runyard.docker_outputs import (
     workdir_archive,
 )
 from runyard.faults import AFTER_CREATE, crash_point
+from runyard.host_workdirs import HostWorkdirs
 from runyard.live_logs import LogFollower, timestamp_key
 from runyard.models import RunStatus
 from runyard.runner import (
@@ -36,6 +37,7 @@ from runyard.runner import (
     RunnerUnavailable,
     container_name,
 )
+from runyard.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -86,21 +88,44 @@ def _parse_docker_time(value: str | None) -> datetime | None:
 class DockerRunner:
     """Runs attempts as containers named ``runyard-{run_id}-{attempt}`` (DESIGN §5)."""
 
-    def __init__(self, client: docker.DockerClient, limits: DockerLimits | None = None) -> None:
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        limits: DockerLimits | None = None,
+        workdirs: HostWorkdirs | None = None,
+    ) -> None:
         self._client = client
         self._api = client.api
         self._limits = limits or DockerLimits()
         self._engine_id: str | None = None
+        # With ``workdirs`` the input is written on the host, not uploaded (host_workdirs.py);
+        # ``_bind_inputs`` drops to uploads for good if the engine cannot see that directory.
+        self._workdirs = workdirs
+        self._bind_inputs = workdirs is not None
 
     @classmethod
-    def from_env(cls, limits: DockerLimits | None = None) -> DockerRunner:
+    def from_env(
+        cls, limits: DockerLimits | None = None, workdirs: HostWorkdirs | None = None
+    ) -> DockerRunner:
         """Connect the standard way (``DOCKER_HOST`` or the local socket)."""
         timeout = int((limits or DockerLimits()).api_timeout_seconds)
         try:
             client = docker.from_env(timeout=timeout)
         except docker.errors.DockerException as exc:
             raise RunnerUnavailable(f"cannot reach the Docker engine: {exc}") from exc
-        return cls(client, limits)
+        return cls(client, limits, workdirs)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> DockerRunner:
+        """The runner the worker and the sync-mode API use, configured by ``settings``."""
+        limits = DockerLimits(
+            stdout_cap_bytes=settings.stdout_cap_bytes,
+            result_cap_bytes=settings.result_cap_bytes,
+            stop_grace_seconds=settings.stop_grace_seconds,
+            api_timeout_seconds=settings.docker_timeout_seconds,
+        )
+        root = settings.host_workdir_root
+        return cls.from_env(limits, HostWorkdirs.open(root) if root else None)
 
     # --- identity ---
 
@@ -167,10 +192,8 @@ class DockerRunner:
                 return created
             if created is not None:
                 crash_point(AFTER_CREATE)
-                try:
-                    self._api.start(created)
-                except _TRANSPORT_ERRORS as exc:
-                    raise RunnerUnavailable(f"cannot start container: {exc}") from exc
+                if not self._start(created, spec):
+                    continue
                 return self._wait_and_collect(created, spec, control, started_here=True)
             attrs = self._settled(self._inspect(spec.container_name))
             if attrs is not None:
@@ -180,6 +203,25 @@ class DockerRunner:
                 )
                 return self._wait_and_collect(str(attrs["Id"]), spec, control, started_here=False)
         raise RunnerUnavailable(f"could not settle on one container for {spec.container_name}")
+
+    def _start(self, container_id: str, spec: AttemptSpec) -> bool:
+        """Start the container; False if its host work directory could not be mounted (the
+        engine is elsewhere): uploads are used from then on and the attempt is made again."""
+        try:
+            self._api.start(container_id)
+            return True
+        except docker.errors.APIError as exc:
+            if not (self._bind_inputs and "failed to mount local volume" in str(exc)):
+                raise RunnerUnavailable(f"cannot start container: {exc}") from exc
+            logger.error(
+                "the Docker engine cannot see RUNYARD_HOST_WORKDIR_ROOT; uploading inputs instead",
+                extra={"run_id": str(spec.run_id), "attempt": spec.attempt, "error": str(exc)},
+            )
+            self._bind_inputs = False
+            self.discard(spec.run_id, spec.attempt)
+            return False
+        except _TRANSPORT_ERRORS as exc:
+            raise RunnerUnavailable(f"cannot start container: {exc}") from exc
 
     def _settled(self, attrs: dict[str, Any] | None) -> dict[str, Any] | None:
         """A started container to adopt, or None after removing one stuck in ``created``.
@@ -247,7 +289,7 @@ class DockerRunner:
             privileged=False,
             # The engine creates the named volume, labelled, with the container: one request
             # fewer than creating it first, and a 409 leaves the existing one untouched.
-            mounts=[Mount(target=WORKDIR, source=name, type="volume", labels=labels)],
+            mounts=[self._workdir_mount(name, labels)],
             log_config=LogConfig(type="json-file", config={"max-size": "20m", "max-file": "1"}),
         )
         return {
@@ -264,9 +306,21 @@ class DockerRunner:
             "host_config": host_config,
         }
 
+    def _workdir_mount(self, name: str, labels: dict[str, str]) -> Mount:
+        """``/runyard``: the attempt's named volume, backed by its host directory if any."""
+        driver = None
+        if self._bind_inputs and self._workdirs is not None:
+            driver = DriverConfig("local", self._workdirs.volume_options(name))
+        return Mount(
+            target=WORKDIR, source=name, type="volume", labels=labels, driver_config=driver
+        )
+
     def _create(self, spec: AttemptSpec) -> str | AttemptResult | None:
         """Create the container and write its input: its id, or None if it already exists."""
         name = spec.container_name
+        user = str(spec.tool.get("user", "65534:65534"))
+        host_dir = self._workdirs if self._bind_inputs else None
+        fresh_dir = host_dir.prepare(name, spec.input, user) if host_dir is not None else False
         args = self._create_args(spec)
         pulled = False
         while True:
@@ -291,7 +345,11 @@ class DockerRunner:
                 raise RunnerUnavailable(f"cannot create container {name}: {exc}") from exc
             except _TRANSPORT_ERRORS as exc:
                 raise RunnerUnavailable(f"cannot create container {name}: {exc}") from exc
-        user = str(spec.tool.get("user", "65534:65534"))
+        if host_dir is not None:
+            if not fresh_dir:
+                # Left by an attempt whose container is gone (a crash before its create).
+                host_dir.reset(name, spec.input, user)
+            return container_id
         try:
             self._api.put_archive(
                 container_id, WORKDIR, workdir_archive(spec.input, user, time.time())
@@ -485,6 +543,8 @@ class DockerRunner:
             pass
         except _TRANSPORT_ERRORS as exc:
             raise RunnerUnavailable(f"cannot remove volume {name}: {exc}") from exc
+        if self._workdirs is not None:
+            self._workdirs.remove(name)
 
     def managed_attempts(self) -> list[ManagedAttempt]:
         """Labelled containers, and labelled volumes left without their container."""
@@ -504,6 +564,9 @@ class DockerRunner:
         for volume in volumes:
             attempt = _attempt_of(volume.get("Labels") or {})
             if attempt is not None and attempt not in found:
+                found[attempt] = ManagedAttempt(attempt[0], attempt[1], False)
+        for attempt in self._workdirs.attempts() if self._workdirs is not None else []:
+            if attempt not in found:
                 found[attempt] = ManagedAttempt(attempt[0], attempt[1], False)
         return list(found.values())
 

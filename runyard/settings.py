@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     result_cap_bytes: int = Field(default=1_048_576, ge=1024)
     stop_grace_seconds: float = Field(default=5.0, ge=0)
     docker_timeout_seconds: float = Field(default=30.0, gt=0)
+    # A directory on the engine's host for the attempts' /runyard (workers beside the engine,
+    # as root): inputs are written there instead of uploaded. Empty: upload them.
+    host_workdir_root: str = ""
 
     log_format: Literal["text", "json"] = "text"
     log_level: str = "INFO"

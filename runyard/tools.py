@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -12,6 +13,8 @@ import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
 
 from runyard.settings import Settings
+
+_NUMERIC_USER = re.compile(r"[0-9]{1,10}(:[0-9]{1,10})?")
 
 TOOL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 
@@ -74,7 +77,10 @@ def _check_against_maxima(tool: ToolSpec, settings: Settings) -> list[str]:
         problems.append(f"cpus {tool.cpus} > {settings.max_cpus}")
     if tool.pids_limit > settings.max_pids:
         problems.append(f"pids_limit {tool.pids_limit} > {settings.max_pids}")
-    if tool.user.split(":")[0] in ("0", "root"):
+    if not _NUMERIC_USER.fullmatch(tool.user):
+        # Numeric: the engine must not resolve names inside the image, and out/ is chowned.
+        problems.append(f"user {tool.user!r} must be a numeric uid or uid:gid")
+    elif tool.user.split(":")[0] == "0":
         problems.append("user must not be root")
     if tool.input_schema is not None:
         try:

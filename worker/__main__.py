@@ -13,7 +13,7 @@ from types import FrameType
 from sqlalchemy import Engine
 
 from runyard.db import make_engine
-from runyard.docker_runner import DockerLimits, DockerRunner
+from runyard.docker_runner import DockerRunner
 from runyard.logs import configure
 from runyard.metrics import Metrics
 from runyard.queue import JobQueue
@@ -41,14 +41,7 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
     """Wire a worker from settings: engine, queue, Docker runner, registry."""
     slots = concurrency or settings.worker_concurrency
     engine, heartbeat_engine = worker_engines(settings.database_url, slots)
-    runner = DockerRunner.from_env(
-        DockerLimits(
-            stdout_cap_bytes=settings.stdout_cap_bytes,
-            result_cap_bytes=settings.result_cap_bytes,
-            stop_grace_seconds=settings.stop_grace_seconds,
-            api_timeout_seconds=settings.docker_timeout_seconds,
-        )
-    )
+    runner = DockerRunner.from_settings(settings)
     config = WorkerConfig(
         worker_id=settings.worker_id or new_worker_id(),
         concurrency=slots,

@@ -46,6 +46,17 @@ def test_root_user__is_rejected():
         parse_registry({"tools": {"r": {**BASE, "user": "0:0"}}}, SETTINGS)
 
 
+@pytest.mark.parametrize("user", ["root", "nobody", "1000:staff", "-1", "1000:"])
+def test_named_or_malformed_user__is_rejected(user: str):
+    with pytest.raises(RegistryError, match="numeric uid"):
+        parse_registry({"tools": {"r": {**BASE, "user": user}}}, SETTINGS)
+
+
+@pytest.mark.parametrize("user", ["1000", "1000:1000", "65534:65534"])
+def test_numeric_user__is_accepted(user: str):
+    assert parse_registry({"tools": {"r": {**BASE, "user": user}}}, SETTINGS)
+
+
 def test_invalid_input_schema__is_rejected():
     with pytest.raises(RegistryError, match="input_schema"):
         parse_registry({"tools": {"s": {**BASE, "input_schema": {"type": 12}}}}, SETTINGS)

@@ -1,0 +1,87 @@
+"""Attempt work directories on the engine's host: layout, ownership, safe removal."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import uuid
+from pathlib import Path
+
+import pytest
+
+from runyard.host_workdirs import HostWorkdirs, parse_attempt_name
+from runyard.runner import container_name
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to the tool's uid needs root")
+
+
+def test_attempt_names__parse_only_runyard_attempts():
+    run_id = uuid.uuid4()
+    assert parse_attempt_name(container_name(run_id, 3)) == (run_id, 3)
+    for name in ("runyard-engine-marker", f"runyard-{run_id}-0", f"x-{run_id}-1", "../etc", ""):
+        assert parse_attempt_name(name) is None
+
+
+def test_path__refuses_names_that_are_not_attempts(tmp_path: Path):
+    with pytest.raises(ValueError, match="not an attempt name"):
+        HostWorkdirs(tmp_path).path("../../etc")
+
+
+def test_open__refuses_a_relative_root():
+    with pytest.raises(ValueError, match="absolute"):
+        HostWorkdirs.open("relative/dir")
+
+
+@needs_root
+def test_prepare__input_read_only_for_everyone_and_out_owned_by_the_tool(tmp_path: Path):
+    dirs = HostWorkdirs.open(str(tmp_path / "root"))
+    assert stat.S_IMODE((tmp_path / "root").stat().st_mode) == 0o700
+    name = container_name(uuid.uuid4(), 1)
+    assert dirs.prepare(name, {"a": [1, "x"]}, "1234:5678") is True
+    path = dirs.path(name)
+    info = (path / "input.json").stat()
+    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (0, 0o444)
+    assert json.loads((path / "input.json").read_text()) == {"a": [1, "x"]}
+    out = (path / "out").stat()
+    assert (out.st_uid, out.st_gid, stat.S_IMODE(out.st_mode)) == (1234, 5678, 0o755)
+    assert dirs.volume_options(name) == {"type": "none", "o": "bind", "device": str(path)}
+
+
+@needs_root
+def test_prepare__leaves_an_existing_directory_alone_and_reset_replaces_it(tmp_path: Path):
+    dirs = HostWorkdirs.open(str(tmp_path))
+    name = container_name(uuid.uuid4(), 2)
+    assert dirs.prepare(name, {"v": 1}, "65534")
+    (dirs.path(name) / "out" / "result.json").write_text("{}")
+    assert dirs.prepare(name, {"v": 2}, "65534") is False
+    assert (dirs.path(name) / "out" / "result.json").exists()
+    dirs.reset(name, {"v": 3}, "65534")
+    assert not (dirs.path(name) / "out" / "result.json").exists()
+    assert json.loads((dirs.path(name) / "input.json").read_text()) == {"v": 3}
+
+
+@needs_root
+def test_remove__does_not_follow_links_the_tool_left(tmp_path: Path):
+    dirs = HostWorkdirs.open(str(tmp_path / "root"))
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep")
+    name = container_name(uuid.uuid4(), 1)
+    dirs.prepare(name, {}, "65534")
+    (dirs.path(name) / "out" / "link").symlink_to(outside)
+    (dirs.path(name) / "out" / "file-link").symlink_to(outside / "keep.txt")
+    dirs.remove(name)
+    dirs.remove(name)  # already gone: nothing to do
+    assert not dirs.path(name).exists()
+    assert (outside / "keep.txt").read_text() == "keep"
+
+
+@needs_root
+def test_attempts__lists_attempt_directories_only(tmp_path: Path):
+    dirs = HostWorkdirs.open(str(tmp_path))
+    run_id = uuid.uuid4()
+    dirs.prepare(container_name(run_id, 1), {}, "65534")
+    dirs.prepare(container_name(run_id, 2), {}, "65534")
+    (tmp_path / "stray").mkdir()
+    assert sorted(dirs.attempts()) == [(run_id, 1), (run_id, 2)]
