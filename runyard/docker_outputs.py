@@ -15,7 +15,6 @@ from typing import Any
 from docker.types import CancellableStream
 
 from runyard.capture import HeadTailBuffer, to_text
-from runyard.host_workdirs import tool_ids
 
 STDOUT_FRAME = 1
 STDERR_FRAME = 2
@@ -141,10 +140,21 @@ def parse_result_archive(stat: dict[str, Any], chunks: Any, cap: int) -> tuple[A
             data = handle.read(cap + 1) if handle is not None else b""
     except tarfile.TarError as exc:
         return None, f"result.json could not be read: {exc}"
+    return decode_result(data)
+
+
+def decode_result(data: bytes) -> tuple[Any, str | None]:
+    """The JSON document of ``result.json``, or why it is not one."""
     try:
         return json.loads(to_text(data)), None
     except ValueError as exc:
         return None, f"result.json is not valid JSON: {exc}"
+
+
+def tool_ids(user: str) -> tuple[int, int]:
+    """The numeric ``uid[:gid]`` a tool runs as (the registry only allows numeric users)."""
+    uid_text, _, gid_text = user.partition(":")
+    return int(uid_text), int(gid_text or uid_text)
 
 
 def workdir_archive(input_value: Any, user: str, now: float) -> bytes:

@@ -46,6 +46,8 @@ LABEL_RUN_ID = "io.runyard.run_id"
 LABEL_ATTEMPT = "io.runyard.attempt"
 LABEL_TOOL = "io.runyard.tool"
 LABEL_DEADLINE = "io.runyard.deadline"
+# "host": /runyard is the attempt's host work directory, so its outputs can be read there.
+LABEL_WORKDIR = "io.runyard.workdir"
 ENGINE_MARKER_VOLUME = "runyard-engine-marker"
 LABEL_ENGINE_ID = "io.runyard.engine_id"
 WORKDIR = "/runyard"
@@ -263,6 +265,8 @@ class DockerRunner:
             LABEL_TOOL: str(tool["name"]),
             LABEL_DEADLINE: spec.deadline_at.astimezone(UTC).isoformat(),
         }
+        if self._bind_inputs:
+            labels[LABEL_WORKDIR] = "host"
         env = dict(tool.get("env") or {})
         env.update(
             {
@@ -333,6 +337,7 @@ class DockerRunner:
                 # The engine looks the image up before the name: an existing container of
                 # this attempt (its tag removed since, say) is still adopted, never failed.
                 if self._inspect(name) is not None:
+                    self._not_ours(name, fresh_dir)
                     return None
                 failed = self._pull(str(args["image"]))
                 if failed is not None:
@@ -341,6 +346,7 @@ class DockerRunner:
             except docker.errors.APIError as exc:
                 if exc.status_code == 409:
                     # The attempt's container already exists: look again, never make a twin.
+                    self._not_ours(name, fresh_dir)
                     return None
                 raise RunnerUnavailable(f"cannot create container {name}: {exc}") from exc
             except _TRANSPORT_ERRORS as exc:
@@ -357,6 +363,11 @@ class DockerRunner:
         except _TRANSPORT_ERRORS as exc:
             raise RunnerUnavailable(f"cannot write the input of {name}: {exc}") from exc
         return container_id
+
+    def _not_ours(self, name: str, fresh_dir: bool) -> None:
+        """The attempt's container exists already: a directory just made for it is unused."""
+        if fresh_dir and self._workdirs is not None:
+            self._workdirs.remove(name)
 
     def _wait_and_collect(
         self, container_id: str, spec: AttemptSpec, control: AttemptControl, *, started_here: bool
@@ -460,7 +471,7 @@ class DockerRunner:
             stdout, stderr = stored_logs(self._api, container_id, cap)
         except _TRANSPORT_ERRORS as exc:
             raise RunnerUnavailable(f"cannot read logs of {container_id}: {exc}") from exc
-        if not live.started and finished_at is not None:
+        if not live.started and finished_at is not None and (stdout.total or stderr.total):
             live.replay(stdout, stderr, self._replay_stamp(container_id, str(finished_text)))
         common: dict[str, Any] = {
             "exit_code": exit_code,
@@ -503,7 +514,7 @@ class DockerRunner:
                 **common,
             )
         result_cap = int(spec.tool.get("result_cap_bytes") or self._limits.result_cap_bytes)
-        result, problem = self._read_result(container_id, result_cap)
+        result, problem = self._read_result(container_id, spec, attrs, result_cap)
         if problem is not None:
             return AttemptResult(
                 status=RunStatus.FAILED,
@@ -513,8 +524,14 @@ class DockerRunner:
             )
         return AttemptResult(status=RunStatus.SUCCEEDED, result=result, **common)
 
-    def _read_result(self, container_id: str, cap: int) -> tuple[Any | None, str | None]:
-        """Read ``out/result.json`` as a tar stream (checked by ``parse_result_archive``)."""
+    def _read_result(
+        self, container_id: str, spec: AttemptSpec, attrs: dict[str, Any], cap: int
+    ) -> tuple[Any | None, str | None]:
+        """Read ``out/result.json`` from the host work directory, or else as a tar stream
+        from the engine (checked by ``parse_result_archive``)."""
+        labels = attrs.get("Config", {}).get("Labels") or {}
+        if self._workdirs is not None and labels.get(LABEL_WORKDIR) == "host":
+            return self._workdirs.read_result(spec.container_name, cap)
         try:
             stream, stat = self._api.get_archive(container_id, f"{WORKDIR}/out/result.json")
             return parse_result_archive(stat, stream, cap)

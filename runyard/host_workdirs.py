@@ -8,14 +8,17 @@ directory as the attempt's named volume: the tool sees the same ``/runyard`` eit
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import shutil
+import stat
 import uuid
 from pathlib import Path
 from typing import Any
 
+from runyard.docker_outputs import decode_result, tool_ids
 from runyard.runner import RunnerUnavailable
 
 _ATTEMPT_DIR = re.compile(
@@ -29,12 +32,6 @@ def parse_attempt_name(name: str) -> tuple[uuid.UUID, int] | None:
     if match is None:
         return None
     return uuid.UUID(match.group(1)), int(match.group(2))
-
-
-def tool_ids(user: str) -> tuple[int, int]:
-    """The numeric ``uid[:gid]`` a tool runs as (the registry only allows numeric users)."""
-    uid_text, _, gid_text = user.partition(":")
-    return int(uid_text), int(gid_text or uid_text)
 
 
 class HostWorkdirs:
@@ -102,6 +99,43 @@ class HostWorkdirs:
             pass
         except OSError as exc:
             raise RunnerUnavailable(f"cannot remove {self.path(name)}: {exc}") from exc
+
+    def read_result(self, name: str, cap: int) -> tuple[Any | None, str | None]:
+        """``out/result.json`` as the exited tool left it: absent, or one small regular file.
+
+        Opened without following links at any step, so a tool cannot make the worker read a
+        file outside its own directory.
+        """
+        nofollow = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            top = os.open(self.path(name), nofollow | os.O_DIRECTORY)
+        except FileNotFoundError as exc:
+            raise RunnerUnavailable(f"the work directory of {name} is gone") from exc
+        try:
+            out = os.open("out", nofollow | os.O_DIRECTORY, dir_fd=top)
+            try:
+                fd = os.open("result.json", nofollow | os.O_NONBLOCK, dir_fd=out)
+            finally:
+                os.close(out)
+        except FileNotFoundError:
+            return None, None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return None, "result.json is a link; only a regular file is accepted"
+            return None, f"result.json could not be read: {exc.strerror}"
+        finally:
+            os.close(top)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(fd)
+            return None, "result.json must be a single regular file"
+        with os.fdopen(fd, "rb") as stream:
+            if info.st_size > cap:
+                return None, f"result.json is larger than {cap} bytes"
+            data = stream.read(cap + 1)
+        if len(data) > cap:
+            return None, f"result.json is larger than {cap} bytes"
+        return decode_result(data)
 
     def attempts(self) -> list[tuple[uuid.UUID, int]]:
         """The attempts that have a directory here."""

@@ -123,3 +123,21 @@ def test_bound__orphan_directory_is_listed_for_the_sweep(
     assert listed[(run_id, 1)] is False
     bound_runner.discard(run_id, 1)
     assert not workdirs.path(container_name(run_id, 1)).exists()
+
+
+def test_bound__a_linked_result_is_refused(bound_runner: DockerRunner, registry: ToolRegistry):
+    spec = shell(registry, "ln -s /runyard/input.json /runyard/out/result.json")
+    result = bound_runner.run(spec, AttemptControl())
+    assert result.status == RunStatus.FAILED and result.error_code == "invalid_result"
+    assert result.error == "result.json is a link; only a regular file is accepted"
+
+
+def test_bound__adopter_without_host_directories_reads_the_result_from_the_engine(
+    bound_runner: DockerRunner, docker_client: docker.DockerClient, registry: ToolRegistry
+):
+    spec = spec_for(registry, "echo", {"via": "engine"})
+    assert bound_runner.run(spec, AttemptControl()).result == {"via": "engine"}
+    labels = docker_client.containers.get(spec.container_name).labels
+    assert labels["io.runyard.workdir"] == "host"
+    adopted = DockerRunner(docker_client).run(spec, AttemptControl())
+    assert adopted.status == RunStatus.SUCCEEDED and adopted.result == {"via": "engine"}

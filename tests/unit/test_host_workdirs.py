@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runyard.host_workdirs import HostWorkdirs, parse_attempt_name
-from runyard.runner import container_name
+from runyard.runner import RunnerUnavailable, container_name
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to the tool's uid needs root")
 
@@ -85,3 +85,63 @@ def test_attempts__lists_attempt_directories_only(tmp_path: Path):
     dirs.prepare(container_name(run_id, 2), {}, "65534")
     (tmp_path / "stray").mkdir()
     assert sorted(dirs.attempts()) == [(run_id, 1), (run_id, 2)]
+
+
+@pytest.fixture
+def prepared(tmp_path: Path) -> tuple[HostWorkdirs, str, Path]:
+    dirs = HostWorkdirs(tmp_path)
+    name = container_name(uuid.uuid4(), 1)
+    (tmp_path / name / "out").mkdir(parents=True)
+    return dirs, name, tmp_path / name / "out"
+
+
+def test_read_result__absent_is_no_result(prepared: tuple[HostWorkdirs, str, Path]):
+    dirs, name, _ = prepared
+    assert dirs.read_result(name, 1024) == (None, None)
+
+
+def test_read_result__a_small_json_file_is_the_result(prepared: tuple[HostWorkdirs, str, Path]):
+    dirs, name, out = prepared
+    (out / "result.json").write_text('{"ok": [1, 2]}')
+    assert dirs.read_result(name, 1024) == ({"ok": [1, 2]}, None)
+
+
+def test_read_result__refuses_links_dirs_fifos_big_and_broken_files(
+    prepared: tuple[HostWorkdirs, str, Path], tmp_path: Path
+):
+    dirs, name, out = prepared
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"secret": true}')
+    result = out / "result.json"
+    result.symlink_to(secret)
+    link_refused = "result.json is a link; only a regular file is accepted"
+    assert dirs.read_result(name, 1024)[1] == link_refused
+    result.unlink()
+    result.mkdir()
+    assert dirs.read_result(name, 1024)[1] == "result.json must be a single regular file"
+    result.rmdir()
+    os.mkfifo(result)
+    assert dirs.read_result(name, 1024)[1] == "result.json must be a single regular file"
+    result.unlink()
+    result.write_text('{"a": "' + "x" * 2000 + '"}')
+    assert dirs.read_result(name, 1024)[1] == "result.json is larger than 1024 bytes"
+    result.write_text("{not json")
+    value, problem = dirs.read_result(name, 1024)
+    assert value is None and (problem or "").startswith("result.json is not valid JSON")
+
+
+def test_read_result__out_replaced_by_a_link_is_not_followed(tmp_path: Path):
+    dirs = HostWorkdirs(tmp_path / "root")
+    name = container_name(uuid.uuid4(), 1)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "result.json").write_text('{"secret": true}')
+    (tmp_path / "root" / name).mkdir(parents=True)
+    (tmp_path / "root" / name / "out").symlink_to(elsewhere)
+    value, problem = dirs.read_result(name, 1024)
+    assert value is None and problem is not None and "secret" not in problem
+
+
+def test_read_result__a_missing_directory_is_engine_trouble(tmp_path: Path):
+    with pytest.raises(RunnerUnavailable, match="gone"):
+        HostWorkdirs(tmp_path).read_result(container_name(uuid.uuid4(), 1), 1024)
