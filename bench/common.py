@@ -532,6 +532,13 @@ def _stat_fields(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (all cores; idle and iowait excluded)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / _CLK_TCK
+
+
 class BackendCpu:
     """CPU seconds used by the Postgres backends of one database, sampled from /proc.
 

@@ -37,11 +37,13 @@ from bench.common import (
     free_port,
     install_signal_cleanup,
     load_line,
+    machine_busy_seconds,
     median,
     note,
     out,
     percentile,
     print_machine,
+    process_cpu_seconds,
     remove_containers_of,
     table,
     wait_for_api,
@@ -66,6 +68,8 @@ class RoundResult:
     # runyard only: per-run phases from the database clock (submit -> requested -> claimed
     # -> finalized -> answer in hand).
     phases: list[tuple[float, float, float, float]] = field(default_factory=list)
+    # CPU seconds during the round: the whole machine, and runyard's worker and API processes.
+    cpu: dict[str, float] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
@@ -561,10 +565,14 @@ def main(argv: list[str] | None = None) -> int:
                 sides = ["runyard", "raw"] if r % 2 == 0 else ["raw", "runyard"]
                 for side in sides:
                     deadline.check(f"{side} round {r} at {c}")
+                    pids = {"worker": procs.pid(name), "api": procs.pid("api")}
+                    before = cpu_now(pids)
                     if side == "runyard":
                         res = runyard_round(port, engine, c, args.runs, deadline)
                     else:
                         res = raw_round(client, tool, image_id, session, c, args.runs, deadline)
+                    after = cpu_now(pids)
+                    res.cpu = {k: after[k] - before[k] for k in after}
                     results.append(res)
                     note(
                         f"c={c} round {r} {side}: {res.rate:.2f} runs/s, "
@@ -584,6 +592,13 @@ def main(argv: list[str] | None = None) -> int:
 
     report(results, levels, breakdown, args.inputs)
     return 0
+
+
+def cpu_now(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds so far: the machine's (``machine``) and each named process's."""
+    return {"machine": machine_busy_seconds()} | {
+        name: process_cpu_seconds(pid) for name, pid in pids.items()
+    }
 
 
 def _wait_worker(engine: Any, worker_id: str, procs: Procs, name: str) -> None:
@@ -718,6 +733,43 @@ def report(
                     "finalized->answer",
                 ],
                 phase_rows,
+            )
+        )
+    cpu_rows = []
+    for c in levels:
+        per_run: dict[str, dict[str, float]] = {}
+        for side in ("runyard", "raw"):
+            rounds = [r for r in results if r.concurrency == c and r.side == side and r.cpu]
+            runs = sum(len(r.latencies) for r in rounds)
+            if runs:
+                keys = rounds[0].cpu.keys()
+                per_run[side] = {k: sum(r.cpu[k] for r in rounds) * 1000 / runs for k in keys}
+        if len(per_run) == 2:
+            ours, raw = per_run["runyard"], per_run["raw"]
+            cpu_rows.append(
+                [
+                    str(c),
+                    f"{ours['machine']:.0f}",
+                    f"{raw['machine']:.0f}",
+                    f"{ours['machine'] - raw['machine']:+.0f}",
+                    f"{ours['worker']:.1f}",
+                    f"{ours['api']:.1f}",
+                ]
+            )
+    if cpu_rows:
+        out("")
+        out("CPU per run, ms (machine: all processes on both cores, from /proc/stat):")
+        out(
+            table(
+                [
+                    "c",
+                    "machine, runyard side",
+                    "machine, raw side",
+                    "difference",
+                    "runyard worker",
+                    "runyard API",
+                ],
+                cpu_rows,
             )
         )
     if breakdown:
