@@ -51,6 +51,7 @@ class HostWorkdirs:
             raise ValueError("RUNYARD_HOST_WORKDIR_ROOT needs the worker to run as root")
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         path.chmod(0o700)
+        _check_powers(path)
         return cls(path)
 
     @property
@@ -158,3 +159,20 @@ class HostWorkdirs:
         out = path / "out"
         out.mkdir(mode=0o755)
         os.chown(out, uid, gid)
+
+
+def _check_powers(root: Path) -> None:
+    """Fail now, not at every attempt, if root here cannot hand ``out/`` to a tool's uid
+    and remove what the tool writes (a root without CAP_CHOWN or CAP_DAC_OVERRIDE)."""
+    probe = root / f".probe-{uuid.uuid4().hex}"
+    try:
+        probe.mkdir(mode=0o755)
+        os.chown(probe, 65534, 65534)
+        (probe / "file").write_bytes(b"")
+        shutil.rmtree(probe)
+    except OSError as exc:
+        shutil.rmtree(probe, ignore_errors=True)
+        raise ValueError(
+            "RUNYARD_HOST_WORKDIR_ROOT needs a root with CAP_CHOWN and CAP_DAC_OVERRIDE "
+            f"(to give out/ to the tool's uid and remove its files): {exc.strerror}"
+        ) from exc

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -145,3 +148,21 @@ def test_read_result__out_replaced_by_a_link_is_not_followed(tmp_path: Path):
 def test_read_result__a_missing_directory_is_engine_trouble(tmp_path: Path):
     with pytest.raises(RunnerUnavailable, match="gone"):
         HostWorkdirs(tmp_path).read_result(container_name(uuid.uuid4(), 1), 1024)
+
+
+@needs_root
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs util-linux's setpriv")
+def test_open__refuses_a_root_that_cannot_chown(tmp_path: Path):
+    script = (
+        "from runyard.host_workdirs import HostWorkdirs\n"
+        f"HostWorkdirs.open({str(tmp_path / 'root')!r})\n"
+    )
+    done = subprocess.run(
+        ["setpriv", "--bounding-set=-chown", sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "needs a root with CAP_CHOWN and CAP_DAC_OVERRIDE" in done.stderr
+    assert list((tmp_path / "root").iterdir()) == []
