@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         worker = build_worker(settings, args.concurrency)
         worker.start()
-    except RunnerUnavailable as exc:
+    except (RunnerUnavailable, ValueError) as exc:
         logger.error("cannot start: %s", exc)
         return 2
     logger.info("worker started", extra={"worker_id": worker.worker_id})

@@ -166,3 +166,21 @@ def test_open__refuses_a_root_that_cannot_chown(tmp_path: Path):
     assert done.returncode != 0
     assert "needs a root with CAP_CHOWN and CAP_DAC_OVERRIDE" in done.stderr
     assert list((tmp_path / "root").iterdir()) == []
+
+
+def test_worker__a_bad_root_stops_it_at_start_with_the_reason(tmp_path: Path):
+    env = {
+        **os.environ,
+        "RUNYARD_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
+        "RUNYARD_HOST_WORKDIR_ROOT": "relative/attempts",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "worker", "--once"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    assert "RUNYARD_HOST_WORKDIR_ROOT must be an absolute path" in done.stderr
