@@ -410,10 +410,6 @@ def run_mode_is_queue(mode: str) -> bool:
 EVENTS_CHANNEL = "runyard_events"
 
 
-def _tenant_capped(caps: AdmissionCaps) -> bool:
-    return caps.tenant_max_queued > 0 or caps.tenant_max_running > 0
-
-
 class ApiQueue(JobQueue):
     """The queue plus the API's operations: admitted submits and sync-mode runs."""
 
