@@ -48,13 +48,14 @@ ENQUEUE = _sql(
 
 
 # Admission of one submit, in the submit's own statement and transaction. ``gate`` locks the
-# tenant's row 0 of tenant_run_counts until the commit and reads it as last committed (ON
-# CONFLICT DO UPDATE reads past the snapshot). Every insert of a run is counted in row 0 by
-# the statement that makes it (migration 0006), so a submit sees every submit of the tenant
-# committed before it, in whatever API process: the N-th submit with N-1 queued runs is the
-# last one admitted. The other rows, changed by workers, are read as of the snapshot; with no
-# caps nothing is locked. A key already used is a replay, never refused: no row is written
-# (``replayed``); a concurrent submit of the same key that commits first leaves ``id`` NULL.
+# tenant's row 0 of tenant_run_counts until the commit and reads its latest committed version
+# (ON CONFLICT DO UPDATE does, whatever the statement's snapshot). Every insert of a run is
+# counted in row 0 by the statement that makes it (migration 0006), so a submit sees every
+# submit of the tenant committed before it, in whatever API process: the N-th submit with N-1
+# queued runs is the last one admitted. The other rows, changed by workers, are read as of
+# the snapshot; with no caps nothing is locked. A key already used is a replay, never
+# refused: no row is written (``replayed``); a concurrent submit of the same key that commits
+# first leaves ``id`` NULL.
 _ADMISSION_CTES: LiteralString = """
     gate AS MATERIALIZED (
         INSERT INTO tenant_run_counts AS c (tenant, shard)

@@ -103,6 +103,9 @@ def test_admission__refuses_exactly_at_the_queued_cap(engine: Engine):
     caps = AdmissionCaps(tenant_max_queued=10)
     assert submit_until_refused(api, caps, 14) == (10, 4)
     assert real(engine) == counted(engine) == {"acme": (10, 0)}
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT shard, queued, running FROM tenant_run_counts")).all()
+    assert [tuple(row) for row in rows] == [(0, 10, 0)]  # inserts count in the gated row 0
 
 
 def test_admission__counts_the_runs_another_process_admitted(engine: Engine, second_engine: Engine):
