@@ -367,7 +367,6 @@ def _profile_tables(
                 [
                     "queued backlog",
                     "QUEUE_DEPTH count",
-                    "TENANT_ACTIVE count",
                     "ApiQueue.submit (default caps)",
                 ],
                 admission,
@@ -376,9 +375,9 @@ def _profile_tables(
 
 
 def admission_cost(url: str, backlogs: list[int]) -> list[tuple[object, ...]]:
-    """In-process: the cost of one ``ApiQueue.submit`` (default caps) and of its two admission
-    counts, as the queued backlog of one tenant grows. Runs are written with runyard's own
-    ENQUEUE statement; the database is the benchmark's own."""
+    """In-process: the cost of one ``ApiQueue.submit`` (default caps; the tenant's admission is
+    in its statement) and of the queue-depth count, as the queued backlog of one tenant grows.
+    Runs are written with runyard's own ENQUEUE statement; the database is the benchmark's own."""
     import json as json_module
 
     import psycopg
@@ -389,7 +388,6 @@ def admission_cost(url: str, backlogs: list[int]) -> list[tuple[object, ...]]:
 
     enqueue_sql = psycopg_sql(queue_statement("ENQUEUE"))
     depth_sql = psycopg_sql(queue_statement("QUEUE_DEPTH"))
-    active_sql = psycopg_sql(queue_statement("TENANT_ACTIVE"))
     spec = ToolSpec.model_validate({"name": "noop", **NOOP}).snapshot()
     tenant = f"bench-admission-{uuid.uuid4().hex[:6]}"
     run = NewRun(tenant=tenant, tool="noop", spec=spec, input={})
@@ -430,21 +428,10 @@ def admission_cost(url: str, backlogs: list[int]) -> list[tuple[object, ...]]:
                 depth_ms = (time.perf_counter() - t0) / n * 1000
                 t0 = time.perf_counter()
                 for _ in range(n):
-                    conn.execute(
-                        active_sql,
-                        {
-                            "tenant": tenant,
-                            "queued_cap": caps.tenant_max_queued,
-                            "running_cap": caps.tenant_max_running,
-                        },
-                    ).fetchone()
-                active_ms = (time.perf_counter() - t0) / n * 1000
-                t0 = time.perf_counter()
-                for _ in range(n):
                     queue.submit(run, caps)
                 have += n
                 submit_ms = (time.perf_counter() - t0) / n * 1000
-                rows.append((backlog, depth_ms, active_ms, submit_ms))
+                rows.append((backlog, depth_ms, submit_ms))
     finally:
         engine.dispose()
     return rows

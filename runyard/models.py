@@ -20,6 +20,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     Text,
     UniqueConstraint,
     func,
@@ -134,6 +135,20 @@ class ToolRun(Base):
     # Sync mode only: which API process runs it inline and until when it vouches for it.
     sync_owner: Mapped[str | None] = mapped_column(Text)
     sync_owner_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class TenantRunCount(Base):
+    """One of a tenant's rows of queued and running runs; their sum is the tenant's count.
+
+    Written only by the triggers on ``tool_runs`` (migration 0006), never by application code.
+    """
+
+    __tablename__ = "tenant_run_counts"
+
+    tenant: Mapped[str] = mapped_column(Text, primary_key=True)
+    shard: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    queued: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    running: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
 
 class ToolRunJob(Base):

@@ -18,12 +18,10 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, TextClause, text
-from sqlalchemy.engine import Connection
 
 from runyard.db import autocommit
 from runyard.models import RunMode, RunStatus
 from runyard.queue_sql import (
-    ADMISSION_LOCK,
     APPEND_LOG,
     CANCEL_QUEUED,
     CANCEL_RUNNING,
@@ -46,6 +44,7 @@ from runyard.queue_sql import (
     SELECT_EXPIRED,
     SELECT_ORPHANED,
     SELECT_SYNC_ORPHANS,
+    SUBMIT,
     SYNC_APPEND_LOG,
     SYNC_CANCEL,
     SYNC_CANCEL_REQUESTED,
@@ -54,10 +53,8 @@ from runyard.queue_sql import (
     SYNC_RENEW,
     SYNC_START,
     SYNC_TAKE_OVER,
-    TENANT_ACTIVE,
 )
 from runyard.queue_values import (
-    TENANT_ESTIMATE_SECONDS,
     AdmissionCaps,
     AdmissionRefused,
     CancelResult,
@@ -70,7 +67,6 @@ from runyard.queue_values import (
     RequeueResult,
     SyncOrphan,
     SyncStart,
-    TenantEstimate,
     claimed_job,
     enqueue_params,
     outcome_params,
@@ -137,8 +133,17 @@ class JobQueue:
         if created is not None:
             return EnqueueResult(run_id=created.id, created=True)
         # ON CONFLICT waited for the first writer of the key, so its row is committed.
+        replayed = self._replay(run, request_hash)
+        assert replayed is not None
+        return replayed
+
+    def _replay(self, run: NewRun, request_hash: str | None) -> EnqueueResult | None:
+        """The run already made with this request's Idempotency-Key, if any."""
+        if run.idempotency_key is None:
+            return None
         existing = self._first(FIND_IDEMPOTENT, {"tenant": run.tenant, "key": run.idempotency_key})
-        assert existing is not None
+        if existing is None:
+            return None
         if existing.request_hash != request_hash:
             raise IdempotencyConflict(
                 "this Idempotency-Key was already used with a different request"
@@ -405,10 +410,6 @@ def run_mode_is_queue(mode: str) -> bool:
 EVENTS_CHANNEL = "runyard_events"
 
 
-def _tenant_capped(caps: AdmissionCaps) -> bool:
-    return caps.tenant_max_queued > 0 or caps.tenant_max_running > 0
-
-
 class ApiQueue(JobQueue):
     """The queue plus the API's operations: admitted submits and sync-mode runs."""
 
@@ -418,7 +419,6 @@ class ApiQueue(JobQueue):
         *,
         backoff_base_seconds: float = 2.0,
         backoff_max_seconds: float = 300.0,
-        tenant_estimate_seconds: float = TENANT_ESTIMATE_SECONDS,
     ) -> None:
         super().__init__(
             engine,
@@ -426,67 +426,32 @@ class ApiQueue(JobQueue):
             backoff_max_seconds=backoff_max_seconds,
         )
         self._depth = DepthEstimate()
-        self._tenants = TenantEstimate(ttl=tenant_estimate_seconds)
 
-    def _replay(self, conn: Connection, run: NewRun, request_hash: str | None) -> uuid.UUID | None:
-        if run.idempotency_key is None:
-            return None
-        existing = conn.execute(
-            FIND_IDEMPOTENT, {"tenant": run.tenant, "key": run.idempotency_key}
-        ).one_or_none()
-        if existing is None:
-            return None
-        if existing.request_hash != request_hash:
-            raise IdempotencyConflict(
-                "this Idempotency-Key was already used with a different request"
-            )
-        return uuid.UUID(str(existing.id))
-
-    def _admit(
-        self, conn: Connection, tenant: str, caps: AdmissionCaps, *, queue: bool, fast: bool
-    ) -> None:
-        """Check the caps; unless ``fast``, the tenant's counted submit is then held."""
-        cap = caps.max_queue_depth
-        if queue and cap > 0 and not self._depth.far_below(cap):
-            depth = conn.execute(QUEUE_DEPTH, {"cap": cap}).scalar_one()
-            self._depth.counted(depth)
-            if depth >= cap:
-                raise AdmissionRefused("queue_full", cap)
-        if fast or not _tenant_capped(caps):
-            return
-        active = conn.execute(
-            TENANT_ACTIVE,
-            {
-                "tenant": tenant,
-                "queued_cap": caps.tenant_max_queued,
-                "running_cap": caps.tenant_max_running,
-            },
-        ).one()
-        refused = self._tenants.counted(tenant, caps, active.queued, active.running)
-        if refused == "tenant_queued":
-            raise AdmissionRefused(refused, caps.tenant_max_queued)
-        if refused == "tenant_running":
-            raise AdmissionRefused(refused, caps.tenant_max_running)
+    def _queue_full(self, cap: int) -> bool:
+        """Whether the queue holds ``cap`` jobs (counted only when near it; 0: no cap)."""
+        if cap <= 0 or self._depth.far_below(cap):
+            return False
+        row = self._first(QUEUE_DEPTH, {"cap": cap})
+        assert row is not None
+        depth = int(row[0])
+        self._depth.counted(depth)
+        return depth >= cap
 
     def submit(
         self, run: NewRun, caps: AdmissionCaps, *, now: datetime | None = None
     ) -> EnqueueResult:
         """Enqueue if admitted; an idempotent replay returns the first run and skips the caps.
 
-        A tenant far below its caps (``TenantEstimate``) skips the advisory lock and the
-        count; near them the submit is counted and inserted under the lock.
         Raises ``AdmissionRefused`` or ``IdempotencyConflict``.
         """
-        run_id, job_id = uuid.uuid4(), uuid.uuid4()
         request_hash = run.request_hash() if run.idempotency_key else None
-        result = self._admitted_insert(
-            run,
-            caps,
-            request_hash,
-            queue=True,
-            insert=ENQUEUE,
-            params=enqueue_params(run, run_id, job_id, request_hash, now),
-        )
+        if self._queue_full(caps.max_queue_depth):
+            replayed = self._replay(run, request_hash)
+            if replayed is None:
+                raise AdmissionRefused("queue_full", caps.max_queue_depth)
+            return replayed
+        params = enqueue_params(run, uuid.uuid4(), uuid.uuid4(), request_hash, now)
+        result = self._admitted_insert(run, caps, request_hash, SUBMIT, params)
         if result.created:
             self._depth.admitted()
         return result
@@ -496,36 +461,36 @@ class ApiQueue(JobQueue):
         run: NewRun,
         caps: AdmissionCaps,
         request_hash: str | None,
-        *,
-        queue: bool,
-        insert: TextClause,
+        statement: TextClause,
         params: dict[str, Any],
     ) -> EnqueueResult:
-        """Replay, or admit and insert (``insert`` returns the new run's id, or nothing when a
-        concurrent submit with the same key committed first), with the tenant's slot held."""
-        capped = _tenant_capped(caps)
-        fast = capped and self._tenants.reserve(run.tenant, caps)
-        held = admitted = False
-        try:
-            with self._engine.begin() as conn:
-                if capped and not fast:
-                    conn.execute(ADMISSION_LOCK, {"tenant": run.tenant})
-                replayed = self._replay(conn, run, request_hash)
-                if replayed is not None:
-                    return EnqueueResult(run_id=replayed, created=False)
-                self._admit(conn, run.tenant, caps, queue=queue, fast=fast)
-                held = capped
-                created = conn.execute(insert, params).scalar_one_or_none()
-                if created is None:
-                    # A concurrent submit with the same key committed first (ON CONFLICT).
-                    replayed = self._replay(conn, run, request_hash)
-                    assert replayed is not None
-                    return EnqueueResult(run_id=replayed, created=False)
-            admitted = True
-        finally:
-            if fast or held:
-                self._tenants.release(run.tenant, fast=fast, admitted=admitted)
-        return EnqueueResult(run_id=created, created=True)
+        """Admit and insert in one statement (SUBMIT or SYNC_RECORD), or replay, or refuse.
+
+        Exact for the tenant caps in every API process: the statement locks the tenant's row
+        of counts that every submit's insert is counted in until it commits (``SUBMIT``).
+        """
+        row = self._first(
+            statement,
+            {
+                **params,
+                "queued_cap": caps.tenant_max_queued,
+                "running_cap": caps.tenant_max_running,
+            },
+        )
+        assert row is not None
+        if row.id is not None:
+            return EnqueueResult(run_id=row.id, created=True)
+        if row.refused is not None and not row.replayed:
+            limit = (
+                caps.tenant_max_queued
+                if row.refused == "tenant_queued"
+                else caps.tenant_max_running
+            )
+            raise AdmissionRefused(row.refused, limit)
+        # The key was used before, or by a concurrent submit that committed first.
+        replayed = self._replay(run, request_hash)
+        assert replayed is not None
+        return replayed
 
     def record_sync(
         self,
@@ -550,9 +515,7 @@ class ApiQueue(JobQueue):
             "lease": lease_seconds,
             "now": now,
         }
-        return self._admitted_insert(
-            run, caps, request_hash, queue=False, insert=SYNC_RECORD, params=params
-        )
+        return self._admitted_insert(run, caps, request_hash, SYNC_RECORD, params)
 
     def start_sync(
         self,

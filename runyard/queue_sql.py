@@ -18,13 +18,13 @@ def _sql(statement: LiteralString) -> TextClause:
     return text(statement.replace("{NOW}", _NOW))
 
 
-ENQUEUE = _sql(
-    """
-    WITH run AS (
+_ENQUEUE_CTES: LiteralString = """
+    run AS (
         INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode, requested_at,
                                max_attempts, idempotency_key, request_hash)
-        VALUES (:run_id, :tenant, :tool, CAST(:spec AS jsonb), CAST(:input AS jsonb), 'queued',
-                'queue', {NOW}, :max_attempts, :idempotency_key, :request_hash)
+        SELECT :run_id, :tenant, :tool, CAST(:spec AS jsonb), CAST(:input AS jsonb), 'queued',
+               'queue', {NOW}, :max_attempts, :idempotency_key, :request_hash
+        FROM admitted
         ON CONFLICT (tenant, idempotency_key) DO NOTHING
         RETURNING id
     ), job AS (
@@ -38,7 +38,60 @@ ENQUEUE = _sql(
         INSERT INTO tool_run_events (run_id, at, type, data)
         SELECT run_id, {NOW}, 'status', jsonb_build_object('status', 'queued') FROM job
     )
-    SELECT id, pg_notify('runyard_jobs', CAST(:queue AS text)) FROM run
+"""
+
+ENQUEUE = _sql(
+    "WITH admitted AS (SELECT 1), "
+    + _ENQUEUE_CTES
+    + "SELECT id, pg_notify('runyard_jobs', CAST(:queue AS text)) FROM run"
+)
+
+
+# Admission of one submit, in the submit's own statement and transaction. ``gate`` locks the
+# tenant's row 0 of tenant_run_counts until the commit and reads its latest committed version
+# (ON CONFLICT DO UPDATE does, whatever the statement's snapshot). Every insert of a run is
+# counted in row 0 by the statement that makes it (migration 0006), so a submit sees every
+# submit of the tenant committed before it, in whatever API process: the N-th submit with N-1
+# queued runs is the last one admitted. The other rows, changed by workers, are read as of
+# the snapshot; with no caps nothing is locked. A key already used is a replay, never
+# refused: no row is written (``replayed``); a concurrent submit of the same key that commits
+# first leaves ``id`` NULL.
+_ADMISSION_CTES: LiteralString = """
+    gate AS MATERIALIZED (
+        INSERT INTO tenant_run_counts AS c (tenant, shard)
+        SELECT :tenant, 0 WHERE :queued_cap > 0 OR :running_cap > 0
+        ON CONFLICT (tenant, shard) DO UPDATE SET queued = c.queued
+        RETURNING queued, running
+    ), active AS MATERIALIZED (
+        SELECT coalesce(sum(queued), 0) AS queued, coalesce(sum(running), 0) AS running
+        FROM (SELECT queued, running FROM gate
+              UNION ALL
+              SELECT queued, running FROM tenant_run_counts
+              WHERE tenant = :tenant AND shard <> 0 AND EXISTS (SELECT 1 FROM gate)) rows
+    ), decision AS MATERIALIZED (
+        SELECT EXISTS (SELECT 1 FROM tool_runs
+                       WHERE tenant = :tenant AND idempotency_key = :idempotency_key)
+                   AS replayed,
+               CASE WHEN 0 < :queued_cap AND :queued_cap <= queued THEN 'tenant_queued'
+                    WHEN 0 < :running_cap AND :running_cap <= running THEN 'tenant_running'
+               END AS refused
+        FROM active
+    ), admitted AS (
+        SELECT 1 FROM decision WHERE NOT replayed AND refused IS NULL
+    )
+"""
+
+# ENQUEUE with admission: ``id`` is the new run's; else ``replayed`` or ``refused`` says why.
+SUBMIT = _sql(
+    "WITH "
+    + _ADMISSION_CTES
+    + ", "
+    + _ENQUEUE_CTES
+    + """
+    SELECT run.id, d.replayed, d.refused,
+           CASE WHEN run.id IS NOT NULL
+                THEN pg_notify('runyard_jobs', CAST(:queue AS text)) END AS notified
+    FROM decision d LEFT JOIN run ON true
     """
 )
 
@@ -445,41 +498,25 @@ PRUNE = _sql(
 )
 
 
-# Serializes the admission check and the insert of one tenant's counted submits, so a tenant
-# near its caps is admitted exactly (far below them, submits skip it: TenantEstimate).
-ADMISSION_LOCK = _sql(
-    "SELECT pg_advisory_xact_lock(hashtextextended('runyard.admission:' || :tenant, 0))"
-)
-
-
 # Bounded: counting stops at the cap, so a deep queue costs no more than the cap.
 QUEUE_DEPTH = _sql(
     "SELECT count(*) FROM (SELECT 1 FROM tool_run_jobs WHERE status = 'queued' LIMIT :cap) q"
 )
 
 
-# Each count stops at its cap (0: not counted), reading the partial index of active runs.
-TENANT_ACTIVE = _sql(
-    """
-    SELECT (SELECT count(*) FROM (
-                SELECT 1 FROM tool_runs WHERE tenant = :tenant AND status = 'queued'
-                LIMIT :queued_cap) q) AS queued,
-           (SELECT count(*) FROM (
-                SELECT 1 FROM tool_runs WHERE tenant = :tenant AND status = 'running'
-                LIMIT :running_cap) r) AS running
-    """
-)
-
-
+# A sync run, recorded ``queued`` and owned by its API process, with SUBMIT's admission.
 SYNC_RECORD = _sql(
-    """
-    WITH run AS (
+    "WITH "
+    + _ADMISSION_CTES
+    + """
+    , run AS (
         INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode, requested_at,
                                attempts, max_attempts, idempotency_key, request_hash,
                                sync_owner, sync_owner_until)
-        VALUES (:run_id, :tenant, :tool, CAST(:spec AS jsonb), CAST(:input AS jsonb), 'queued',
-                'sync', {NOW}, 0, 1, :idempotency_key, :request_hash, :owner,
-                {NOW} + make_interval(secs => CAST(:lease AS double precision)))
+        SELECT :run_id, :tenant, :tool, CAST(:spec AS jsonb), CAST(:input AS jsonb), 'queued',
+               'sync', {NOW}, 0, 1, :idempotency_key, :request_hash, :owner,
+               {NOW} + make_interval(secs => CAST(:lease AS double precision))
+        FROM admitted
         ON CONFLICT (tenant, idempotency_key) DO NOTHING
         RETURNING id
     ), event AS (
@@ -487,7 +524,7 @@ SYNC_RECORD = _sql(
         SELECT id, {NOW}, 'status', jsonb_build_object('status', 'queued', 'mode', 'sync')
         FROM run
     )
-    SELECT id FROM run
+    SELECT run.id, d.replayed, d.refused FROM decision d LEFT JOIN run ON true
     """
 )
 
