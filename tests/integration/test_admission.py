@@ -21,25 +21,13 @@ from runyard.queue import (
     ApiQueue,
     ClaimedJob,
     EnqueueResult,
-    NewRun,
 )
 from runyard.runner import AttemptResult
+from tests.integration.test_queue import new_run
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = 30.0
 SUCCESS = AttemptResult(status=RunStatus.SUCCEEDED, exit_code=0)
-
-
-def new_run(tenant: str = "acme", **overrides: object) -> NewRun:
-    fields: dict[str, object] = {
-        "tenant": tenant,
-        "tool": "echo",
-        "spec": {"name": "echo", "image": "runyard/toolbox:latest", "command": ["true"]},
-        "input": {"n": 1},
-        "timeout_seconds": 60,
-    }
-    fields.update(overrides)
-    return NewRun(**fields)  # type: ignore[arg-type]
 
 
 def counted(engine: Engine) -> dict[str, tuple[int, int]]:
@@ -245,10 +233,12 @@ def test_counts__equal_a_real_count_after_every_transition(engine: Engine):
     def requeue(job: ClaimedJob, token: uuid.UUID | None, now: datetime) -> RunStatus | None:
         return api.requeue(job.job_id, token, error_code="lost", error="lost", now=now).status
 
-    retries = {"max_attempts": 2}  # so that the reaper's requeue puts the run back in the queue
-    step("submit", lambda: [api.submit(new_run("a", **retries), caps, now=T0) for _ in range(6)])
-    step("submit b", lambda: [api.submit(new_run("b", **retries), caps, now=T0) for _ in range(4)])
-    step("enqueue", lambda: api.enqueue(new_run("b", **retries), now=T0))
+    # Two attempts, so that the reaper's requeue puts the run back in the queue.
+    of_a = {"tenant": "a", "max_attempts": 2}
+    of_b = {"tenant": "b", "max_attempts": 2}
+    step("submit", lambda: [api.submit(new_run(**of_a), caps, now=T0) for _ in range(6)])
+    step("submit b", lambda: [api.submit(new_run(**of_b), caps, now=T0) for _ in range(4)])
+    step("enqueue", lambda: api.enqueue(new_run(**of_b), now=T0))
     jobs = claim(api, limit=8)  # one statement moves both tenants' runs
     step("claim", lambda: len({job.tenant for job in runs_of(engine, jobs)}) == 2)
     step("finalize", lambda: api.finalize(jobs[0].job_id, jobs[0].lease_token, SUCCESS, now=T0))
@@ -269,7 +259,7 @@ def test_counts__equal_a_real_count_after_every_transition(engine: Engine):
     step("release", lambda: api.release(jobs[5].job_id, jobs[5].lease_token, now=T0))
     failed = AttemptResult(status=RunStatus.FAILED, exit_code=1)
     step("fail", lambda: api.finalize(jobs[6].job_id, jobs[6].lease_token, failed, now=T0))
-    sync = api.record_sync(new_run("a"), caps, owner="api-1", lease_seconds=LEASE, now=T0)
+    sync = api.record_sync(new_run(tenant="a"), caps, owner="api-1", lease_seconds=LEASE, now=T0)
     step("sync record", lambda: sync.created)
     step(
         "sync start",
@@ -325,7 +315,7 @@ def test_counts__stay_exact_under_concurrent_submits_claims_and_finalizes(engine
     tenants = ["a", "b", "c"]
     caps = AdmissionCaps(tenant_max_queued=10_000)
     for i in range(60):
-        api.submit(new_run(tenants[i % 3]), caps, now=T0)
+        api.submit(new_run(tenant=tenants[i % 3]), caps, now=T0)
     errors: list[BaseException] = []
     submitting = threading.Event()
     submitting.set()
@@ -334,7 +324,7 @@ def test_counts__stay_exact_under_concurrent_submits_claims_and_finalizes(engine
         rng = random.Random(seed)
         try:
             for _ in range(60):
-                api.submit(new_run(rng.choice(tenants)), caps, now=T0)
+                api.submit(new_run(tenant=rng.choice(tenants)), caps, now=T0)
         except BaseException as exc:
             errors.append(exc)
 

@@ -6,12 +6,14 @@ import threading
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import docker
 import pytest
 
 from runyard.docker_runner import DockerLimits, DockerRunner
+from runyard.host_workdirs import HostWorkdirs
 from runyard.models import RunStatus
 from runyard.runner import (
     AttemptAbandoned,
@@ -202,13 +204,23 @@ def test_adoption__running_container_is_waited_on_not_restarted(
     assert result.stdout.count("sleeping") == 1
 
 
+@pytest.fixture(params=["upload", "host"])
+def either_runner(
+    request: pytest.FixtureRequest, docker_client: docker.DockerClient, tmp_path: Path
+) -> DockerRunner:
+    """The adapter with inputs uploaded (the default) or written in a host work directory."""
+    if request.param == "upload":
+        return DockerRunner(docker_client)
+    return DockerRunner(docker_client, workdirs=HostWorkdirs.open(str(tmp_path / "attempts")))
+
+
 def test_adoption__exited_container_is_finalized_from_its_outputs(
-    docker_runner: DockerRunner, docker_client: docker.DockerClient, registry: ToolRegistry
+    either_runner: DockerRunner, docker_client: docker.DockerClient, registry: ToolRegistry
 ):
     spec = spec_for(registry, "echo", {"x": 1})
-    docker_runner.run(spec, AttemptControl())
+    either_runner.run(spec, AttemptControl())
     first_start = docker_client.containers.get(spec.container_name).attrs["State"]["StartedAt"]
-    again = docker_runner.run(spec, AttemptControl())
+    again = either_runner.run(spec, AttemptControl())
     assert again.status == RunStatus.SUCCEEDED and again.result == {"x": 1}
     assert (
         docker_client.containers.get(spec.container_name).attrs["State"]["StartedAt"] == first_start

@@ -65,19 +65,6 @@ def test_bound__tool_sees_the_same_contract_and_discard_removes_everything(
         docker_client.volumes.get(name)
 
 
-def test_bound__exited_container_is_adopted_not_restarted(
-    bound_runner: DockerRunner, docker_client: docker.DockerClient, registry: ToolRegistry
-):
-    spec = spec_for(registry, "echo", {"x": 1})
-    bound_runner.run(spec, AttemptControl())
-    first_start = docker_client.containers.get(spec.container_name).attrs["State"]["StartedAt"]
-    again = bound_runner.run(spec, AttemptControl())
-    assert again.status == RunStatus.SUCCEEDED and again.result == {"x": 1}
-    assert (
-        docker_client.containers.get(spec.container_name).attrs["State"]["StartedAt"] == first_start
-    )
-
-
 def test_bound__stale_directory_of_a_vanished_container_is_replaced(
     bound_runner: DockerRunner, workdirs: HostWorkdirs, registry: ToolRegistry
 ):

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
-from datetime import UTC, datetime, timedelta
 
 import docker
 import pytest
@@ -13,9 +11,10 @@ from sqlalchemy import Engine, text
 from runyard.docker_outputs import ContainerLogs
 from runyard.docker_runner import DockerRunner
 from runyard.queue import JobQueue
-from runyard.runner import AttemptControl, AttemptSpec
+from runyard.runner import AttemptControl
 from runyard.submit import prepare_run
 from runyard.tools import ToolRegistry
+from tests.integration.test_docker_runner import shell
 from worker.service import Worker, WorkerConfig
 
 pytestmark = pytest.mark.docker
@@ -129,15 +128,7 @@ def test_live_logs__quick_run_is_sent_once_from_the_stored_log_and_never_repeate
         return original(self, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(ContainerLogs, "logs", counting)
-    tool = registry.get("shell")
-    assert tool is not None
-    spec = AttemptSpec(
-        run_id=uuid.uuid4(),
-        attempt=1,
-        tool=tool.snapshot(),
-        input={"script": "echo one; echo two >&2; echo three"},
-        deadline_at=datetime.now(UTC) + timedelta(seconds=30),
-    )
+    spec = shell(registry, "echo one; echo two >&2; echo three")
     sink = RecordingSink()
     runner = DockerRunner(docker_client)
     result = runner.run(spec, AttemptControl(logs=sink))
@@ -165,15 +156,7 @@ def test_live_logs__a_failing_sink_never_fails_the_attempt(
         def write(self, stream: str, text: str, until: str) -> bool:
             raise RuntimeError("sink down")
 
-    tool = registry.get("shell")
-    assert tool is not None
-    spec = AttemptSpec(
-        run_id=uuid.uuid4(),
-        attempt=1,
-        tool=tool.snapshot(),
-        input={"script": "echo kept"},
-        deadline_at=datetime.now(UTC) + timedelta(seconds=30),
-    )
+    spec = shell(registry, "echo kept")
     result = DockerRunner(docker_client).run(spec, AttemptControl(logs=FailingSink()))
     assert result.exit_code == 0 and result.stdout == "kept\n"  # the stored log is the record
 
