@@ -158,9 +158,10 @@ def check_parity(
     """Create one container through runyard's DockerRunner and one with the raw flags, compare
     the hardening fields of their configs, remove both. Returns the number of fields compared."""
     from runyard.docker_runner import DockerRunner
+    from runyard.host_workdirs import HostWorkdirs
     from runyard.runner import AttemptSpec
 
-    runner = DockerRunner(client, workdirs=host_workdirs(host_root))
+    runner = DockerRunner(client, workdirs=HostWorkdirs.from_setting(host_root))
     spec = AttemptSpec(
         run_id=uuid.uuid4(),
         attempt=1,
@@ -348,13 +349,6 @@ def _call_key(request: Any) -> str:
     return f"{request.method} {path}"
 
 
-def host_workdirs(root: str) -> Any:
-    """runyard's host work directories under ``root``, or None (inputs uploaded)."""
-    from runyard.host_workdirs import HostWorkdirs
-
-    return HostWorkdirs.open(root) if root else None
-
-
 def docker_breakdown(
     client: Any, tool: dict[str, Any], image_id: str, session: str, runs: int, host_root: str
 ) -> None:
@@ -363,6 +357,7 @@ def docker_breakdown(
     from collections import defaultdict
 
     from runyard.docker_runner import DockerRunner
+    from runyard.host_workdirs import HostWorkdirs
     from runyard.runner import AttemptControl, AttemptSpec, RunnerUnavailable
 
     lost = 0
@@ -386,7 +381,7 @@ def docker_breakdown(
         current.clear()
 
     client.api.send = send
-    runner = DockerRunner(client, workdirs=host_workdirs(host_root))
+    runner = DockerRunner(client, workdirs=HostWorkdirs.from_setting(host_root))
     walls: dict[str, list[float]] = {"runyard": [], "raw": []}
     terminal: dict[str, list[float]] = {"runyard": [], "raw": []}
     try:

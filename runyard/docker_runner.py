@@ -100,10 +100,11 @@ class DockerRunner:
         self._api = client.api
         self._limits = limits or DockerLimits()
         self._engine_id: str | None = None
-        # With ``workdirs`` the input is written on the host, not uploaded (host_workdirs.py);
-        # ``_bind_inputs`` drops to uploads for good if the engine cannot see that directory.
+        # With ``workdirs`` the input is written on the host, not uploaded (host_workdirs.py).
+        # ``_workdirs`` stays for the reads and the cleanup of attempts made that way, while
+        # ``_input_dirs`` drops to None (uploads) for good if the engine cannot see them.
         self._workdirs = workdirs
-        self._bind_inputs = workdirs is not None
+        self._input_dirs = workdirs
 
     @classmethod
     def from_env(
@@ -126,8 +127,7 @@ class DockerRunner:
             stop_grace_seconds=settings.stop_grace_seconds,
             api_timeout_seconds=settings.docker_timeout_seconds,
         )
-        root = settings.host_workdir_root
-        return cls.from_env(limits, HostWorkdirs.open(root) if root else None)
+        return cls.from_env(limits, HostWorkdirs.from_setting(settings.host_workdir_root))
 
     # --- identity ---
 
@@ -213,13 +213,13 @@ class DockerRunner:
             self._api.start(container_id)
             return True
         except docker.errors.APIError as exc:
-            if not (self._bind_inputs and "failed to mount local volume" in str(exc)):
+            if self._input_dirs is None or "failed to mount local volume" not in str(exc):
                 raise RunnerUnavailable(f"cannot start container: {exc}") from exc
             logger.error(
                 "the Docker engine cannot see RUNYARD_HOST_WORKDIR_ROOT; uploading inputs instead",
                 extra={"run_id": str(spec.run_id), "attempt": spec.attempt, "error": str(exc)},
             )
-            self._bind_inputs = False
+            self._input_dirs = None
             self.discard(spec.run_id, spec.attempt)
             return False
         except _TRANSPORT_ERRORS as exc:
@@ -265,7 +265,7 @@ class DockerRunner:
             LABEL_TOOL: str(tool["name"]),
             LABEL_DEADLINE: spec.deadline_at.astimezone(UTC).isoformat(),
         }
-        if self._bind_inputs:
+        if self._input_dirs is not None:
             labels[LABEL_WORKDIR] = "host"
         env = dict(tool.get("env") or {})
         env.update(
@@ -313,8 +313,8 @@ class DockerRunner:
     def _workdir_mount(self, name: str, labels: dict[str, str]) -> Mount:
         """``/runyard``: the attempt's named volume, backed by its host directory if any."""
         driver = None
-        if self._bind_inputs and self._workdirs is not None:
-            driver = DriverConfig("local", self._workdirs.volume_options(name))
+        if self._input_dirs is not None:
+            driver = DriverConfig("local", self._input_dirs.volume_options(name))
         return Mount(
             target=WORKDIR, source=name, type="volume", labels=labels, driver_config=driver
         )
@@ -323,7 +323,7 @@ class DockerRunner:
         """Create the container and write its input: its id, or None if it already exists."""
         name = spec.container_name
         user = str(spec.tool.get("user", "65534:65534"))
-        host_dir = self._workdirs if self._bind_inputs else None
+        host_dir = self._input_dirs
         fresh_dir = host_dir.prepare(name, spec.input, user) if host_dir is not None else False
         args = self._create_args(spec)
         pulled = False

@@ -54,6 +54,11 @@ class HostWorkdirs:
         _check_powers(path)
         return cls(path)
 
+    @classmethod
+    def from_setting(cls, root: str) -> HostWorkdirs | None:
+        """``open(root)``, or None (inputs are uploaded) when the setting is empty."""
+        return cls.open(root) if root else None
+
     @property
     def root(self) -> Path:
         """The directory holding the attempts' directories."""
