@@ -189,11 +189,14 @@ class DockerRunner:
         an existing one answers 409, which sends us to inspect and adopt it, never to a twin.
         """
         for _ in range(3):
+            _fence(control, spec)
             created = self._create(spec)
             if isinstance(created, AttemptResult):
                 return created
             if created is not None:
                 crash_point(AFTER_CREATE)
+                # Left unstarted, the next owner removes it after a grace and creates anew.
+                _fence(control, spec)
                 if not self._start(created, spec):
                     continue
                 return self._wait_and_collect(created, spec, control, started_here=True)
@@ -398,7 +401,7 @@ class DockerRunner:
                 self._stop(container_id)
             elif (
                 stopped_for is None
-                and datetime.now(UTC) >= spec.deadline_at
+                and control.clock() >= spec.deadline_at
                 and self._is_running(container_id)
             ):
                 # Only a container still running at its deadline is stopped for it: one an
@@ -408,7 +411,7 @@ class DockerRunner:
             now = time.monotonic()
             if now >= follow_at:
                 live.start()
-            remaining = (spec.deadline_at - datetime.now(UTC)).total_seconds()
+            remaining = (spec.deadline_at - control.clock()).total_seconds()
             timeout = max(0.05, min(POLL_SECONDS, remaining)) if stopped_for is None else 1.0
             if not live.started:
                 timeout = min(timeout, max(0.05, follow_at - now))
@@ -638,6 +641,12 @@ class _LiveLogs:
             except Exception:
                 # As for a follower: live chunks are a courtesy, the stored log is the record.
                 logger.warning("could not send the log of a quick attempt", exc_info=True)
+
+
+def _fence(control: AttemptControl, spec: AttemptSpec) -> None:
+    """Touch the engine only while this process still owns the attempt."""
+    if control.abandon.is_set() or not control.still_owner():
+        raise AttemptAbandoned(spec.container_name)
 
 
 def _attempt_of(labels: dict[str, str]) -> tuple[uuid.UUID, int] | None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import enum
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from runyard.models import RunStatus
@@ -24,6 +25,9 @@ class ErrorCode(enum.StrEnum):
     IMAGE_NOT_FOUND = "image_not_found"
     INFRASTRUCTURE = "infrastructure_error"
     API_LOST = "api_lost"
+    INTERNAL = "internal_error"
+    DISK_LIMIT = "disk_limit_exceeded"
+    IDLE_TIMEOUT = "idle_timeout"
 
 
 class ContainerState(enum.StrEnum):
@@ -84,14 +88,33 @@ class LogSink(Protocol):
         ...
 
 
+def _always_owner() -> bool:
+    return True
+
+
+def _engine_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+def _no_event(kind: str, data: dict[str, Any]) -> None:
+    return None
+
+
 @dataclass
 class AttemptControl:
-    """Signals from the worker to a running attempt: cancel it, or walk away from it."""
+    """Signals from the worker to a running attempt, and the owner's hooks it calls back."""
 
     cancel: threading.Event = field(default_factory=threading.Event)
     # Set when the lease is lost or the worker hands over: stop waiting, touch nothing.
     abandon: threading.Event = field(default_factory=threading.Event)
     logs: LogSink | None = None
+    # Asked right before the container is created and before it is started: False means
+    # this process no longer holds the attempt's lease, so it must not touch the engine.
+    still_owner: Callable[[], bool] = _always_owner
+    # "Now" on the clock deadlines are written in (the database's, as the owner measures it).
+    clock: Callable[[], datetime] = _engine_clock
+    # A run event the attempt wants recorded (e.g. ``stale``), fenced by the owner's lease.
+    note: Callable[[str, dict[str, Any]], None] = _no_event
 
 
 class RunnerUnavailable(Exception):
