@@ -96,6 +96,41 @@ class Metrics:
             registry=r,
         )
         self.leases_lost = Counter("runyard_leases_lost", "Leases found taken away", registry=r)
+        self.heartbeat_failures = Counter(
+            "runyard_worker_heartbeat_failures",
+            "Heartbeat rounds that did not complete in time",
+            registry=r,
+        )
+        self.handovers = Counter(
+            "runyard_worker_handovers",
+            "Times the worker handed its runs over because leases could not be renewed",
+            registry=r,
+        )
+        self.claiming = Gauge(
+            "runyard_worker_claiming", "1 while the worker claims, 0 while paused", registry=r
+        )
+        self.claiming.set(1)
+        self.loop_errors = Counter(
+            "runyard_worker_loop_errors",
+            "Unexpected errors caught by the worker's loops, by loop",
+            ["loop"],
+            registry=r,
+        )
+        self.connections_cut = Counter(
+            "runyard_worker_db_connections_cut",
+            "Database connections cut after their peer stopped answering",
+            registry=r,
+        )
+        self.unstorable_outcomes = Counter(
+            "runyard_worker_unstorable_outcomes",
+            "Outcomes the database refused, stored as internal_error instead",
+            registry=r,
+        )
+        self.db_clock_offset = Gauge(
+            "runyard_worker_db_clock_offset_seconds",
+            "Database clock minus this host's clock, as the heartbeat measures it",
+            registry=r,
+        )
         self.requeues = Counter(
             "runyard_requeues", "Attempts put back, by reason", ["reason"], registry=r
         )

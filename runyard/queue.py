@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -34,9 +35,11 @@ from runyard.queue_sql import (
     FIND_IDEMPOTENT,
     HEARTBEAT,
     LAST_LOG_POSITION,
+    LEASE_HELD,
     MARK_CONTAINER_REQUESTED,
     PRUNE,
     QUEUE_DEPTH,
+    RECORD_EVENT,
     RELEASE,
     REQUEUE,
     REQUEUE_UNSTARTED,
@@ -90,6 +93,23 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+# Event types the queue's own transitions write: an attempt's note may not forge them.
+RESERVED_EVENT_TYPES = frozenset(
+    {
+        "status",
+        "claimed",
+        "adopted",
+        "released",
+        "requeued",
+        "lease_expired",
+        "lease_lost",
+        "cancel_requested",
+        "stdout",
+        "stderr",
+    }
+)
+_EVENT_TYPE = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 JOBS_CHANNEL = "runyard_jobs"
 CANCEL_CHANNEL = "runyard_cancel"
@@ -194,7 +214,35 @@ class JobQueue:
             owned=True,
             locked_until=row.locked_until,
             cancel_requested=row.cancel_requested_at is not None,
+            db_now=row.db_now,
         )
+
+    def lease_held(
+        self, job_id: uuid.UUID, token: uuid.UUID, *, now: datetime | None = None
+    ) -> bool:
+        """Whether the lease is still ours and unexpired (nothing is written)."""
+        return self._first(LEASE_HELD, {"job_id": job_id, "token": token, "now": now}) is not None
+
+    def record_event(
+        self,
+        job_id: uuid.UUID,
+        token: uuid.UUID,
+        event_type: str,
+        data: dict[str, Any],
+        *,
+        now: datetime | None = None,
+    ) -> bool:
+        """Record a run event under the lease; False if the lease is gone (nothing written)."""
+        if not _EVENT_TYPE.fullmatch(event_type) or event_type in RESERVED_EVENT_TYPES:
+            raise ValueError(f"not an event type an attempt may record: {event_type!r}")
+        params = {
+            "job_id": job_id,
+            "token": token,
+            "type": event_type,
+            "data": json.dumps(data, allow_nan=False),
+            "now": now,
+        }
+        return self._first(RECORD_EVENT, params) is not None
 
     def finalize(
         self,

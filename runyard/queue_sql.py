@@ -190,7 +190,33 @@ HEARTBEAT = _sql(
     SET locked_until = {NOW} + make_interval(secs => CAST(:lease AS double precision)),
         updated_at = {NOW}
     WHERE id = :job_id AND lease_token = :token AND status = 'running'
-    RETURNING locked_until, cancel_requested_at
+    RETURNING locked_until, cancel_requested_at, {NOW} AS db_now
+    """
+)
+
+
+# Asked right before a Docker action: is this lease still ours and unexpired? A plain read
+# takes no row lock, so it never waits behind a writer; the connection's statement timeout
+# bounds it.
+LEASE_HELD = _sql(
+    """
+    SELECT 1 AS held FROM tool_run_jobs
+    WHERE id = :job_id AND lease_token = :token AND status = 'running'
+      AND locked_until > {NOW}
+    """
+)
+
+
+# A run event on behalf of the attempt (``AttemptControl.note``), fenced like every owner
+# write: a worker that lost its lease records nothing.
+RECORD_EVENT = _sql(
+    """
+    INSERT INTO tool_run_events (run_id, at, type, data)
+    SELECT run_id, {NOW}, :type,
+           CAST(:data AS jsonb) || jsonb_build_object('attempt', attempts)
+    FROM tool_run_jobs
+    WHERE id = :job_id AND lease_token = :token AND status = 'running'
+    RETURNING id
     """
 )
 

@@ -78,6 +78,8 @@ class Heartbeat:
     owned: bool
     locked_until: datetime | None = None
     cancel_requested: bool = False
+    # The database's clock when it renewed the lease (the worker's offset to it).
+    db_now: datetime | None = None
 
 
 @dataclass(frozen=True)

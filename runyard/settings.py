@@ -20,6 +20,8 @@ class Settings(BaseSettings):
 
     lease_seconds: float = Field(default=30.0, gt=0, le=3600)
     heartbeat_seconds: float | None = Field(default=None, gt=0)
+    # One heartbeat round's bound, and the lease's safety margin (see heartbeat_round_timeout).
+    heartbeat_timeout_seconds: float | None = Field(default=None, gt=0)
     reaper_interval_seconds: float = Field(default=5.0, gt=0)
     reaper_batch_size: int = Field(default=500, ge=1, le=10_000)
     engine_dead_after_seconds: float = Field(default=120.0, gt=0)
@@ -35,6 +37,9 @@ class Settings(BaseSettings):
     reaper_metrics_port: int = Field(default=0, ge=0, le=65535)
     metrics_host: str = "127.0.0.1"
     sweep_grace_seconds: float = Field(default=60.0, ge=0)
+    # Server-side timeout of a worker's statements (0: none); a connection still busy 5 s
+    # past it is taken for dead and cut.
+    worker_statement_timeout_seconds: float = Field(default=30.0, ge=0, le=3600)
 
     tools_file: Path = Path("tools/tools.toml")
     api_host: str = "127.0.0.1"
@@ -84,12 +89,27 @@ class Settings(BaseSettings):
     def _check_heartbeat(self) -> Settings:
         if self.heartbeat_seconds is not None and self.heartbeat_seconds >= self.lease_seconds:
             raise ValueError("RUNYARD_HEARTBEAT_SECONDS must be shorter than RUNYARD_LEASE_SECONDS")
+        if self.heartbeat_interval + self.heartbeat_round_timeout >= self.lease_seconds:
+            raise ValueError(
+                "RUNYARD_HEARTBEAT_SECONDS + RUNYARD_HEARTBEAT_TIMEOUT_SECONDS must be shorter"
+                " than RUNYARD_LEASE_SECONDS"
+            )
         return self
 
     @property
     def heartbeat_interval(self) -> float:
         """Seconds between lease renewals: the setting, or a third of the lease."""
         return self.heartbeat_seconds or self.lease_seconds / 3
+
+    @property
+    def heartbeat_round_timeout(self) -> float:
+        """Seconds one heartbeat round may take; a worker also stops acting as owner this long
+        before its lease runs out. Default: half the smaller of the interval and the rest of
+        the lease after one interval."""
+        if self.heartbeat_timeout_seconds is not None:
+            return self.heartbeat_timeout_seconds
+        interval = self.heartbeat_interval
+        return min(interval, self.lease_seconds - interval) / 2
 
     def sqlalchemy_url(self) -> str:
         """The database URL with the psycopg 3 driver named, as SQLAlchemy wants it."""

@@ -19,6 +19,7 @@ REGISTER = text(
 )
 SEEN = text(
     "UPDATE workers SET last_seen_at = coalesce(CAST(:now AS timestamptz), now()) WHERE id = :id"
+    " RETURNING last_seen_at"
 )
 STOPPED = text(
     "UPDATE workers SET stopped_at = coalesce(CAST(:now AS timestamptz), now()) WHERE id = :id"
@@ -53,10 +54,13 @@ class WorkerRegistry:
                 },
             )
 
-    def seen(self, worker_id: str, *, now: datetime | None = None) -> None:
-        """Record that the worker is alive."""
+    def seen(self, worker_id: str, *, now: datetime | None = None) -> datetime | None:
+        """Record that the worker is alive; the database's clock as it did (None: no row)."""
         with self._engine.begin() as conn:
-            conn.execute(SEEN, {"id": worker_id, "now": now})
+            seen_at: datetime | None = conn.execute(
+                SEEN, {"id": worker_id, "now": now}
+            ).scalar_one_or_none()
+        return seen_at
 
     def stopped(self, worker_id: str, *, now: datetime | None = None) -> None:
         """Record a clean exit."""

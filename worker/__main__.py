@@ -20,6 +20,7 @@ from runyard.queue import JobQueue
 from runyard.runner import RunnerUnavailable
 from runyard.settings import Settings
 from runyard.workers import WorkerRegistry, new_worker_id
+from worker.db_guard import guarded_url
 from worker.service import Worker, WorkerConfig
 from worker.sweep import Sweeper
 from worker.wakeup import Wakeups
@@ -27,20 +28,43 @@ from worker.wakeup import Wakeups
 logger = logging.getLogger("worker")
 
 
-def worker_engines(database_url: str, concurrency: int) -> tuple[Engine, Engine]:
+def worker_engines(
+    database_url: str,
+    concurrency: int,
+    *,
+    statement_timeout: float = 30.0,
+    heartbeat_timeout: float = 5.0,
+) -> tuple[Engine, Engine]:
     """The worker's pool (a connection per slot, the claim loop and the sweep) and the
-    heartbeat's own; no pre-ping: every database error of the worker is retried."""
+    heartbeat's own (renewals, releases of handed-over runs, the worker's row), each with
+    its statement timeout; no pre-ping: every passing database error of the worker is
+    retried."""
     engine = make_engine(
-        database_url, pool_size=concurrency + 2, max_overflow=concurrency, pre_ping=False
+        guarded_url(database_url, statement_timeout=statement_timeout),
+        pool_size=concurrency + 2,
+        max_overflow=concurrency,
+        pre_ping=False,
     )
-    heartbeat_engine = make_engine(database_url, pool_size=1, max_overflow=1, pre_ping=False)
+    heartbeat_engine = make_engine(
+        guarded_url(
+            database_url, statement_timeout=heartbeat_timeout, connect_timeout=heartbeat_timeout
+        ),
+        pool_size=1,
+        max_overflow=1,
+        pre_ping=False,
+    )
     return engine, heartbeat_engine
 
 
 def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
     """Wire a worker from settings: engine, queue, Docker runner, registry."""
     slots = concurrency or settings.worker_concurrency
-    engine, heartbeat_engine = worker_engines(settings.database_url, slots)
+    engine, heartbeat_engine = worker_engines(
+        settings.database_url,
+        slots,
+        statement_timeout=settings.worker_statement_timeout_seconds,
+        heartbeat_timeout=settings.heartbeat_round_timeout,
+    )
     runner = DockerRunner.from_settings(settings)
     config = WorkerConfig(
         worker_id=settings.worker_id or new_worker_id(),
@@ -49,6 +73,8 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
         heartbeat_seconds=settings.heartbeat_interval,
         poll_seconds=settings.worker_poll_seconds,
         sweep_interval_seconds=settings.sweep_interval_seconds,
+        heartbeat_timeout_seconds=settings.heartbeat_round_timeout,
+        statement_timeout_seconds=settings.worker_statement_timeout_seconds,
     )
     queue = JobQueue(
         engine,
@@ -59,14 +85,11 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
     metrics = Metrics()
     if settings.worker_metrics_port:
         metrics.serve(settings.worker_metrics_port, settings.metrics_host)
+    heartbeat_queue = JobQueue(heartbeat_engine)
+    # The worker's row is renewed in the heartbeat round: on the heartbeat's connection, so a
+    # busy pool cannot hold a round up.
     return Worker(
-        queue,
-        runner,
-        config,
-        WorkerRegistry(engine),
-        sweeper,
-        JobQueue(heartbeat_engine),
-        metrics,
+        queue, runner, config, WorkerRegistry(heartbeat_engine), sweeper, heartbeat_queue, metrics
     )
 
 

@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from runyard.faults import BEFORE_FINALIZE, crash_point
+from runyard.db_errors import Failure, classify, describe
+from runyard.faults import (
+    BEFORE_CREATE,
+    BEFORE_FINALIZE,
+    HEARTBEAT_ERROR,
+    crash_point,
+    pause_point,
+    raise_point,
+)
 from runyard.metrics import Metrics
 from runyard.models import RunStatus
 from runyard.queue import ClaimedJob, JobQueue
@@ -24,16 +35,24 @@ from runyard.runner import (
     AttemptSpec,
     ContainerState,
     ErrorCode,
+    LogSink,
     Runner,
     RunnerUnavailable,
 )
 from runyard.workers import WorkerRegistry
+from worker.bounded import BoundedCall, CallBusy, CallTimedOut
 from worker.cleanup import Cleaner
+from worker.db_guard import ConnectionWatch
+from worker.outcomes import crashed_outcome, unstorable_outcomes
 from worker.sweep import Sweeper
 
 logger = logging.getLogger(__name__)
 
 _DB_ERRORS = (OperationalError, DBAPIError)
+
+# A connection busy this much longer than the statement timeout has a silent peer: the server
+# would have cancelled the statement and answered by then.
+STUCK_SLACK_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +66,20 @@ class WorkerConfig:
     poll_seconds: float = 1.0
     queues: tuple[str, ...] = ("default",)
     sweep_interval_seconds: float = 60.0
+    # Bound of one heartbeat round, and the part of the lease held in reserve: the worker
+    # stops acting as owner this long before the lease it last renewed runs out.
+    # None: half of the smaller of the interval and the lease left after one interval.
+    heartbeat_timeout_seconds: float | None = None
+    # The server-side timeout of the worker's statements (0: none).
+    statement_timeout_seconds: float = 30.0
+
+    @property
+    def heartbeat_timeout(self) -> float:
+        """Seconds one heartbeat round may take; also the lease's safety margin."""
+        if self.heartbeat_timeout_seconds is not None:
+            return self.heartbeat_timeout_seconds
+        room = min(self.heartbeat_seconds, self.lease_seconds - self.heartbeat_seconds)
+        return max(room / 2, 0.1)
 
 
 @dataclass
@@ -92,6 +125,22 @@ class QueueLogSink:
                 time.sleep(delay)
         logger.warning("dropped a live log chunk", extra={"run_id": str(self._job.run_id)})
         return True
+
+
+class FencedLogSink:
+    """A log sink that stops the stream as soon as this process is no longer the owner."""
+
+    def __init__(self, sink: LogSink, owns: Callable[[], bool]) -> None:
+        self._sink = sink
+        self._owns = owns
+
+    def resume_point(self, stream: str) -> str | None:
+        """Where the previous owner of this attempt stopped, if anywhere."""
+        return self._sink.resume_point(stream)
+
+    def write(self, stream: str, text: str, until: str) -> bool:
+        """Append a chunk while we own the attempt; False (stop sending) once we do not."""
+        return self._owns() and self._sink.write(stream, text, until)
 
 
 @dataclass(frozen=True)
@@ -140,6 +189,19 @@ class Worker:
         # Under ``run_forever`` a slot's finalize also claims its next job (see ``_finalize``).
         self._chain = False
         self.finalized = 0
+        # Set while leases cannot be renewed: the runs were handed over, claims are paused.
+        self._sick = threading.Event()
+        # Database clock minus ours (seconds), from the last heartbeat; None until measured.
+        self._db_offset: float | None = None
+        self._rounds = BoundedCall("runyard-heartbeat-round")
+        self._releases = BoundedCall("runyard-heartbeat-release")
+        # Attempts handed over for want of renewals, released once their slot has left.
+        self._to_release: dict[int, InFlight] = {}
+        self._loop_failed_at = 0.0
+        self._loop_backoff = config.poll_seconds
+        self._watches = [ConnectionWatch(queue.engine)]
+        if self._heartbeat_queue.engine is not queue.engine:
+            self._watches.append(ConnectionWatch(self._heartbeat_queue.engine))
 
     @property
     def worker_id(self) -> str:
@@ -177,7 +239,7 @@ class Worker:
             self.start()
         assert self._engine_id is not None
         free = self.free_slots()
-        if free <= 0 or self._stop.is_set():
+        if free <= 0 or self._stop.is_set() or self._sick.is_set():
             return ClaimRound(claimed=0, adopted=0, free_slots=max(free, 0))
         jobs = self._claim(free)
         for job in jobs:
@@ -257,6 +319,8 @@ class Worker:
                 logger.warning("claim failed; retrying", extra={"error": str(exc)})
             except RunnerUnavailable as exc:
                 logger.warning("engine unavailable; backing off", extra={"error": str(exc)})
+            except Exception:
+                self._loop_failed()
             # Polling is the source of truth; a notification or a freed slot cuts it short.
             self._wake.wait(self._config.poll_seconds * random.uniform(0.8, 1.2))
             self._wake.clear()
@@ -313,36 +377,72 @@ class Worker:
 
     # --- heartbeats ---
 
-    def heartbeat_once(self) -> None:
-        """Renew every lease in flight; a lost lease or a cancel reaches its attempt."""
+    def heartbeat_once(self) -> bool:
+        """One round: renew every lease in flight (a lost lease or a cancel reaches its
+        attempt) and the worker's liveness; True if the database answered every statement."""
+        raise_point(HEARTBEAT_ERROR)
         with self._lock:
             flights = list(self._in_flight.values())
+        answered = True
         for flight in flights:
-            job = flight.job
-            if flight.settled:
-                continue
-            try:
-                beat = self._heartbeat_queue.heartbeat(
-                    job.job_id, job.lease_token, lease_seconds=self._config.lease_seconds
-                )
-            except _DB_ERRORS as exc:
-                logger.warning("heartbeat failed", extra=self._log(job, error=str(exc)))
-                if time.monotonic() >= flight.lease_valid_until:
-                    self._lose(flight, "lease expired while the database was unreachable")
-                continue
-            if not beat.owned:
-                if not flight.finalizing:
-                    self._lose(flight, "lease taken away")
-                continue
-            flight.lease_valid_until = time.monotonic() + self._config.lease_seconds
-            if beat.cancel_requested and not flight.control.cancel.is_set():
-                logger.info("cancel requested", extra=self._log(job, action="cancel"))
-                flight.control.cancel.set()
+            if not flight.settled and not flight.control.abandon.is_set():
+                answered = self._renew(flight) and answered
         if self._registry is not None:
             try:
-                self._registry.seen(self.worker_id)
-            except _DB_ERRORS:
-                logger.warning("could not record worker liveness", exc_info=True)
+                asked = datetime.now(UTC)
+                seen_at = self._registry.seen(self.worker_id)
+            except Exception as exc:
+                answered = False
+                logger.warning(
+                    "could not record worker liveness",
+                    extra={"worker_id": self.worker_id, "error": describe(exc)},
+                )
+            else:
+                if seen_at is not None:
+                    self._clock_sample(asked, seen_at)
+        return answered
+
+    def _renew(self, flight: InFlight) -> bool:
+        """Renew one lease; False if the database did not answer."""
+        job = flight.job
+        sent, asked = time.monotonic(), datetime.now(UTC)
+        try:
+            beat = self._heartbeat_queue.heartbeat(
+                job.job_id, job.lease_token, lease_seconds=self._config.lease_seconds
+            )
+        except Exception as exc:
+            logger.warning("heartbeat failed", extra=self._log(job, error=describe(exc)))
+            return False
+        if not beat.owned:
+            if not flight.finalizing:
+                self._lose(flight, "lease taken away")
+            return True
+        if beat.db_now is not None:
+            self._clock_sample(asked, beat.db_now)
+        # The database set locked_until = its now + lease, and its now came after ``sent``.
+        valid = sent + self._config.lease_seconds - self._config.heartbeat_timeout
+        with self._lock:
+            # An answer that comes after the lease already counts as lost revives nothing.
+            if not flight.control.abandon.is_set() and time.monotonic() < flight.lease_valid_until:
+                flight.lease_valid_until = max(flight.lease_valid_until, valid)
+        if beat.cancel_requested and not flight.control.cancel.is_set():
+            logger.info("cancel requested", extra=self._log(job, action="cancel"))
+            flight.control.cancel.set()
+        return True
+
+    def _clock_sample(self, asked: datetime, db_now: datetime) -> None:
+        """Learn the database clock's offset from a statement that returned its ``now()``."""
+        answered = datetime.now(UTC)
+        self._db_offset = (db_now - (asked + (answered - asked) / 2)).total_seconds()
+        self._metrics.db_clock_offset.set(self._db_offset)
+
+    def _db_now(self) -> datetime:
+        """Now on the database's clock, as the heartbeats measure it."""
+        return datetime.now(UTC) + timedelta(seconds=self._db_offset or 0.0)
+
+    def _owns(self, flight: InFlight) -> bool:
+        """Whether this process may still act as the attempt's owner (no database asked)."""
+        return not flight.control.abandon.is_set() and time.monotonic() < flight.lease_valid_until
 
     def _lose(self, flight: InFlight, why: str) -> None:
         if not flight.control.abandon.is_set():
@@ -350,16 +450,165 @@ class Worker:
             logger.warning("lease lost: %s", why, extra=self._log(flight.job, action="lease_lost"))
             flight.control.abandon.set()
 
-    def _heartbeat_loop(self) -> None:
-        while not self._stop.wait(self._config.heartbeat_seconds):
-            self.heartbeat_once()
-        # After stop() keep renewing the leases of attempts still running (drain).
-        while True:
+    def _expire_overdue(self) -> bool:
+        """A lease not renewed in time: hand every run over and pause claims until a heartbeat
+        round is answered again. True if runs were handed over."""
+        now = time.monotonic()
+        with self._lock:
+            live = [
+                f
+                for f in self._in_flight.values()
+                if not f.settled and not f.control.abandon.is_set()
+            ]
+        if not any(now >= f.lease_valid_until for f in live):
+            return False
+        if not self._sick.is_set():
+            self._sick.set()
+            self._metrics.claiming.set(0)
+            self._metrics.handovers.inc()
+            logger.error(
+                "leases could not be renewed in time: handing %d run(s) over, claims paused",
+                len(live),
+                extra={"worker_id": self.worker_id, "action": "hand_over"},
+            )
+        for flight in live:
+            self._lose(flight, "not renewed in time; left to the next owner")
             with self._lock:
-                if not self._in_flight:
+                self._to_release[id(flight)] = flight
+        return True
+
+    def _release_handed_over(self) -> None:
+        """Release the leases of handed-over attempts (bounded), so they are adoptable at once.
+
+        Their slots may still be finishing a Docker call: every owner write is fenced by the
+        lease token, and a create or start by ``still_owner``, which asks the database.
+        """
+        with self._lock:
+            ready = list(self._to_release.values())
+        if not ready:
+            return
+        try:
+            self._releases.run(
+                functools.partial(self._release_all, ready), self._config.heartbeat_timeout
+            )
+        except (CallBusy, CallTimedOut) as exc:
+            self._cut(self._releases.thread_id)
+            logger.warning(
+                "releasing handed-over runs is waiting on the database",
+                extra={"worker_id": self.worker_id, "error": str(exc)},
+            )
+
+    def _release_all(self, flights: list[InFlight]) -> None:
+        for flight in flights:
+            job = flight.job
+            try:
+                released = self._heartbeat_queue.release(job.job_id, job.lease_token)
+            except Exception as exc:
+                logger.warning(
+                    "release failed; retrying", extra=self._log(job, error=describe(exc))
+                )
+                continue
+            with self._lock:
+                self._to_release.pop(id(flight), None)
+            if released:
+                logger.info("handed-over run released", extra=self._log(job, action="released"))
+
+    def _bounded_round(self) -> None:
+        """One heartbeat round that may take ``heartbeat_timeout`` at most; one that does not
+        finish counts as not renewed, and the connection it waits on is cut."""
+        try:
+            answered = self._rounds.run(self.heartbeat_once, self._config.heartbeat_timeout)
+        except (CallBusy, CallTimedOut) as exc:
+            answered = False
+            cut = self._cut(self._rounds.thread_id)
+            logger.warning(
+                "heartbeat round not answered in time; counted as not renewed",
+                extra={"worker_id": self.worker_id, "error": str(exc), "connections_cut": cut},
+            )
+        except Exception as exc:
+            answered = False
+            logger.error(
+                "heartbeat round failed; counted as not renewed",
+                exc_info=exc,
+                extra={"worker_id": self.worker_id, "error": describe(exc)},
+            )
+        if not answered:
+            self._metrics.heartbeat_failures.inc()
+        elif self._sick.is_set():
+            self._sick.clear()
+            self._metrics.claiming.set(1)
+            logger.warning(
+                "heartbeats answered again: claims resume", extra={"worker_id": self.worker_id}
+            )
+
+    def _cut(self, thread_id: int | None = None, older_than: float | None = None) -> int:
+        """Cut the database connections held by a stuck thread, or busy for too long."""
+        cut = 0
+        for watch in self._watches:
+            if thread_id is not None:
+                cut += watch.cut(thread_id=thread_id)
+            if older_than is not None:
+                cut += watch.cut(older_than=older_than)
+        if cut:
+            self._metrics.connections_cut.inc(cut)
+            logger.warning(
+                "cut %d database connection(s) that stopped answering",
+                cut,
+                extra={"worker_id": self.worker_id},
+            )
+        return cut
+
+    def _heartbeat_loop(self) -> None:
+        """Supervise the leases: a bounded round every interval, leases not renewed in time
+        handed over, stuck connections cut. No exception ends it; it ends once stopped and
+        idle (after ``stop()`` the leases of attempts still running are renewed: drain)."""
+        next_round = time.monotonic()
+        stuck_after = self._config.statement_timeout_seconds + STUCK_SLACK_SECONDS
+        while True:
+            try:
+                with self._lock:
+                    idle = not self._in_flight
+                if self._stop.is_set() and idle:
                     return
-            time.sleep(self._config.heartbeat_seconds)
-            self.heartbeat_once()
+                due = time.monotonic() >= next_round
+                if due:
+                    next_round = time.monotonic() + self._config.heartbeat_seconds
+                    self._bounded_round()
+                if self._expire_overdue() or due:
+                    self._release_handed_over()
+                if self._config.statement_timeout_seconds > 0:
+                    self._cut(older_than=stuck_after)
+                pause = self._until_next_check(next_round)
+            except Exception:
+                self._metrics.loop_errors.labels(loop="heartbeat").inc()
+                logger.exception("heartbeat supervisor failed; carrying on")
+                pause = min(self._config.heartbeat_seconds, 1.0)
+            time.sleep(pause)
+
+    def _until_next_check(self, next_round: float) -> float:
+        """Sleep until the next round or the first lease to run out, at most a second."""
+        wake = next_round
+        with self._lock:
+            for flight in self._in_flight.values():
+                if not flight.settled and not flight.control.abandon.is_set():
+                    wake = min(wake, flight.lease_valid_until)
+        return min(max(wake - time.monotonic(), 0.01), 1.0)
+
+    def _loop_failed(self) -> None:
+        """An unexpected error in the claim loop: log it, count it, back off (capped)."""
+        self._metrics.loop_errors.labels(loop="claim").inc()
+        now = time.monotonic()
+        again = now - self._loop_failed_at < self._loop_backoff + 2 * self._config.poll_seconds + 1
+        self._loop_backoff = (
+            min(self._loop_backoff * 2, 30.0) if again else self._config.poll_seconds
+        )
+        self._loop_failed_at = now
+        logger.exception(
+            "claim loop failed; backing off %.1fs",
+            self._loop_backoff,
+            extra={"worker_id": self.worker_id},
+        )
+        self._stop.wait(self._loop_backoff)
 
     # --- execution ---
 
@@ -367,11 +616,82 @@ class Worker:
         current: InFlight | None = flight
         while current is not None:
             try:
+                self._arm(current)
                 self._execute_attempt(current)
-            except Exception:
-                logger.exception("attempt crashed in the worker", extra=self._log(current.job))
+            except Exception as exc:
+                self._crashed(current, exc)
             finally:
                 current = self._leave(current)
+
+    def _arm(self, flight: InFlight) -> None:
+        """Give the attempt its owner's hooks, and the lease the safety margin it keeps."""
+        job, control = flight.job, flight.control
+        margin = self._config.heartbeat_timeout
+        if self._db_offset is not None:
+            left = (job.locked_until - self._db_now()).total_seconds()
+            valid = time.monotonic() + left - margin
+        else:
+            valid = flight.lease_valid_until - margin
+        with self._lock:
+            flight.lease_valid_until = min(flight.lease_valid_until, valid)
+        control.still_owner = functools.partial(self._still_owner, flight)
+        control.clock = self._db_now
+        control.note = functools.partial(self._note, flight)
+        if control.logs is not None and not isinstance(control.logs, FencedLogSink):
+            control.logs = FencedLogSink(control.logs, functools.partial(self._owns, flight))
+
+    def _still_owner(self, flight: InFlight) -> bool:
+        """Asked before each Docker action: is the lease ours? The database's answer when it
+        gives one; when it cannot, the lease clock's (see docs/workers.md)."""
+        if not self._owns(flight):
+            return False
+        job = flight.job
+        try:
+            held = self._queue.lease_held(job.job_id, job.lease_token)
+        except Exception as exc:
+            # Only an expired lease is ever cleared by someone else, and ours has not expired
+            # on the lease clock; refusing would turn a database hiccup into a lost attempt.
+            logger.warning(
+                "could not confirm the lease; the lease clock says it holds",
+                extra=self._log(job, error=describe(exc)),
+            )
+            return self._owns(flight)
+        if not held:
+            self._lose(flight, "not held when checked before a Docker action")
+            return False
+        return self._owns(flight)
+
+    def _note(self, flight: InFlight, kind: str, data: dict[str, Any]) -> None:
+        """Record a run event for the attempt under its lease; never raises into the runner."""
+        if not self._owns(flight):
+            return
+        job = flight.job
+        try:
+            self._queue.record_event(job.job_id, job.lease_token, kind, data)
+        except Exception as exc:
+            logger.warning(
+                "could not record a run event",
+                extra=self._log(job, event=kind, error=describe(exc)),
+            )
+
+    def _crashed(self, flight: InFlight, exc: Exception) -> None:
+        """Settle an attempt the worker's own code raised on: a passing error gives the lease
+        back, anything else fails the run (it would crash the same way on every adoption)."""
+        job = flight.job
+        try:
+            logger.error(
+                "attempt crashed in the worker",
+                exc_info=exc,
+                extra=self._log(job, error=describe(exc)),
+            )
+            if flight.settled or flight.control.abandon.is_set():
+                return
+            if isinstance(exc, RunnerUnavailable) or classify(exc) is Failure.TRANSIENT:
+                self._release(flight, describe(exc))
+            else:
+                self._finalize(flight, crashed_outcome(exc))
+        except Exception:
+            logger.exception("could not settle a crashed attempt; its lease will run out")
 
     def _leave(self, flight: InFlight) -> InFlight | None:
         """Free the slot, or hand it to the job its finalize claimed (run in this thread)."""
@@ -456,6 +776,7 @@ class Worker:
             input=job.input,
             deadline_at=job.deadline_at,
         )
+        pause_point(BEFORE_CREATE)
         try:
             outcome = self._runner.run(spec, flight.control)
         except AttemptAbandoned:
@@ -464,14 +785,27 @@ class Worker:
         except RunnerUnavailable as exc:
             self._release(flight, str(exc))
             return
+        except Exception as exc:
+            logger.error(
+                "the runner crashed; failing the run",
+                exc_info=exc,
+                extra=self._log(job, error=describe(exc)),
+            )
+            outcome = crashed_outcome(exc)
         crash_point(BEFORE_FINALIZE)
         self._finalize(flight, outcome)
 
     def _mark_container_requested(self, flight: InFlight) -> bool:
-        """Record the start under the lease, retrying DB errors while the lease holds."""
+        """Record the start under the lease, retrying passing errors for at most a lease while
+        it holds; a cancel or the deadline arriving meanwhile ends the run without a start."""
         job = flight.job
         delay = 0.1
-        while not flight.control.abandon.is_set():
+        give_up_at = time.monotonic() + self._config.lease_seconds
+        while self._owns(flight):
+            ended = self._ended_before_start(flight)
+            if ended is not None:
+                self._finalize(flight, ended)
+                return False
             try:
                 if self._queue.mark_container_requested(job.job_id, job.lease_token):
                     return True
@@ -479,16 +813,36 @@ class Worker:
                     "lease lost before the start", extra=self._log(job, action="lease_lost")
                 )
                 return False
-            except _DB_ERRORS as exc:
-                if time.monotonic() + delay >= flight.lease_valid_until:
-                    # Unmarked and unowned: adoption puts it back without charging it.
+            except Exception as exc:
+                if classify(exc) is Failure.DETERMINISTIC:
+                    raise
+                if time.monotonic() + delay >= min(flight.lease_valid_until, give_up_at):
+                    # Unmarked: adoption puts it back without charging it.
                     logger.warning(
-                        "could not record the start", extra=self._log(job, error=str(exc))
+                        "could not record the start", extra=self._log(job, error=describe(exc))
                     )
+                    if self._owns(flight):
+                        self._release(flight, "the start could not be recorded")
                     return False
-                time.sleep(delay)
+                flight.control.abandon.wait(delay)
                 delay = min(delay * 2, 2.0)
         return False
+
+    def _ended_before_start(self, flight: InFlight) -> AttemptResult | None:
+        """The outcome of an attempt cancelled or past its deadline before its start."""
+        if flight.control.cancel.is_set():
+            return AttemptResult(
+                status=RunStatus.CANCELLED,
+                error_code=ErrorCode.CANCELLED,
+                error="cancelled before it started",
+            )
+        if self._db_now() >= flight.job.deadline_at:
+            return AttemptResult(
+                status=RunStatus.TIMED_OUT,
+                error_code=ErrorCode.TIMED_OUT,
+                error="the deadline passed before the container could be started",
+            )
+        return None
 
     def _release(self, flight: InFlight, why: str) -> None:
         """Decide nothing: give the lease back so adoption looks again later."""
@@ -498,10 +852,10 @@ class Worker:
         except _DB_ERRORS:
             logger.warning("release failed; the reaper will clear the lease", exc_info=True)
 
-    def _commit_outcome(self, flight: InFlight, outcome: AttemptResult) -> bool:
-        """FINALIZE; a one-queue worker that is not stopping claims the slot's next job in it."""
+    def _commit_outcome(self, flight: InFlight, outcome: AttemptResult, *, chain: bool) -> bool:
+        """FINALIZE, or with ``chain`` FINALIZE_AND_CLAIM: the slot's next job comes with it."""
         job = flight.job
-        if not self._chain or self._stop.is_set() or len(self._config.queues) != 1:
+        if not chain:
             return self._queue.finalize(job.job_id, job.lease_token, outcome)
         assert self._engine_id is not None
         owned, claimed = self._queue.finalize_and_claim(
@@ -517,35 +871,26 @@ class Worker:
         flight.next_job = claimed[0] if claimed else None
         return owned
 
+    def _may_chain(self) -> bool:
+        """A one-queue worker under ``run_forever`` that is neither stopping nor sick."""
+        return (
+            self._chain
+            and not self._stop.is_set()
+            and not self._sick.is_set()
+            and len(self._config.queues) == 1
+        )
+
     def _finalize(self, flight: InFlight, outcome: AttemptResult) -> None:
-        """Commit the outcome, retrying DB errors while the lease holds; then clean up."""
+        """Commit the outcome (or what can be stored instead), then clean up."""
         job = flight.job
-        delay = 0.1
         flight.finalizing = True
-        while True:
-            if flight.control.abandon.is_set():
-                logger.warning("not finalizing: lease lost", extra=self._log(job))
-                return
-            try:
-                owned = self._commit_outcome(flight, outcome)
-                break
-            except _DB_ERRORS as exc:
-                if time.monotonic() + delay >= flight.lease_valid_until:
-                    logger.warning(
-                        "finalize gave up; adoption will finish the run",
-                        extra=self._log(job, error=str(exc)),
-                    )
-                    return
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
-        if not owned:
-            self._metrics.leases_lost.inc()
-            logger.warning("lease lost before finalize", extra=self._log(job, action="lease_lost"))
+        committed = self._store(flight, outcome)
+        if committed is None:
             return
         flight.settled = True
         self.finalized += 1
         self._metrics.outcomes.labels(
-            status=outcome.status.value, error_code=outcome.error_code or ""
+            status=committed.status.value, error_code=committed.error_code or ""
         ).inc()
         self._metrics.attempts.observe(job.attempt)
         if job.started_at is not None:
@@ -553,6 +898,62 @@ class Worker:
             self._metrics.duration.observe(max(elapsed, 0.0))
         logger.info(
             "run finalized",
-            extra=self._log(job, action="finalized", status=outcome.status.value),
+            extra=self._log(job, action="finalized", status=committed.status.value),
         )
         self._cleaner.discard(job.run_id, job.attempt)
+
+    def _store(self, flight: InFlight, outcome: AttemptResult) -> AttemptResult | None:
+        """The outcome committed, or None (lease lost, or given up to adoption).
+
+        A passing error is retried for at most a lease while we own the attempt. A
+        deterministic one is never retried as is: the run is failed as ``internal_error``
+        with what can be stored (the streams as they are, cleaned, then none).
+        """
+        job = flight.job
+        plan = [(outcome, self._may_chain())]
+        if plan[0][1]:
+            plan.append((outcome, False))  # the refusal may be the claim's, not the outcome's
+        refused = False
+        give_up_at = time.monotonic() + self._config.lease_seconds
+        delay = 0.1
+        step = 0
+        while step < len(plan):
+            candidate, chain = plan[step]
+            if not self._owns(flight):
+                logger.warning("not finalizing: lease lost", extra=self._log(job))
+                return None
+            try:
+                owned = self._commit_outcome(flight, candidate, chain=chain)
+            except Exception as exc:
+                if classify(exc) is Failure.TRANSIENT:
+                    if time.monotonic() + delay >= min(flight.lease_valid_until, give_up_at):
+                        logger.warning(
+                            "finalize gave up; adoption will finish the run",
+                            extra=self._log(job, error=describe(exc)),
+                        )
+                        if self._owns(flight):
+                            self._release(flight, "the outcome could not be committed")
+                        return None
+                    flight.control.abandon.wait(delay)
+                    delay = min(delay * 2, 2.0)
+                    continue
+                logger.error(
+                    "the database refused the outcome",
+                    extra=self._log(job, error=describe(exc), step=step),
+                )
+                if not refused:
+                    refused = True
+                    self._metrics.unstorable_outcomes.inc()
+                    plan.extend((fallback, False) for fallback in unstorable_outcomes(outcome, exc))
+                step += 1
+                continue
+            if not owned:
+                self._metrics.leases_lost.inc()
+                logger.warning(
+                    "lease lost before finalize", extra=self._log(job, action="lease_lost")
+                )
+                return None
+            return candidate
+        logger.critical("no outcome could be stored; releasing the lease", extra=self._log(job))
+        self._release(flight, "no outcome could be stored")
+        return None
