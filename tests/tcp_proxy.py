@@ -75,7 +75,7 @@ class BlackHoleProxy:
                 continue
             try:
                 readable, _, _ = select.select([src], [], [], 0.05)
-                if not readable:
+                if not readable or self._holed.is_set():
                     continue
                 data = src.recv(65536)
                 if not data:
