@@ -10,8 +10,12 @@ from sqlalchemy import exc as sa
 from runyard.db_errors import Failure, classify, describe
 
 
-def _wrapped(cls: type[sa.DBAPIError], orig: Exception, **kw: bool) -> sa.DBAPIError:
-    return cls("SELECT :v", {"v": "secret value"}, orig, **kw)
+def _wrapped(
+    cls: type[sa.DBAPIError], orig: Exception, *, connection_invalidated: bool = False
+) -> sa.DBAPIError:
+    return cls(
+        "SELECT :v", {"v": "secret value"}, orig, connection_invalidated=connection_invalidated
+    )
 
 
 @pytest.mark.parametrize(
