@@ -1,65 +1,67 @@
-"""One call at a time on a helper thread, waited on for a bounded time."""
+"""Database calls the heartbeat supervisor starts and watches, but never waits on."""
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable
-from typing import Generic, TypeVar
 
-T = TypeVar("T")
-
-
-class CallBusy(Exception):
-    """The previous call has not returned yet; no new one was started."""
+logger = logging.getLogger(__name__)
 
 
-class CallTimedOut(Exception):
-    """The call did not return in time; it goes on in its thread, unwaited."""
+class OneAtATime:
+    """Runs a call on a fresh daemon thread, one at a time, without waiting for it.
 
-
-class _Outcome(Generic[T]):
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.value: T | None = None
-        self.error: BaseException | None = None
-
-
-class BoundedCall:
-    """Runs ``fn`` in a fresh daemon thread and waits at most ``timeout`` for it.
-
-    A call stuck on a silent peer cannot be interrupted from Python; the caller stops
-    waiting, and no second call starts until the stuck one returns, so threads do not pile
-    up. ``thread_id`` names the thread to unstick (its connection can be cut).
+    A call stuck on a silent peer cannot be interrupted from Python: its watcher asks how long
+    it has run (``busy_for``) and cuts its connection (``thread_id``). No second call starts
+    while one runs, so stuck threads never pile up.
     """
 
     def __init__(self, name: str) -> None:
         self._name = name
+        self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._started = 0.0
+        self._flagged = False
 
     @property
     def thread_id(self) -> int | None:
-        """The ident of the thread of a call still running, if any."""
-        thread = self._thread
+        """The ident of the running call's thread, if a call runs."""
+        with self._lock:
+            thread = self._thread
         return thread.ident if thread is not None and thread.is_alive() else None
 
-    def run(self, fn: Callable[[], T], timeout: float) -> T:
-        """``fn()``'s value or exception; ``CallTimedOut`` or ``CallBusy`` otherwise."""
-        if self.thread_id is not None:
-            raise CallBusy(self._name)
-        outcome: _Outcome[T] = _Outcome()
+    def start(self, fn: Callable[[], None]) -> bool:
+        """Start ``fn`` (which handles its own errors); False if the previous call still runs."""
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return False
+            self._thread = threading.Thread(target=self._guard, args=(fn,), name=self._name)
+            self._thread.daemon = True
+            self._started = time.monotonic()
+            self._flagged = False
+            self._thread.start()
+        return True
 
-        def target() -> None:
-            try:
-                outcome.value = fn()
-            except BaseException as exc:
-                outcome.error = exc
-            finally:
-                outcome.done.set()
+    def busy_for(self) -> float | None:
+        """Seconds the running call has run; None when none runs."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                return None
+            return time.monotonic() - self._started
 
-        self._thread = threading.Thread(target=target, name=self._name, daemon=True)
-        self._thread.start()
-        if not outcome.done.wait(timeout):
-            raise CallTimedOut(f"{self._name} did not return within {timeout:g}s")
-        if outcome.error is not None:
-            raise outcome.error
-        return outcome.value  # type: ignore[return-value]
+    def overdue(self, limit: float) -> bool:
+        """True once per call, when it has run longer than ``limit``."""
+        ran = self.busy_for()
+        with self._lock:
+            if ran is None or ran <= limit or self._flagged:
+                return False
+            self._flagged = True
+            return True
+
+    def _guard(self, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception:
+            logger.exception("%s failed", self._name)

@@ -40,7 +40,7 @@ from runyard.runner import (
     RunnerUnavailable,
 )
 from runyard.workers import WorkerRegistry
-from worker.bounded import BoundedCall, CallBusy, CallTimedOut
+from worker.bounded import OneAtATime
 from worker.cleanup import Cleaner
 from worker.db_guard import ConnectionWatch
 from worker.outcomes import crashed_outcome, unstorable_outcomes
@@ -193,8 +193,8 @@ class Worker:
         self._sick = threading.Event()
         # Database clock minus ours (seconds), from the last heartbeat; None until measured.
         self._db_offset: float | None = None
-        self._rounds = BoundedCall("runyard-heartbeat-round")
-        self._releases = BoundedCall("runyard-heartbeat-release")
+        self._rounds = OneAtATime("runyard-heartbeat-round")
+        self._releases = OneAtATime("runyard-heartbeat-release")
         # Attempts handed over for want of renewals, released once their slot has left.
         self._to_release: dict[int, InFlight] = {}
         self._loop_failed_at = 0.0
@@ -477,26 +477,16 @@ class Worker:
                 self._to_release[id(flight)] = flight
         return True
 
-    def _release_handed_over(self) -> None:
-        """Release the leases of handed-over attempts (bounded), so they are adoptable at once.
+    def _start_releases(self) -> None:
+        """Release the leases of handed-over attempts, so they are adoptable at once.
 
         Their slots may still be finishing a Docker call: every owner write is fenced by the
         lease token, and a create or start by ``still_owner``, which asks the database.
         """
         with self._lock:
             ready = list(self._to_release.values())
-        if not ready:
-            return
-        try:
-            self._releases.run(
-                functools.partial(self._release_all, ready), self._config.heartbeat_timeout
-            )
-        except (CallBusy, CallTimedOut) as exc:
-            self._cut(self._releases.thread_id)
-            logger.warning(
-                "releasing handed-over runs is waiting on the database",
-                extra={"worker_id": self.worker_id, "error": str(exc)},
-            )
+        if ready:
+            self._releases.start(functools.partial(self._release_all, ready))
 
     def _release_all(self, flights: list[InFlight]) -> None:
         for flight in flights:
@@ -513,18 +503,19 @@ class Worker:
             if released:
                 logger.info("handed-over run released", extra=self._log(job, action="released"))
 
-    def _bounded_round(self) -> None:
-        """One heartbeat round that may take ``heartbeat_timeout`` at most; one that does not
-        finish counts as not renewed, and the connection it waits on is cut."""
-        try:
-            answered = self._rounds.run(self.heartbeat_once, self._config.heartbeat_timeout)
-        except (CallBusy, CallTimedOut) as exc:
-            answered = False
-            cut = self._cut(self._rounds.thread_id)
+    def _start_round(self) -> None:
+        """Start a heartbeat round on its own thread; one still running counts as failed."""
+        if not self._rounds.start(self._round):
+            self._metrics.heartbeat_failures.inc()
             logger.warning(
-                "heartbeat round not answered in time; counted as not renewed",
-                extra={"worker_id": self.worker_id, "error": str(exc), "connections_cut": cut},
+                "the previous heartbeat round is still waiting on the database;"
+                " counted as not renewed",
+                extra={"worker_id": self.worker_id},
             )
+
+    def _round(self) -> None:
+        try:
+            answered = self.heartbeat_once()
         except Exception as exc:
             answered = False
             logger.error(
@@ -540,6 +531,20 @@ class Worker:
             logger.warning(
                 "heartbeats answered again: claims resume", extra={"worker_id": self.worker_id}
             )
+
+    def _cut_overdue_calls(self) -> None:
+        """A round or release that has not answered within the round timeout is waiting on a
+        silent connection: cut it, so the call fails and the next one connects afresh."""
+        limit = self._config.heartbeat_timeout
+        for calls, what in ((self._rounds, "heartbeat round"), (self._releases, "release")):
+            if calls.overdue(limit):
+                cut = self._cut(calls.thread_id)
+                logger.warning(
+                    "%s not answered within %gs; counted as not renewed",
+                    what,
+                    limit,
+                    extra={"worker_id": self.worker_id, "connections_cut": cut},
+                )
 
     def _cut(self, thread_id: int | None = None, older_than: float | None = None) -> int:
         """Cut the database connections held by a stuck thread, or busy for too long."""
@@ -559,8 +564,9 @@ class Worker:
         return cut
 
     def _heartbeat_loop(self) -> None:
-        """Supervise the leases: a bounded round every interval, leases not renewed in time
-        handed over, stuck connections cut. No exception ends it; it ends once stopped and
+        """Supervise the leases: a round every interval on its own thread, leases not renewed
+        in time handed over, calls that do not answer cut. It waits on no database call, so
+        a silent connection cannot hold it; no exception ends it. It ends once stopped and
         idle (after ``stop()`` the leases of attempts still running are renewed: drain)."""
         next_round = time.monotonic()
         stuck_after = self._config.statement_timeout_seconds + STUCK_SLACK_SECONDS
@@ -570,12 +576,13 @@ class Worker:
                     idle = not self._in_flight
                 if self._stop.is_set() and idle:
                     return
+                self._cut_overdue_calls()
                 due = time.monotonic() >= next_round
                 if due:
                     next_round = time.monotonic() + self._config.heartbeat_seconds
-                    self._bounded_round()
+                    self._start_round()
                 if self._expire_overdue() or due:
-                    self._release_handed_over()
+                    self._start_releases()
                 if self._config.statement_timeout_seconds > 0:
                     self._cut(older_than=stuck_after)
                 pause = self._until_next_check(next_round)
@@ -586,13 +593,18 @@ class Worker:
             time.sleep(pause)
 
     def _until_next_check(self, next_round: float) -> float:
-        """Sleep until the next round or the first lease to run out, at most a second."""
+        """Until the next round, the first lease to run out or a call's deadline (<= 1 s)."""
+        now = time.monotonic()
         wake = next_round
         with self._lock:
             for flight in self._in_flight.values():
                 if not flight.settled and not flight.control.abandon.is_set():
                     wake = min(wake, flight.lease_valid_until)
-        return min(max(wake - time.monotonic(), 0.01), 1.0)
+        for calls in (self._rounds, self._releases):
+            ran = calls.busy_for()
+            if ran is not None and ran <= self._config.heartbeat_timeout:
+                wake = min(wake, now + self._config.heartbeat_timeout - ran)
+        return min(max(wake - now, 0.01), 1.0)
 
     def _loop_failed(self) -> None:
         """An unexpected error in the claim loop: log it, count it, back off (capped)."""
