@@ -540,7 +540,7 @@ class Worker:
             if calls.overdue(limit):
                 cut = self._cut(calls.thread_id)
                 logger.warning(
-                    "%s not answered within %gs; counted as not renewed",
+                    "%s not answered within %gs; its connection is cut",
                     what,
                     limit,
                     extra={"worker_id": self.worker_id, "connections_cut": cut},
