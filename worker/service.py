@@ -195,7 +195,7 @@ class Worker:
         self._db_offset: float | None = None
         self._rounds = OneAtATime("runyard-heartbeat-round")
         self._releases = OneAtATime("runyard-heartbeat-release")
-        # Attempts handed over for want of renewals, released once their slot has left.
+        # Attempts handed over for want of renewals whose release the database has not answered.
         self._to_release: dict[int, InFlight] = {}
         self._loop_failed_at = 0.0
         self._loop_backoff = config.poll_seconds
