@@ -208,12 +208,21 @@ class ToolRunJob(Base):
 
 
 class ToolRunEvent(Base):
-    """One append-only event of a run; ``id`` is global and doubles as the SSE event id."""
+    """One append-only event of a run; ``id`` is global and doubles as the SSE event id.
+
+    Readers order a run's events by ``(xact_id, id)``, not by ``id`` alone (EVENT_ORDER).
+    """
 
     __tablename__ = "tool_run_events"
-    __table_args__ = (Index("ix_tool_run_events_run_id_id", "run_id", "id"),)
+    __table_args__ = (Index("ix_tool_run_events_run_id_xact_id_id", "run_id", "xact_id", "id"),)
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    # The inserting transaction (pg_current_xact_id(), 0 for rows older than the column):
+    # ids are drawn before commit, so id order is not commit order, and a reader paging by
+    # id alone skips a row that commits after a later one.
+    xact_id: Mapped[int] = mapped_column(
+        BigInteger, server_default=text("CAST(CAST(pg_current_xact_id() AS text) AS bigint)")
+    )
     run_id: Mapped[uuid.UUID] = mapped_column(
         UUID(as_uuid=True), ForeignKey("tool_runs.id", ondelete="CASCADE")
     )
