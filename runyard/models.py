@@ -210,7 +210,7 @@ class ToolRunJob(Base):
 class ToolRunEvent(Base):
     """One append-only event of a run; ``id`` is global and doubles as the SSE event id.
 
-    Readers order a run's events by ``(xact_id, id)``, not by ``id`` alone (EVENT_ORDER).
+    Readers order a run's events by ``(xact_id, id)``, not by ``id`` alone (runyard.events_sql).
     """
 
     __tablename__ = "tool_run_events"
