@@ -691,7 +691,7 @@ class _Watch:
     def check(self) -> StopReason | None:
         """The reason to stop the container now, if any."""
         used = self.used_bytes()
-        if used is not None and used > self.limits.disk_mb << 20:
+        if used is not None and used >= self.limits.disk_mb << 20:
             return StopReason.DISK
         if self._idle is None:
             return None

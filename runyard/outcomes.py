@@ -100,7 +100,7 @@ def decide_exit(facts: ExitFacts, limits: ToolLimits) -> Verdict:
             ErrorCode.IDLE_TIMEOUT,
             f"the tool printed nothing for {limits.idle_timeout_seconds} s",
         )
-    over_disk = facts.disk_used_bytes is not None and facts.disk_used_bytes > limits.disk_mb << 20
+    over_disk = facts.disk_used_bytes is not None and facts.disk_used_bytes >= limits.disk_mb << 20
     if facts.stopped_for is StopReason.DISK or (over_disk and failed):
         return Verdict(
             RunStatus.FAILED,

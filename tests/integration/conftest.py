@@ -27,8 +27,8 @@ def queue(engine: Engine) -> JobQueue:
 
 @pytest.fixture(scope="session")
 def registry() -> ToolRegistry:
-    """The example registry shipped in tools/tools.toml."""
-    return load_registry(ROOT / "tools" / "tools.toml", Settings(database_url="unused"))
+    """The tests' registry: the shipped example tools plus test-only ones (tests/tools.toml)."""
+    return load_registry(ROOT / "tests" / "tools.toml", Settings(database_url="unused"))
 
 
 @pytest.fixture
