@@ -68,6 +68,6 @@ def test_reads__a_stored_result_deeper_than_any_bound_is_served(
 
     key = create_api_key(engine, "acme")
     assert client.post("/ui/login", data={"api_key": key, "next": "/ui/runs"}).status_code == 303
-    for page in ("/ui/runs", f"/ui/runs/{run_id}"):
-        response = client.get(page)
-        assert response.status_code == 200, (page, response.text[:500])
+    for path in ("/ui/runs", f"/ui/runs/{run_id}"):
+        answer = client.get(path)
+        assert answer.status_code == 200, (path, answer.text[:500])

@@ -50,6 +50,18 @@ class Sink:
         return True
 
 
+class TextSink(Sink):
+    """Keeps every chunk's text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    def write(self, stream: str, text: str, until: str) -> bool:
+        self.texts.append(text)
+        return True
+
+
 def _follow(payloads: Iterator[bytes], cap: int) -> tuple[Sink, int]:
     sink = Sink()
     follower = LogFollower(Container(payloads), "stdout", sink, cap)
@@ -82,27 +94,15 @@ def test_follower__memory_stays_at_one_flush_under_a_large_cap():
 
 def test_follower__binary_and_invalid_utf8_arrive_as_text():
     pieces = iter([b"\xff\xfe\x00binary\n", bytes(range(256)), b"tail\n"])
-    texts: list[str] = []
-
-    class Keep(Sink):
-        def write(self, stream: str, text: str, until: str) -> bool:
-            texts.append(text)
-            return True
-
-    LogFollower(Container(pieces), "stdout", Keep(), 1 << 20)._run()
-    joined = "".join(texts)
+    sink = TextSink()
+    LogFollower(Container(pieces), "stdout", sink, 1 << 20)._run()
+    joined = "".join(sink.texts)
     assert joined.startswith("\ufffd\ufffd\ufffdbinary\n") and joined.endswith("tail\n")
     assert "\x00" not in joined
 
 
 def test_follower__partial_entries_keep_no_timestamps_in_the_text():
     pieces = iter([b"a" * PIECE, b"b" * PIECE, b"end\n"])
-    texts: list[str] = []
-
-    class Keep(Sink):
-        def write(self, stream: str, text: str, until: str) -> bool:
-            texts.append(text)
-            return True
-
-    LogFollower(Container(pieces), "stdout", Keep(), 1 << 20)._run()
-    assert "".join(texts) == "a" * PIECE + "b" * PIECE + "end\n"
+    sink = TextSink()
+    LogFollower(Container(pieces), "stdout", sink, 1 << 20)._run()
+    assert "".join(sink.texts) == "a" * PIECE + "b" * PIECE + "end\n"
