@@ -16,7 +16,7 @@ import docker.errors
 import requests.exceptions
 from docker.types import DriverConfig, LogConfig, Mount, Ulimit
 
-from runyard.attempt_watch import IdleAction, IdleClock, measure
+from runyard.attempt_watch import AttemptWatch
 from runyard.capture import HeadTailBuffer
 from runyard.docker_outputs import (
     ContainerLogs,
@@ -287,13 +287,15 @@ class DockerRunner:
         )
         memory = f"{int(tool['memory_mb'])}m"
         nofile = int(tool.get("nofile_limit", 1024))
-        # No single file may pass the disk limit: the kernel enforces this one exactly.
-        fsize = int(tool.get("disk_mb") or DEFAULT_DISK_MB) << 20
+        # No single file may pass the disk limit (nor the /tmp size, if larger): the kernel
+        # enforces this one exactly, between two polls of the disk watch.
+        tmpfs_mb = int(tool.get("tmpfs_mb", 16))
+        fsize = max(int(tool.get("disk_mb") or DEFAULT_DISK_MB), tmpfs_mb) << 20
         host_config = self._api.create_host_config(
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             read_only=True,
-            tmpfs={"/tmp": f"rw,noexec,nosuid,nodev,size={int(tool.get('tmpfs_mb', 16))}m"},
+            tmpfs={"/tmp": f"rw,noexec,nosuid,nodev,size={tmpfs_mb}m"},
             network_mode="none",
             mem_limit=memory,
             memswap_limit=memory,
@@ -390,7 +392,7 @@ class DockerRunner:
         live = _LiveLogs(ContainerLogs(self._api, container_id), control.logs, cap)
         if not started_here:
             live.start()  # the previous owner was streaming: carry on at once
-        watch = _Watch(self, container_id, spec, control)
+        watch = self._watch(container_id, spec, control)
         try:
             stopped_for = self._wait(container_id, spec, control, live, watch)
         except BaseException:
@@ -405,7 +407,7 @@ class DockerRunner:
         spec: AttemptSpec,
         control: AttemptControl,
         live: _LiveLogs,
-        watch: _Watch,
+        watch: AttemptWatch,
     ) -> StopReason | None:
         """Wait for exit; stop the container on cancel, at the deadline, when it goes quiet
         for its idle limit, or kill it when it writes past its disk limit."""
@@ -440,7 +442,7 @@ class DockerRunner:
         return stopped_for
 
     def _check_running(
-        self, container_id: str, spec: AttemptSpec, control: AttemptControl, watch: _Watch
+        self, container_id: str, spec: AttemptSpec, control: AttemptControl, watch: AttemptWatch
     ) -> StopReason | None:
         """One round of the owner's checks on a container that was running a poll ago."""
         reason: StopReason | None = None
@@ -473,6 +475,47 @@ class DockerRunner:
             return finished_text
         return max(finished_text, last, key=timestamp_key)
 
+    def _watch(self, container_id: str, spec: AttemptSpec, control: AttemptControl) -> AttemptWatch:
+        """The disk and idle watches of an attempt; what they look at is found on first use."""
+        found: dict[str, Any] = {}
+
+        def attrs() -> dict[str, Any]:
+            if not found:
+                found.update(self._inspect(container_id) or {"Config": {}})
+            return found
+
+        def workdir() -> Path | None:
+            labels = attrs().get("Config", {}).get("Labels") or {}
+            return self.workdir_path(container_id, spec.container_name, labels)
+
+        def output_marker() -> object:
+            return self.output_marker(container_id, attrs().get("LogPath"))
+
+        return AttemptWatch(
+            ToolLimits.of(spec.tool),
+            workdir=workdir,
+            output_marker=output_marker,
+            note=control.note,
+            log_extra={"run_id": str(spec.run_id), "attempt": spec.attempt},
+        )
+
+    def output_marker(self, container_id: str, log_path: str | None) -> object:
+        """Something that changes whenever the container prints: the log file's size and
+        time where this host sees it, else the engine's last log entry (stamp and bytes;
+        output without newlines keeps one stamp, so the bytes are part of it)."""
+        if log_path:
+            try:
+                info = os.stat(log_path)
+                return (info.st_ino, info.st_size, info.st_mtime_ns)
+            except OSError:
+                pass
+        try:
+            return bytes(
+                self._api.logs(container_id, stdout=True, stderr=True, timestamps=True, tail=1)
+            )
+        except _TRANSPORT_ERRORS:
+            return None
+
     def last_log_stamp(self, container_id: str) -> str | None:
         """The engine timestamp of the container's last log entry, if it has one."""
         try:
@@ -495,12 +538,6 @@ class DockerRunner:
         if not mountpoint or not os.access(mountpoint, os.R_OK | os.X_OK):
             return None
         return Path(mountpoint)
-
-    def labels_of(self, container_id: str) -> dict[str, str]:
-        """The container's labels ({} if it is gone)."""
-        attrs = self._inspect(container_id)
-        labels = (attrs or {}).get("Config", {}).get("Labels") or {}
-        return {str(k): str(v) for k, v in labels.items()}
 
     def _is_running(self, container_id: str) -> bool:
         attrs = self._inspect(container_id)
@@ -537,7 +574,7 @@ class DockerRunner:
         control: AttemptControl,
         stopped_for: StopReason | None,
         live: _LiveLogs,
-        watch: _Watch,
+        watch: AttemptWatch,
     ) -> AttemptResult:
         attrs = self._inspect(container_id)
         if attrs is None or attrs["State"]["Status"] in _GOING:
@@ -571,7 +608,7 @@ class DockerRunner:
             stopped_for=stopped_for,
             cancel_requested=control.cancel.is_set(),
             # Only a failed exit can be explained by a fill (an adopter has no other proof).
-            disk_used_bytes=watch.used_bytes() if exit_code != 0 else None,
+            disk_used_bytes=watch.disk_used() if exit_code != 0 else None,
         )
         verdict = decide_exit(facts, watch.limits)
         if verdict.read_result:
@@ -646,69 +683,6 @@ class DockerRunner:
             if attempt not in found:
                 found[attempt] = ManagedAttempt(attempt[0], attempt[1], False)
         return list(found.values())
-
-
-class _Watch:
-    """The disk and idle watches of one attempt, run from the owner's poll loop."""
-
-    def __init__(
-        self, runner: DockerRunner, container_id: str, spec: AttemptSpec, control: AttemptControl
-    ) -> None:
-        self._runner = runner
-        self._container_id = container_id
-        self._spec = spec
-        self._control = control
-        self.limits = ToolLimits.of(spec.tool)
-        self._path: Path | None = None
-        self._resolved = False
-        idle = self.limits.idle_timeout_seconds
-        self._idle = IdleClock(float(idle), time.monotonic()) if idle else None
-        self._last_stamp: str | None = None
-        self._next_idle_poll = 0.0
-
-    def _workdir(self) -> Path | None:
-        if not self._resolved:
-            self._resolved = True
-            labels = self._runner.labels_of(self._container_id)
-            self._path = self._runner.workdir_path(
-                self._container_id, self._spec.container_name, labels
-            )
-            if self._path is None:
-                logger.warning(
-                    "cannot see /runyard of this attempt: disk_mb is enforced per file only",
-                    extra={"run_id": str(self._spec.run_id), "attempt": self._spec.attempt},
-                )
-        return self._path
-
-    def used_bytes(self) -> int | None:
-        """Bytes under the attempt's /runyard now (None if it cannot be seen from here)."""
-        path = self._workdir()
-        use = measure(path) if path is not None else None
-        if use is None:
-            return None
-        return use.bytes if not use.too_many_entries else (self.limits.disk_mb << 20) + 1
-
-    def check(self) -> StopReason | None:
-        """The reason to stop the container now, if any."""
-        used = self.used_bytes()
-        if used is not None and used >= self.limits.disk_mb << 20:
-            return StopReason.DISK
-        if self._idle is None:
-            return None
-        now = time.monotonic()
-        if now >= self._next_idle_poll:
-            self._next_idle_poll = now + min(1.0, self._idle.limit_seconds / 4)
-            stamp = self._runner.last_log_stamp(self._container_id)
-            if stamp is not None and stamp != self._last_stamp:
-                # A new last entry: the tool printed since the previous poll (or before the
-                # first one, which only makes the watch more patient).
-                self._idle.output_seen(now)
-                self._last_stamp = stamp
-        action = self._idle.check(now)
-        if action is IdleAction.WARN:
-            quiet = round(now - self._idle.last_output)
-            self._control.note("stale", {"quiet_seconds": quiet})
-        return StopReason.IDLE if action is IdleAction.STOP else None
 
 
 class _LiveLogs:

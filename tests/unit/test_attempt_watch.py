@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from runyard.attempt_watch import MAX_ENTRIES, IdleAction, IdleClock, measure
+from runyard.attempt_watch import MAX_ENTRIES, AttemptWatch, IdleAction, IdleClock, measure
+from runyard.outcomes import StopReason, ToolLimits
 
 
 def test_measure__counts_allocated_bytes_without_following_links(tmp_path: Path):
@@ -43,3 +44,35 @@ def test_idle_clock__warns_once_at_half_then_stops():
     assert clock.check(118.0) is IdleAction.STOP
     clock.output_seen(90.0)  # an older sighting never moves the clock back
     assert clock.check(118.0) is IdleAction.STOP
+
+
+def _watch(
+    tmp_path: Path, markers: list[object], now: list[float], notes: list[str]
+) -> AttemptWatch:
+    return AttemptWatch(
+        ToolLimits(timeout_seconds=60, memory_mb=64, disk_mb=1, idle_timeout_seconds=8),
+        workdir=lambda: tmp_path,
+        output_marker=lambda: markers[0],
+        note=lambda kind, data: notes.append(kind),
+        log_extra={},
+        clock=lambda: now[0],
+    )
+
+
+def test_attempt_watch__output_resets_idle_and_a_fill_stops(tmp_path: Path):
+    markers: list[object] = [("log", 1)]
+    now: list[float] = [0.0]
+    notes: list[str] = []
+    watch = _watch(tmp_path, markers, now, notes)
+    assert watch.check() is None
+    now[0] = 4.0
+    assert watch.check() is None and notes == ["stale"]
+    markers[0] = ("log", 2)  # the tool printed
+    now[0] = 11.0
+    assert watch.check() is None
+    now[0] = 15.0
+    assert watch.check() is None and notes == ["stale", "stale"]
+    now[0] = 19.0
+    assert watch.check() is StopReason.IDLE
+    (tmp_path / "fill").write_bytes(b"x" * (1 << 20))
+    assert watch.check() is StopReason.DISK
