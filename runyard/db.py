@@ -15,6 +15,7 @@ from sqlalchemy import Engine, TextClause, create_engine
 from sqlalchemy.exc import DBAPIError
 
 from runyard.settings import normalize_database_url
+from runyard.tool_json import load_stored_json
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
@@ -33,6 +34,8 @@ def make_engine(
         max_overflow=max_overflow,
         pool_pre_ping=pre_ping,
         pool_recycle=1800,
+        # Every jsonb value read passes the read-side gate: a stored row is always servable.
+        json_deserializer=load_stored_json,
     )
 
 
