@@ -94,7 +94,7 @@ def _parse_docker_time(value: str | None) -> datetime | None:
 
 
 class DockerRunner:
-    """Runs attempts as containers named ``runyard-{run_id}-{attempt}`` (DESIGN §5)."""
+    """Runs attempts as hardened, labelled containers (docs/runner-contract.md)."""
 
     def __init__(
         self,
@@ -264,7 +264,7 @@ class DockerRunner:
         return None
 
     def _create_args(self, spec: AttemptSpec) -> dict[str, Any]:
-        """The container's configuration: DESIGN §5's labels, env and hardening flags."""
+        """The container's configuration: the contract's labels, env and hardening flags."""
         tool = spec.tool
         name = spec.container_name
         labels = {

@@ -175,11 +175,14 @@ def _seconds_to_final(cluster: Cluster, run_id: uuid.UUID) -> float:
     return float(took)
 
 
+@pytest.mark.parametrize("inputs", ["upload", "host"])
 def test_hostile_tools__each_ends_as_documented_and_the_worker_stays_healthy(
-    cluster: Cluster, api: TestClient, tmp_path: Path
+    cluster: Cluster, api: TestClient, tmp_path: Path, inputs: str
 ):
     free_before = _free_bytes()
-    cluster.start_worker("w-hostile", concurrency=4, RUNYARD_STOP_GRACE_SECONDS="2")
+    workdirs = tmp_path / "attempts"
+    extra = {"RUNYARD_HOST_WORKDIR_ROOT": str(workdirs)} if inputs == "host" else {}
+    cluster.start_worker("w-hostile", concurrency=4, RUNYARD_STOP_GRACE_SECONDS="2", **extra)
     headers = bearer(cluster.engine, "acceptance")
     pid = cluster.procs["w-hostile"].pid
     submitted: dict[uuid.UUID, Hostile] = {}
@@ -204,7 +207,7 @@ def test_hostile_tools__each_ends_as_documented_and_the_worker_stays_healthy(
         row = cluster.run_row(run_id)
         took = _seconds_to_final(cluster, run_id)
         report.append(f"{hostile.name}: {row.status}/{row.error_code} in {took:.1f} s")
-    print("\n".join(report))  # noqa: T201
+    print("\n".join(report))  # noqa: T201 (each class, its outcome and time to final)
     for run_id, hostile in submitted.items():
         row = cluster.run_row(run_id)
         took = _seconds_to_final(cluster, run_id)
@@ -223,5 +226,6 @@ def test_hostile_tools__each_ends_as_documented_and_the_worker_stays_healthy(
     assert "stale" in [kind for kind, _ in events_of(cluster.engine, silence)]
     assert rss.peak_kb < 200 * 1024, f"worker RSS peaked at {rss.peak_kb} kB"
     cluster.check_invariants(leak_timeout=90)
+    if inputs == "host":
+        cluster.wait_for(lambda: not list(workdirs.iterdir()), 30, "work directories removed")
     assert _free_bytes() > free_before - (256 << 20)
-    print("\n".join(report))  # noqa: T201 (the closing note quotes these)
