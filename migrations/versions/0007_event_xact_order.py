@@ -4,7 +4,7 @@
 column default, so no writer names it. Readers deliver a run's events ordered by
 ``(xact_id, id)`` and only those whose transaction is older than every transaction still in
 progress, so a row that commits late never lands behind a reader's cursor
-(docs/decisions/0001-event-delivery-order.md).
+(docs/decisions/0007-event-delivery-order.md).
 
 Rows already there read as ``xact_id = 0``: a constant default adds the column without
 rewriting the table, they keep their id order and come before every later row, and an event
