@@ -19,7 +19,7 @@ from api.openapi import install_openapi
 from api.problems import install_problem_handlers
 from api.routes import events, health, metrics, runs, tools
 from api.ui.context import install_ui
-from runyard.db import make_engine
+from runyard.db import DbTimeouts, make_engine
 from runyard.docker_runner import DockerRunner
 from runyard.notify import RunNotifier
 from runyard.queue import AdmissionCaps, ApiQueue
@@ -59,13 +59,19 @@ def create_app(
     or a Docker runner built from the environment.
     """
 
+    # No API statement waits for a run (``?wait`` and SSE sleep on LISTEN between short
+    # reads), so the API gets the same statement and lock timeouts as the worker.
+    timeouts = DbTimeouts.from_settings(settings)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own_engine = engine is None
         db = (
             engine
             if engine is not None
-            else make_engine(settings.database_url, pool_size=settings.api_db_pool_size)
+            else make_engine(
+                settings.database_url, pool_size=settings.api_db_pool_size, timeouts=timeouts
+            )
         )
         queue = ApiQueue(
             db,
@@ -124,7 +130,7 @@ def create_app(
         description=DESCRIPTION,
         lifespan=lifespan,
     )
-    install_problem_handlers(app)
+    install_problem_handlers(app, db_retry_after_seconds=settings.db_retry_after_seconds)
     app.add_middleware(
         RequestGuard,
         max_body_bytes=settings.max_request_bytes,
