@@ -17,6 +17,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from runyard.settings import Settings, normalize_database_url
+from runyard.tool_json import load_stored_json
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
@@ -105,6 +106,8 @@ def make_engine(
         pool_recycle=1800,
         pool_timeout=timeouts.pool_seconds,
         connect_args=libpq_params(timeouts, url_options if isinstance(url_options, str) else None),
+        # Every jsonb value read passes the read-side gate: a stored row is always servable.
+        json_deserializer=load_stored_json,
     )
 
 

@@ -39,7 +39,7 @@ NAMING_CONVENTION = {
 
 
 class RunStatus(enum.StrEnum):
-    """Status of a run and of its job (ADR-0062); the last four are terminal."""
+    """Status of a run and of its job; the last four are terminal."""
 
     QUEUED = "queued"
     RUNNING = "running"
@@ -152,7 +152,7 @@ class TenantRunCount(Base):
 
 
 class ToolRunJob(Base):
-    """The queue entry of a run (ADR-0062 §1) plus the fencing and adoption columns."""
+    """The queue entry of a run, with its lease, fencing and adoption columns."""
 
     __tablename__ = "tool_run_jobs"
     __table_args__ = (

@@ -80,6 +80,7 @@ class Settings(BaseSettings):
     max_memory_mb: int = Field(default=4096, ge=6)
     max_cpus: float = Field(default=4.0, gt=0)
     max_pids: int = Field(default=1024, ge=1)
+    max_disk_mb: int = Field(default=10240, ge=1)
     stdout_cap_bytes: int = Field(default=1_048_576, ge=1024)
     result_cap_bytes: int = Field(default=1_048_576, ge=1024)
     stop_grace_seconds: float = Field(default=5.0, ge=0)
