@@ -37,9 +37,6 @@ class Settings(BaseSettings):
     reaper_metrics_port: int = Field(default=0, ge=0, le=65535)
     metrics_host: str = "127.0.0.1"
     sweep_grace_seconds: float = Field(default=60.0, ge=0)
-    # Server-side timeout of a worker's statements (0: none); a connection still busy 5 s
-    # past it is taken for dead and cut.
-    worker_statement_timeout_seconds: float = Field(default=30.0, ge=0, le=3600)
 
     tools_file: Path = Path("tools/tools.toml")
     api_host: str = "127.0.0.1"
@@ -49,6 +46,17 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(default=1_048_576, ge=1024)
     max_json_depth: int = Field(default=64, ge=2, le=512)
     api_db_pool_size: int = Field(default=10, ge=1, le=500)
+
+    # A sick database fails fast instead of hanging (docs/operations.md, "When the database
+    # is sick"). libpq counts whole seconds, 2 at least.
+    db_connect_timeout_seconds: int = Field(default=5, ge=2, le=300)
+    db_keepalives_idle_seconds: int = Field(default=10, ge=1, le=3600)
+    db_keepalives_interval_seconds: int = Field(default=5, ge=1, le=600)
+    db_keepalives_count: int = Field(default=3, ge=1, le=100)
+    db_statement_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+    db_lock_timeout_seconds: float = Field(default=5.0, gt=0, le=3600)
+    db_pool_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
+    db_retry_after_seconds: int = Field(default=2, ge=1, le=3600)
 
     # The dashboard under /ui: an API key becomes a signed, HttpOnly session cookie.
     ui_enabled: bool = True
@@ -74,6 +82,7 @@ class Settings(BaseSettings):
     max_memory_mb: int = Field(default=4096, ge=6)
     max_cpus: float = Field(default=4.0, gt=0)
     max_pids: int = Field(default=1024, ge=1)
+    max_disk_mb: int = Field(default=10240, ge=1)
     stdout_cap_bytes: int = Field(default=1_048_576, ge=1024)
     result_cap_bytes: int = Field(default=1_048_576, ge=1024)
     stop_grace_seconds: float = Field(default=5.0, ge=0)
@@ -93,6 +102,16 @@ class Settings(BaseSettings):
             raise ValueError(
                 "RUNYARD_HEARTBEAT_SECONDS + RUNYARD_HEARTBEAT_TIMEOUT_SECONDS must be shorter"
                 " than RUNYARD_LEASE_SECONDS"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_lock_timeout(self) -> Settings:
+        # Postgres would never get to a lock timeout longer than the statement's own.
+        if self.db_lock_timeout_seconds > self.db_statement_timeout_seconds:
+            raise ValueError(
+                "RUNYARD_DB_LOCK_TIMEOUT_SECONDS must not exceed "
+                "RUNYARD_DB_STATEMENT_TIMEOUT_SECONDS"
             )
         return self
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
+import math
 import signal
 import sys
 import threading
@@ -12,46 +14,64 @@ from types import FrameType
 
 from sqlalchemy import Engine
 
-from runyard.db import make_engine
+from runyard.db import DbTimeouts, make_engine
 from runyard.docker_runner import DockerRunner
 from runyard.logs import configure
 from runyard.metrics import Metrics
 from runyard.queue import JobQueue
 from runyard.runner import RunnerUnavailable
 from runyard.settings import Settings
+from runyard.sweep import Sweeper
 from runyard.workers import WorkerRegistry, new_worker_id
-from worker.db_guard import guarded_url
 from worker.service import Worker, WorkerConfig
-from worker.sweep import Sweeper
 from worker.wakeup import Wakeups
 
 logger = logging.getLogger("worker")
 
 
+HEARTBEAT_POOL_SIZE = 2
+
+
+def heartbeat_timeouts(timeouts: DbTimeouts, round_timeout: float | None) -> DbTimeouts:
+    """The heartbeat pool's: statements and lock waits bounded by one heartbeat round, and a
+    connect no longer than that needs (libpq waits 2 s at least)."""
+    if round_timeout is None:
+        return timeouts
+    lock = timeouts.lock_seconds
+    return dataclasses.replace(
+        timeouts,
+        connect_seconds=min(timeouts.connect_seconds, max(2, math.ceil(round_timeout))),
+        statement_seconds=round_timeout,
+        lock_seconds=round_timeout if lock is None else min(lock, round_timeout),
+    )
+
+
 def worker_engines(
     database_url: str,
     concurrency: int,
+    timeouts: DbTimeouts | None = None,
     *,
-    statement_timeout: float = 30.0,
-    heartbeat_timeout: float = 5.0,
+    heartbeat_timeout: float | None = None,
 ) -> tuple[Engine, Engine]:
-    """The worker's pool (a connection per slot, the claim loop and the sweep) and the
-    heartbeat's own (renewals, releases of handed-over runs, the worker's row), each with
-    its statement timeout; no pre-ping: every passing database error of the worker is
+    """The worker's pool (a connection per slot, the claim loop and the sweep) and a small one
+    of its own for heartbeats, releases of handed-over runs and the worker's row, which the
+    slots can never exhaust: its users (the heartbeat rounds, the releases, start and stop)
+    hold one connection each at most, and its statements are bounded by
+    ``heartbeat_timeout``. No pre-ping: every passing database error of the worker is
     retried."""
     engine = make_engine(
-        guarded_url(database_url, statement_timeout=statement_timeout),
+        database_url,
         pool_size=concurrency + 2,
         max_overflow=concurrency,
         pre_ping=False,
+        timeouts=timeouts,
     )
     heartbeat_engine = make_engine(
-        guarded_url(
-            database_url, statement_timeout=heartbeat_timeout, connect_timeout=heartbeat_timeout
-        ),
-        pool_size=1,
-        max_overflow=1,
+        database_url,
+        pool_size=HEARTBEAT_POOL_SIZE,
+        max_overflow=0,
         pre_ping=False,
+        timeouts=heartbeat_timeouts(timeouts or DbTimeouts(), heartbeat_timeout),
     )
     return engine, heartbeat_engine
 
@@ -62,7 +82,7 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
     engine, heartbeat_engine = worker_engines(
         settings.database_url,
         slots,
-        statement_timeout=settings.worker_statement_timeout_seconds,
+        DbTimeouts.from_settings(settings),
         heartbeat_timeout=settings.heartbeat_round_timeout,
     )
     runner = DockerRunner.from_settings(settings)
@@ -74,7 +94,7 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
         poll_seconds=settings.worker_poll_seconds,
         sweep_interval_seconds=settings.sweep_interval_seconds,
         heartbeat_timeout_seconds=settings.heartbeat_round_timeout,
-        statement_timeout_seconds=settings.worker_statement_timeout_seconds,
+        statement_timeout_seconds=settings.db_statement_timeout_seconds,
     )
     queue = JobQueue(
         engine,

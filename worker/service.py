@@ -42,7 +42,7 @@ from runyard.runner import (
 from runyard.workers import WorkerRegistry
 from worker.bounded import OneAtATime
 from worker.cleanup import Cleaner
-from worker.db_guard import ConnectionWatch
+from worker.connection_watch import ConnectionWatch
 from worker.outcomes import crashed_outcome, unstorable_outcomes
 from worker.sweep import Sweeper
 
@@ -788,6 +788,9 @@ class Worker:
             input=job.input,
             deadline_at=job.deadline_at,
         )
+        if job.cancel_requested:
+            # Adopted after a cancel: a container a dead owner stopped for it ends cancelled.
+            flight.control.cancel.set()
         pause_point(BEFORE_CREATE)
         try:
             outcome = self._runner.run(spec, flight.control)

@@ -24,7 +24,7 @@ from tests.integration.test_api_helpers import run_status, wait_until
 from tests.integration.test_worker_loop import enqueue
 from tests.tcp_proxy import BlackHoleProxy
 from worker.__main__ import worker_engines
-from worker.db_guard import ConnectionWatch
+from worker.connection_watch import ConnectionWatch
 from worker.service import Worker, WorkerConfig
 
 LEASE, BEAT = 2.0, 0.4

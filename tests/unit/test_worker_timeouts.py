@@ -1,41 +1,28 @@
-"""The worker's connection settings: timeouts and keepalives, the operator's own kept."""
+"""The heartbeat's bounds: the round timeout, its default, and the heartbeat pool's timeouts."""
 
 from __future__ import annotations
 
 import pytest
-from sqlalchemy.engine import make_url
 
+from runyard.db import DbTimeouts
 from runyard.settings import Settings
-from worker.db_guard import guarded_url
+from worker.__main__ import heartbeat_timeouts
 from worker.service import WorkerConfig
 
 
-def test_guarded_url__adds_timeouts_and_keepalives():
-    url = make_url(guarded_url("postgres://u:p@db:5432/x", statement_timeout=30))
-    assert url.drivername == "postgresql+psycopg" and url.password == "p"
-    assert url.query["options"] == "-c statement_timeout=30000"
-    assert url.query["connect_timeout"] == "10"
-    assert url.query["keepalives"] == "1"
-    assert url.query["tcp_user_timeout"] == "35000"
-
-
-def test_guarded_url__the_operators_settings_win():
-    url = make_url(
-        guarded_url(
-            "postgresql://db/x?connect_timeout=3&options=-c%20statement_timeout%3D9",
-            statement_timeout=0.5,
-            connect_timeout=0.5,
-        )
+def test_heartbeat_timeouts__bounded_by_one_round():
+    base = DbTimeouts(connect_seconds=5, statement_seconds=30, lock_seconds=5)
+    bounded = heartbeat_timeouts(base, 0.5)
+    assert (bounded.statement_seconds, bounded.lock_seconds, bounded.connect_seconds) == (
+        0.5,
+        0.5,
+        2,  # libpq's floor
     )
-    assert url.query["connect_timeout"] == "3"
-    # libpq applies -c settings in order: the operator's, last, wins.
-    assert url.query["options"] == "-c statement_timeout=500 -c statement_timeout=9"
-
-
-def test_guarded_url__no_statement_timeout_and_a_two_second_connect_floor():
-    url = make_url(guarded_url("postgresql://db/x", statement_timeout=0, connect_timeout=0.2))
-    assert "options" not in url.query
-    assert url.query["connect_timeout"] == "2"
+    assert bounded.keepalives_idle_seconds == base.keepalives_idle_seconds
+    assert heartbeat_timeouts(base, 3.2).connect_seconds == 4
+    assert heartbeat_timeouts(base, 10).connect_seconds == 5  # never longer than configured
+    assert heartbeat_timeouts(DbTimeouts(), 2).lock_seconds == 2
+    assert heartbeat_timeouts(base, None) is base
 
 
 @pytest.mark.parametrize(

@@ -1,17 +1,15 @@
-"""Bounds on the worker's database connections: timeouts in the connection settings, and a
-watch that can cut a connection whose peer went silent.
+"""A watch over an engine's checked-out connections, to cut one whose peer went silent.
 
-A statement timeout only helps while the server answers, and TCP keepalives or
-``tcp_user_timeout`` only when packets go unacknowledged. A peer that accepts bytes and never
-replies (a hung proxy or pooler, a frozen server) leaves a thread blocked in ``recv`` for
-good; shutting the socket down from another thread is what wakes it, with an error the
-caller already handles as a lost connection.
+Timeouts in the connection settings (``runyard.db.DbTimeouts``) help while the server answers
+(a statement timeout) or while packets go unacknowledged (keepalives, ``tcp_user_timeout``).
+A peer that accepts bytes and never replies (a hung proxy or pooler, a frozen server) leaves
+a thread blocked in ``recv`` for good; shutting the socket down from another thread is what
+wakes it, with an error the caller already handles as a lost connection.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import socket
 import threading
@@ -20,43 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, event
-from sqlalchemy.engine import make_url
-
-from runyard.settings import normalize_database_url
 
 logger = logging.getLogger(__name__)
-
-CONNECT_TIMEOUT_SECONDS = 10.0
-# libpq's keepalives: an idle connection whose peer vanished is noticed within ~25 s.
-KEEPALIVES = {"keepalives": "1", "keepalives_idle": "10", "keepalives_interval": "5"}
-
-
-def guarded_url(
-    database_url: str,
-    *,
-    statement_timeout: float,
-    connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
-) -> str:
-    """The URL with a server-side statement timeout (0: none), a connect timeout, keepalives
-    and a TCP user timeout; settings already in the URL win."""
-    url = make_url(normalize_database_url(database_url))
-    query: dict[str, str | tuple[str, ...]] = dict(url.query)
-    # libpq rounds a connect timeout below 2 s up to 2 s.
-    connect = max(2, math.ceil(connect_timeout))
-    defaults = {
-        "connect_timeout": str(connect),
-        "tcp_user_timeout": str(int(max(statement_timeout, connect) * 1000) + 5000),
-        **KEEPALIVES,
-    }
-    for key, value in defaults.items():
-        query.setdefault(key, value)
-    if statement_timeout > 0:
-        ours = f"-c statement_timeout={max(1, int(statement_timeout * 1000))}"
-        theirs = query.get("options", "")
-        theirs = " ".join(theirs) if isinstance(theirs, tuple) else theirs
-        # A later -c of the same setting wins: an operator's own options come last.
-        query["options"] = f"{ours} {theirs}".strip()
-    return url.set(query=query).render_as_string(hide_password=False)
 
 
 @dataclass
