@@ -43,7 +43,7 @@ from runyard.workers import WorkerRegistry
 from worker.bounded import OneAtATime
 from worker.cleanup import Cleaner
 from worker.connection_watch import ConnectionWatch
-from worker.outcomes import crashed_outcome, unstorable_outcomes
+from worker.fallbacks import crashed_outcome, unstorable_outcomes
 from worker.sweep import Sweeper
 
 logger = logging.getLogger(__name__)

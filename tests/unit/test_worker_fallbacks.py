@@ -7,7 +7,7 @@ from sqlalchemy import exc as sa
 
 from runyard.models import RunStatus
 from runyard.runner import AttemptResult, ErrorCode
-from worker.outcomes import ERROR_CAP, crashed_outcome, storable_text, unstorable_outcomes
+from worker.fallbacks import ERROR_CAP, crashed_outcome, storable_text, unstorable_outcomes
 
 OUTCOME = AttemptResult(
     status=RunStatus.SUCCEEDED,
