@@ -1,12 +1,15 @@
-"""The interactive API docs at ``/docs`` (Swagger UI) and ``/redoc``, with their scripts and
-styles served by this app: the pages load nothing from any other host."""
+"""The interactive API docs at ``/docs`` (Swagger UI), its script and style served by this
+app: the page loads nothing from any other host.
+
+There is no ``/redoc``: ReDoc's bundle fetches its vendor's logo from the vendor's host.
+"""
 
 from __future__ import annotations
 
 from importlib import resources
 
 from fastapi import FastAPI, Request
-from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
@@ -16,11 +19,11 @@ SWAGGER_PARAMETERS = {"validatorUrl": None}
 
 
 def install_docs(app: FastAPI) -> None:
-    """Mount the bundled Swagger UI and ReDoc assets and the two pages that use them.
+    """Mount the bundled Swagger UI assets and the page that uses them.
 
     The app must be created with ``docs_url=None, redoc_url=None``.
     """
-    # The fastapi-offline distribution ships the assets (Swagger UI 5, ReDoc 2).
+    # The fastapi-offline distribution ships the assets (Swagger UI 5).
     assets = resources.files("fastapi_offline") / "static"
     app.mount(ASSETS_PREFIX, StaticFiles(directory=str(assets)), name="docs-assets")
 
@@ -37,15 +40,4 @@ def install_docs(app: FastAPI) -> None:
             swagger_css_url=f"{root}{ASSETS_PREFIX}/swagger-ui.css",
             swagger_favicon_url=f"{root}{ASSETS_PREFIX}/favicon.png",
             swagger_ui_parameters=SWAGGER_PARAMETERS,
-        )
-
-    @app.get("/redoc", include_in_schema=False)
-    async def redoc(request: Request) -> HTMLResponse:
-        root = base(request)
-        return get_redoc_html(
-            openapi_url=f"{root}{app.openapi_url}",
-            title=f"{app.title} - API reference",
-            redoc_js_url=f"{root}{ASSETS_PREFIX}/redoc.standalone.js",
-            redoc_favicon_url=f"{root}{ASSETS_PREFIX}/favicon.png",
-            with_google_fonts=False,
         )
