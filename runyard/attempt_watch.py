@@ -35,15 +35,17 @@ class DiskUse:
 
     bytes: int
     entries: int
+    max_entries: int = MAX_ENTRIES
 
     @property
     def too_many_entries(self) -> bool:
         """The walk met more entries than a tool may make."""
-        return self.entries > MAX_ENTRIES
+        return self.entries > self.max_entries
 
 
-def measure(root: Path) -> DiskUse | None:
-    """Allocated bytes under ``root`` (links are not followed), or None if it is gone."""
+def measure(root: Path, max_entries: int = MAX_ENTRIES) -> DiskUse | None:
+    """Allocated bytes under ``root`` (links are not followed), or None if it is gone; the
+    walk stops after ``max_entries`` entries."""
     total = entries = 0
     stack = [str(root)]
     try:
@@ -56,8 +58,8 @@ def measure(root: Path) -> DiskUse | None:
             with os.scandir(path) as listing:
                 for entry in listing:
                     entries += 1
-                    if entries > MAX_ENTRIES:
-                        return DiskUse(total, entries)
+                    if entries > max_entries:
+                        return DiskUse(total, entries, max_entries)
                     try:
                         info = entry.stat(follow_symlinks=False)
                     except FileNotFoundError:

@@ -24,6 +24,7 @@ from runyard.docker_outputs import (
     stored_logs,
     workdir_archive,
 )
+from runyard.engine_marker import EngineMarker
 from runyard.faults import AFTER_CREATE, crash_point
 from runyard.host_workdirs import HostWorkdirs
 from runyard.live_logs import LogFollower, timestamp_key
@@ -53,8 +54,6 @@ LABEL_TOOL = "io.runyard.tool"
 LABEL_DEADLINE = "io.runyard.deadline"
 # "host": /runyard is the attempt's host work directory, so its outputs can be read there.
 LABEL_WORKDIR = "io.runyard.workdir"
-ENGINE_MARKER_VOLUME = "runyard-engine-marker"
-LABEL_ENGINE_ID = "io.runyard.engine_id"
 WORKDIR = "/runyard"
 DEFAULT_DISK_MB = 1024
 POLL_SECONDS = 0.5
@@ -94,18 +93,19 @@ def _parse_docker_time(value: str | None) -> datetime | None:
 
 
 class DockerRunner:
-    """Runs attempts as containers named ``runyard-{run_id}-{attempt}`` (DESIGN §5)."""
+    """Runs attempts as hardened, labelled containers (docs/runner-contract.md)."""
 
     def __init__(
         self,
         client: docker.DockerClient,
         limits: DockerLimits | None = None,
         workdirs: HostWorkdirs | None = None,
+        marker: EngineMarker | None = None,
     ) -> None:
         self._client = client
         self._api = client.api
         self._limits = limits or DockerLimits()
-        self._engine_id: str | None = None
+        self._marker = marker or EngineMarker(client)
         # With ``workdirs`` the input is written on the host, not uploaded (host_workdirs.py).
         # ``_workdirs`` stays for the reads and the cleanup of attempts made that way, while
         # ``_input_dirs`` drops to None (uploads) for good if the engine cannot see them.
@@ -138,27 +138,8 @@ class DockerRunner:
     # --- identity ---
 
     def engine_id(self) -> str:
-        """The id stored in a labelled marker volume inside the engine, created on first use."""
-        if self._engine_id is not None:
-            return self._engine_id
-        try:
-            try:
-                volume = self._client.volumes.get(ENGINE_MARKER_VOLUME)
-            except docker.errors.NotFound:
-                # Creating an existing volume returns it unchanged, so racing workers agree.
-                self._client.volumes.create(
-                    ENGINE_MARKER_VOLUME,
-                    labels={LABEL_MANAGED: "true", LABEL_ENGINE_ID: uuid.uuid4().hex},
-                )
-                volume = self._client.volumes.get(ENGINE_MARKER_VOLUME)
-        except _TRANSPORT_ERRORS as exc:
-            raise RunnerUnavailable(f"cannot read the engine marker: {exc}") from exc
-        labels = volume.attrs.get("Labels") or {}
-        engine_id = labels.get(LABEL_ENGINE_ID)
-        if not engine_id:
-            raise RunnerUnavailable(f"volume {ENGINE_MARKER_VOLUME} exists without an engine id")
-        self._engine_id = str(engine_id)
-        return self._engine_id
+        """The id kept in the engine's marker (``runyard.engine_marker``), made on first use."""
+        return self._marker.engine_id()
 
     # --- lookup ---
 
@@ -264,7 +245,7 @@ class DockerRunner:
         return None
 
     def _create_args(self, spec: AttemptSpec) -> dict[str, Any]:
-        """The container's configuration: DESIGN §5's labels, env and hardening flags."""
+        """The container's configuration: the contract's labels, env and hardening flags."""
         tool = spec.tool
         name = spec.container_name
         labels = {

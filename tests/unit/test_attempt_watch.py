@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from runyard.attempt_watch import MAX_ENTRIES, AttemptWatch, IdleAction, IdleClock, measure
+from runyard.attempt_watch import AttemptWatch, IdleAction, IdleClock, measure
 from runyard.outcomes import StopReason, ToolLimits
 
 
@@ -23,10 +23,12 @@ def test_measure__counts_allocated_bytes_without_following_links(tmp_path: Path)
 
 
 def test_measure__stops_counting_past_the_entry_cap(tmp_path: Path):
-    for index in range(MAX_ENTRIES + 1):
+    for index in range(101):
         (tmp_path / str(index)).touch()
-    use = measure(tmp_path)
+    use = measure(tmp_path, max_entries=100)
     assert use is not None and use.too_many_entries
+    under = measure(tmp_path, max_entries=101)
+    assert under is not None and not under.too_many_entries and under.entries == 101
 
 
 def test_measure__a_missing_directory_is_none(tmp_path: Path):
