@@ -207,6 +207,7 @@ def test_hostile_tools__each_ends_as_documented_and_the_worker_stays_healthy(
         row = cluster.run_row(run_id)
         took = _seconds_to_final(cluster, run_id)
         report.append(f"{hostile.name}: {row.status}/{row.error_code} in {took:.1f} s")
+    report.append(f"worker peak RSS {rss.peak_kb / 1024:.1f} MB ({inputs} inputs)")
     print("\n".join(report))  # noqa: T201 (each class, its outcome and time to final)
     for run_id, hostile in submitted.items():
         row = cluster.run_row(run_id)
