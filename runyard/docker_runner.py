@@ -154,6 +154,13 @@ class DockerRunner:
         self._engine_id = str(engine_id)
         return self._engine_id
 
+    def ping(self) -> None:
+        """Ask the engine for ``/_ping``: the cheapest call that proves it answers."""
+        try:
+            self._api.ping()
+        except _TRANSPORT_ERRORS as exc:
+            raise RunnerUnavailable(f"the Docker engine does not answer: {exc}") from exc
+
     # --- lookup ---
 
     def _inspect(self, ref: str) -> dict[str, Any] | None:

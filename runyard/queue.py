@@ -38,6 +38,7 @@ from runyard.queue_sql import (
     PRUNE,
     QUEUE_DEPTH,
     RELEASE,
+    RELEASE_LATER,
     REQUEUE,
     REQUEUE_UNSTARTED,
     RUN_STATUS,
@@ -64,6 +65,7 @@ from runyard.queue_values import (
     Heartbeat,
     IdempotencyConflict,
     NewRun,
+    OrphanedJob,
     RequeueResult,
     SyncOrphan,
     SyncStart,
@@ -71,7 +73,7 @@ from runyard.queue_values import (
     enqueue_params,
     outcome_params,
 )
-from runyard.runner import AttemptResult
+from runyard.runner import AttemptResult, ErrorCode
 
 __all__ = [
     "AdmissionCaps",
@@ -84,6 +86,7 @@ __all__ = [
     "IdempotencyConflict",
     "JobQueue",
     "NewRun",
+    "OrphanedJob",
     "RequeueResult",
     "SyncOrphan",
     "SyncStart",
@@ -306,6 +309,43 @@ class JobQueue:
         """Give the lease back and keep the job running, so another worker adopts it at once."""
         return self._first(RELEASE, {"job_id": job_id, "token": token, "now": now}) is not None
 
+    def release_later(
+        self,
+        job_id: uuid.UUID,
+        token: uuid.UUID,
+        *,
+        delay_seconds: float,
+        reason: str,
+        now: datetime | None = None,
+    ) -> bool:
+        """Give the lease back; the job stays running, adoptable after ``delay_seconds``."""
+        params = {
+            "job_id": job_id,
+            "token": token,
+            "delay": max(delay_seconds, 0.0),
+            "reason": reason,
+            "now": now,
+        }
+        return self._first(RELEASE_LATER, params) is not None
+
+    def put_back(
+        self,
+        job_id: uuid.UUID,
+        token: uuid.UUID | None,
+        *,
+        charged: bool,
+        error: str,
+        now: datetime | None = None,
+    ) -> RequeueResult:
+        """An attempt no container will finish goes back to the queue (or ends cancelled or
+        failed): ``charged`` as a lost container (``requeue``), else uncharged
+        (``requeue_unstarted``, which applies only if no container was ever requested)."""
+        if not charged:
+            return self.requeue_unstarted(job_id, token, now=now)
+        return self.requeue(
+            job_id, token, error_code=ErrorCode.CONTAINER_LOST, error=error, now=now
+        )
+
     def append_log(
         self,
         job_id: uuid.UUID,
@@ -375,15 +415,24 @@ class JobQueue:
 
     def select_orphaned(
         self, *, dead_after_seconds: float, batch: int, now: datetime | None = None
-    ) -> list[uuid.UUID]:
+    ) -> list[OrphanedJob]:
         """Adoptable jobs whose engine has had no live worker for ``dead_after_seconds``."""
         with self._engine.connect() as conn:
-            return list(
-                conn.execute(
-                    SELECT_ORPHANED,
-                    {"dead_after": dead_after_seconds, "batch": batch, "now": now},
-                ).scalars()
+            rows = conn.execute(
+                SELECT_ORPHANED,
+                {"dead_after": dead_after_seconds, "batch": batch, "now": now},
+            ).all()
+        return [
+            OrphanedJob(
+                job_id=row.id,
+                run_id=row.run_id,
+                container_requested=bool(row.container_requested),
+                cancel_requested=bool(row.cancel_requested),
+                attempts_left=bool(row.attempts_left),
+                deadline_passed=bool(row.deadline_passed),
             )
+            for row in rows
+        ]
 
     def prune(self, *, retention_seconds: float, batch: int, now: datetime | None = None) -> int:
         """Delete the job rows and events of runs terminal for longer than the retention."""

@@ -101,15 +101,17 @@ FIND_IDEMPOTENT = _sql(
 )
 
 
-# Adoption first (same engine, lease cleared), then queued work. Both selections are
-# MATERIALIZED so the planner cannot re-run them and lock more rows than the limit. The
-# picked ids reach the UPDATEs and the final join as arrays and primary-key lookups, and one
-# queue is an equality, so the plan reads the partial indexes in order and stays flat
-# however deep the backlog is (a hash join over whole tables otherwise).
+# Adoption first (same engine, lease cleared, not held back by RELEASE_LATER), then queued
+# work. Both selections are MATERIALIZED so the planner cannot re-run them and lock more
+# rows than the limit. The picked ids reach the UPDATEs and the final join as arrays and
+# primary-key lookups, and one queue is an equality, so the plan reads the partial indexes
+# in order and stays flat however deep the backlog is (a hash join over whole tables
+# otherwise).
 _CLAIM_CTES: LiteralString = """
     adoptable AS MATERIALIZED (
         SELECT id FROM tool_run_jobs
         WHERE status = 'running' AND locked_until IS NULL AND engine_id = :engine_id
+          AND available_at <= {NOW}
         ORDER BY priority DESC, created_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
@@ -370,6 +372,29 @@ RELEASE = _sql(
 )
 
 
+# Engine trouble: the lease goes back, but no worker adopts the run before :delay seconds
+# (``available_at`` of a running job means "adoptable from"), so a worker whose engine keeps
+# failing writes one release per delay, not a release and an adoption per poll.
+RELEASE_LATER = _sql(
+    """
+    WITH job AS (
+        UPDATE tool_run_jobs
+        SET locked_by = NULL, locked_until = NULL, lease_token = NULL,
+            available_at = {NOW} + make_interval(secs => CAST(:delay AS double precision)),
+            updated_at = {NOW}
+        WHERE id = :job_id AND lease_token = :token AND status = 'running'
+        RETURNING run_id, attempts, available_at
+    )
+    INSERT INTO tool_run_events (run_id, at, type, data)
+    SELECT run_id, {NOW}, 'released',
+           jsonb_build_object('attempt', attempts, 'reason', CAST(:reason AS text),
+                              'adoptable_at', available_at)
+    FROM job
+    RETURNING run_id
+    """
+)
+
+
 CANCEL_QUEUED = _sql(
     """
     WITH job AS (
@@ -464,10 +489,15 @@ CLEAR_EXPIRED = _sql(
 )
 
 
-# Adoptable jobs whose engine has had no live worker for :dead_after seconds.
+# Adoptable jobs whose engine has had no live worker for :dead_after seconds, with the facts
+# the adoption rule needs (``runyard.adoption``).
 SELECT_ORPHANED = _sql(
     """
-    SELECT j.id FROM tool_run_jobs j
+    SELECT j.id, j.run_id, j.container_requested_at IS NOT NULL AS container_requested,
+           j.cancel_requested_at IS NOT NULL AS cancel_requested,
+           j.attempts < j.max_attempts AS attempts_left,
+           coalesce(j.deadline_at <= {NOW}, false) AS deadline_passed
+    FROM tool_run_jobs j
     WHERE j.status = 'running' AND j.locked_until IS NULL
       AND j.updated_at < {NOW} - make_interval(secs => CAST(:dead_after AS double precision))
       AND NOT EXISTS (

@@ -13,6 +13,7 @@ from runyard.runner import (
     AttemptSpec,
     ContainerState,
     ManagedAttempt,
+    RunnerUnavailable,
 )
 
 Handler = Callable[[AttemptSpec, AttemptControl], AttemptResult]
@@ -33,19 +34,28 @@ class FakeRunner:
         self.containers: dict[tuple[uuid.UUID, int], ContainerState] = {}
         self.started: list[tuple[uuid.UUID, int]] = []
         self.discarded: list[tuple[uuid.UUID, int]] = []
+        # Set: the engine answers nothing (ping, state and run raise RunnerUnavailable).
+        self.unreachable = threading.Event()
 
     def engine_id(self) -> str:
         """The fake engine's id."""
         return self._engine_id
 
+    def ping(self) -> None:
+        """Raise while ``unreachable`` is set."""
+        if self.unreachable.is_set():
+            raise RunnerUnavailable("the fake engine is unreachable")
+
     def state(self, run_id: uuid.UUID, attempt: int) -> ContainerState:
         """The remembered state, MISSING for unknown attempts."""
+        self.ping()
         with self._lock:
             return self.containers.get((run_id, attempt), ContainerState.MISSING)
 
     def run(self, spec: AttemptSpec, control: AttemptControl) -> AttemptResult:
         """Record the start, call the handler, mark the container exited."""
         key = (spec.run_id, spec.attempt)
+        self.ping()
         with self._lock:
             if key not in self.containers:
                 self.started.append(key)

@@ -49,6 +49,8 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
         heartbeat_seconds=settings.heartbeat_interval,
         poll_seconds=settings.worker_poll_seconds,
         sweep_interval_seconds=settings.sweep_interval_seconds,
+        engine_backoff_base_seconds=settings.engine_backoff_base_seconds,
+        engine_backoff_max_seconds=settings.engine_backoff_max_seconds,
     )
     queue = JobQueue(
         engine,

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from runyard.adoption import Action, AdoptionFacts, Verdict, decide
 from runyard.faults import BEFORE_FINALIZE, crash_point
 from runyard.metrics import Metrics
 from runyard.models import RunStatus
@@ -29,6 +30,7 @@ from runyard.runner import (
 )
 from runyard.workers import WorkerRegistry
 from worker.cleanup import Cleaner
+from worker.engine_health import EngineHealth
 from worker.sweep import Sweeper
 
 logger = logging.getLogger(__name__)
@@ -47,6 +49,9 @@ class WorkerConfig:
     poll_seconds: float = 1.0
     queues: tuple[str, ...] = ("default",)
     sweep_interval_seconds: float = 60.0
+    # While the engine does not answer: probes (and re-adoptions) back off from base to max.
+    engine_backoff_base_seconds: float = 1.0
+    engine_backoff_max_seconds: float = 30.0
 
 
 @dataclass
@@ -137,6 +142,15 @@ class Worker:
         self._stop = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
         self._engine_id: str | None = None
+        self._health = EngineHealth(
+            runner.ping,
+            worker_id=config.worker_id,
+            base_seconds=config.engine_backoff_base_seconds,
+            max_seconds=config.engine_backoff_max_seconds,
+            metrics=self._metrics,
+            on_change=self._engine_changed,
+        )
+        self._forever = False
         # Under ``run_forever`` a slot's finalize also claims its next job (see ``_finalize``).
         self._chain = False
         self.finalized = 0
@@ -145,6 +159,11 @@ class Worker:
     def worker_id(self) -> str:
         """This process's worker id."""
         return self._config.worker_id
+
+    @property
+    def engine_healthy(self) -> bool:
+        """False from a failed engine probe until one succeeds: no claims, no liveness."""
+        return self._health.healthy
 
     def _log(self, job: ClaimedJob, **more: object) -> dict[str, object]:
         return {
@@ -179,6 +198,9 @@ class Worker:
         free = self.free_slots()
         if free <= 0 or self._stop.is_set():
             return ClaimRound(claimed=0, adopted=0, free_slots=max(free, 0))
+        # A claim charges an attempt: make it only when the engine has just answered.
+        if not self._health.check():
+            return ClaimRound(claimed=0, adopted=0, free_slots=free)
         jobs = self._claim(free)
         for job in jobs:
             flight = self._take(job)
@@ -246,20 +268,41 @@ class Worker:
             time.sleep(0.05)
 
     def run_forever(self) -> None:
-        """Claim whenever slots are free until ``stop()``; then hand over and exit."""
+        """Claim for free slots while the engine answers (else probe it with backoff)."""
         self.start()
-        self._chain = True
+        self._forever = True
+        self._chain = self._health.healthy
         while not self._stop.is_set():
+            if not self._health.healthy:
+                # New-job wake-ups do not cut a backoff short: only stop() does.
+                if self._stop.wait(self._health.next_delay()) or not self._health.check():
+                    continue
             try:
                 self.run_once()
-                self._maybe_sweep()
+                if self._health.healthy:
+                    self._maybe_sweep()
             except _DB_ERRORS as exc:
                 logger.warning("claim failed; retrying", extra={"error": str(exc)})
             except RunnerUnavailable as exc:
-                logger.warning("engine unavailable; backing off", extra={"error": str(exc)})
+                logger.warning("engine call failed; probing", extra={"error": str(exc)})
+                self._health.check()
+            if not self._health.healthy:
+                continue
             # Polling is the source of truth; a notification or a freed slot cuts it short.
             self._wake.wait(self._config.poll_seconds * random.uniform(0.8, 1.2))
             self._wake.clear()
+
+    def _engine_changed(self, healthy: bool) -> None:
+        """Chain claims and report liveness only while the engine answers."""
+        answers = self._health.healthy  # the latest word, whichever thread reported last
+        self._chain = self._forever and answers
+        if answers and self._registry is not None:
+            # At once: a reaper must not find the engine dead in the gap before a heartbeat.
+            try:
+                self._registry.seen(self.worker_id)
+            except _DB_ERRORS:
+                logger.warning("could not record worker liveness", exc_info=True)
+        self._wake.set()
 
     def notify_job(self) -> None:
         """A job may be waiting: claim now rather than at the next poll."""
@@ -338,7 +381,7 @@ class Worker:
             if beat.cancel_requested and not flight.control.cancel.is_set():
                 logger.info("cancel requested", extra=self._log(job, action="cancel"))
                 flight.control.cancel.set()
-        if self._registry is not None:
+        if self._registry is not None and self.engine_healthy:
             try:
                 self._registry.seen(self.worker_id)
             except _DB_ERRORS:
@@ -414,28 +457,17 @@ class Worker:
                 self._release(flight, f"engine unavailable: {exc}")
                 return
             self._metrics.adoptions.labels(outcome=state.value).inc()
-            if state is ContainerState.MISSING and not job.container_requested:
-                self._metrics.requeues.labels(reason="unstarted").inc()
-                result = self._queue.requeue_unstarted(job.job_id, job.lease_token)
-                logger.info(
-                    "attempt never began; requeued without charge",
-                    extra=self._log(job, action="requeued", status=str(result.status)),
+            verdict = decide(
+                AdoptionFacts(
+                    container=state,
+                    container_requested=job.container_requested,
+                    cancel_requested=job.cancel_requested,
+                    deadline_passed=flight.control.clock() >= job.deadline_at,
+                    attempts_left=job.attempt < job.max_attempts,
                 )
-                return
-            if state in (ContainerState.MISSING, ContainerState.CREATED):
-                self._metrics.requeues.labels(reason=ErrorCode.CONTAINER_LOST.value).inc()
-                if state is ContainerState.CREATED:
-                    self._runner.discard(job.run_id, job.attempt)
-                result = self._queue.requeue(
-                    job.job_id,
-                    job.lease_token,
-                    error_code=ErrorCode.CONTAINER_LOST,
-                    error=f"the container of attempt {job.attempt} was {state.value}",
-                )
-                logger.warning(
-                    "container lost",
-                    extra=self._log(job, action="requeued", status=str(result.status)),
-                )
+            )
+            if verdict.action not in (Action.FINALIZE, Action.RESUME):
+                self._settle_adopted(flight, state, verdict)
                 return
         elif job.cancel_requested:
             self._finalize(
@@ -490,11 +522,48 @@ class Worker:
                 delay = min(delay * 2, 2.0)
         return False
 
+    def _settle_adopted(self, flight: InFlight, state: ContainerState, verdict: Verdict) -> None:
+        """No container will finish the adopted attempt: put it back, charged or not."""
+        job = flight.job
+        if verdict.action is Action.LOOK_LATER:
+            self._release(flight, f"nothing to decide with the container {state.value}")
+            return
+        reason = ErrorCode.CONTAINER_LOST.value if verdict.charged else "unstarted"
+        self._metrics.requeues.labels(reason=reason).inc()
+        if verdict.discard:
+            self._runner.discard(job.run_id, job.attempt)
+        result = self._queue.put_back(
+            job.job_id,
+            job.lease_token,
+            charged=verdict.charged,
+            error=f"the container of attempt {job.attempt} was {state.value}",
+        )
+        extra = self._log(job, action="requeued", status=str(result.status))
+        if verdict.charged:
+            logger.warning("container lost", extra=extra)
+        else:
+            logger.info("attempt never began; requeued without charge", extra=extra)
+
     def _release(self, flight: InFlight, why: str) -> None:
-        """Decide nothing: give the lease back so adoption looks again later."""
-        logger.warning("engine trouble; releasing lease: %s", why, extra=self._log(flight.job))
+        """Decide nothing: give the lease back, adoptable again after a backoff step."""
+        # The probe tells a sick engine (the worker stops claiming) from trouble with this
+        # one attempt. Either way no one adopts the run at once: a failing engine costs each
+        # run one release per backoff step, not an adoption and a release per poll.
+        job = flight.job
+        answers = self._health.check()
+        delay = self._health.next_delay()
+        logger.warning(
+            "engine trouble; releasing lease: %s",
+            why,
+            extra=self._log(job, action="released", engine_answers=answers, delay=round(delay, 2)),
+        )
         try:
-            self._queue.release(flight.job.job_id, flight.job.lease_token)
+            self._queue.release_later(
+                job.job_id,
+                job.lease_token,
+                delay_seconds=delay,
+                reason="engine_error" if answers else "engine_down",
+            )
         except _DB_ERRORS:
             logger.warning("release failed; the reaper will clear the lease", exc_info=True)
 
