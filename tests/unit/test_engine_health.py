@@ -58,7 +58,7 @@ def make(probe: Probe, changes: list[bool], metrics: Metrics) -> EngineHealth:
 def test_engine_health__reports_each_transition_once_and_grows_the_backoff(
     caplog: pytest.LogCaptureFixture,
 ):
-    probe, changes, metrics = Probe(), [], Metrics()
+    probe, changes, metrics = Probe(), list[bool](), Metrics()
     health = make(probe, changes, metrics)
     assert health.check() and health.healthy and changes == []
     assert health.next_delay() == 1.0  # the base while the engine answers
