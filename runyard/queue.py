@@ -40,6 +40,7 @@ from runyard.queue_sql import (
     RELEASE,
     RELEASE_LATER,
     REQUEUE,
+    REQUEUE_NEVER_STARTED,
     REQUEUE_UNSTARTED,
     RUN_STATUS,
     SELECT_EXPIRED,
@@ -295,7 +296,25 @@ class JobQueue:
         self, job_id: uuid.UUID, token: uuid.UUID | None, *, now: datetime | None = None
     ) -> RequeueResult:
         """Put back an attempt whose container was never asked for, without charging it."""
-        row = self._first(REQUEUE_UNSTARTED, {"job_id": job_id, "token": token, "now": now})
+        return self._uncharged(
+            REQUEUE_UNSTARTED, {"job_id": job_id, "token": token, "delay": 0.0, "now": now}
+        )
+
+    def requeue_never_started(
+        self,
+        job_id: uuid.UUID,
+        token: uuid.UUID,
+        *,
+        delay_seconds: float,
+        now: datetime | None = None,
+    ) -> RequeueResult:
+        """Put back, uncharged and due after ``delay_seconds``, an attempt whose container
+        may have been created but was never started (the lease holder knows)."""
+        params = {"job_id": job_id, "token": token, "delay": max(delay_seconds, 0.0), "now": now}
+        return self._uncharged(REQUEUE_NEVER_STARTED, params)
+
+    def _uncharged(self, statement: TextClause, params: dict[str, Any]) -> RequeueResult:
+        row = self._first(statement, params)
         if row is None:
             return RequeueResult(owned=False)
         return RequeueResult(

@@ -321,20 +321,20 @@ MARK_CONTAINER_REQUESTED = _sql(
 )
 
 
-# The attempt never began (no container was ever asked for): back to the queue at once,
-# and the attempt it was charged is given back, so a crash before the start costs nothing.
-REQUEUE_UNSTARTED = _sql(
-    """
+# An attempt whose tool never ran goes back to the queue, and the attempt it was charged is
+# given back (its number is reused: a container left ``created`` under it is removed and made
+# anew by the next owner, never adopted as a running twin). ``{WHICH}`` says who may know.
+_REQUEUE_UNCHARGED: LiteralString = """
     WITH job AS (
         UPDATE tool_run_jobs
         SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
                           ELSE 'queued' END::run_status,
-            attempts = attempts - 1, available_at = {NOW},
+            attempts = attempts - 1,
+            available_at = {NOW} + make_interval(secs => CAST(:delay AS double precision)),
             locked_by = NULL, locked_until = NULL, lease_token = NULL, engine_id = NULL,
-            deadline_at = NULL, updated_at = {NOW},
+            deadline_at = NULL, container_requested_at = NULL, updated_at = {NOW},
             finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN {NOW} END
-        WHERE id = :job_id AND status = 'running' AND container_requested_at IS NULL
-          AND (lease_token = :token OR (CAST(:token AS uuid) IS NULL AND locked_until IS NULL))
+        WHERE id = :job_id AND status = 'running' AND {WHICH}
         RETURNING run_id, status, attempts, available_at
     ), run AS (
         UPDATE tool_runs r
@@ -353,8 +353,21 @@ REQUEUE_UNSTARTED = _sql(
     SELECT run_id, CAST(status AS text) AS status, attempts, available_at,
            pg_notify('runyard_jobs', CAST(run_id AS text))
     FROM job
-    """
+"""
+
+# No container was ever asked for (a crash before the start): the lease holder, or the
+# reaper once the lease is cleared, puts the run back at once (``:delay`` 0).
+REQUEUE_UNSTARTED = _sql(
+    _REQUEUE_UNCHARGED.replace(
+        "{WHICH}",
+        """container_requested_at IS NULL
+          AND (lease_token = :token OR (CAST(:token AS uuid) IS NULL AND locked_until IS NULL))""",
+    )
 )
+
+# The container was asked for, but its start never was (the runner asks its owner before
+# each): only the lease holder knows that, so only it may give the attempt back.
+REQUEUE_NEVER_STARTED = _sql(_REQUEUE_UNCHARGED.replace("{WHICH}", "lease_token = :token"))
 
 
 RELEASE = _sql(

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from runyard.models import RunStatus
 from runyard.runner import (
+    AttemptAbandoned,
     AttemptControl,
     AttemptResult,
     AttemptSpec,
@@ -55,9 +56,21 @@ class FakeRunner:
     def run(self, spec: AttemptSpec, control: AttemptControl) -> AttemptResult:
         """Record the start, call the handler, mark the container exited."""
         key = (spec.run_id, spec.attempt)
+        with self._lock:
+            # A container left ``created`` is made anew, as the Docker adapter does.
+            known = self.containers.get(key, ContainerState.CREATED) is not ContainerState.CREATED
+        if not known:
+            # Like the Docker adapter: ask the owner before the create and before the start.
+            if not control.still_owner():
+                raise AttemptAbandoned(spec.container_name)
+            self.ping()
+            with self._lock:
+                self.containers[key] = ContainerState.CREATED
+            if not control.still_owner():
+                raise AttemptAbandoned(spec.container_name)
         self.ping()
         with self._lock:
-            if key not in self.containers:
+            if not known:
                 self.started.append(key)
             self.containers[key] = ContainerState.RUNNING
         result = self._handler(spec, control)

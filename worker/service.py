@@ -7,6 +7,7 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -69,6 +70,19 @@ class InFlight:
     finalizing: bool = False
     # The job this slot's finalize claimed, to run next in the same thread.
     next_job: ClaimedJob | None = None
+    # How often the runner asked before touching the engine: once before the create, again
+    # before the start. At most once means the tool never started (see ``_release``).
+    engine_asks: int = 0
+
+
+def _counting(flight: InFlight, ask: Callable[[], bool]) -> Callable[[], bool]:
+    """``ask``, counting its calls in ``flight.engine_asks``."""
+
+    def still_owner() -> bool:
+        flight.engine_asks += 1
+        return ask()
+
+    return still_owner
 
 
 class QueueLogSink:
@@ -229,6 +243,7 @@ class Worker:
         """
         flight = InFlight(job=job, lease_valid_until=time.monotonic() + self._config.lease_seconds)
         flight.control.logs = QueueLogSink(self._queue, job)
+        flight.control.still_owner = _counting(flight, flight.control.still_owner)
         if job.cancel_requested:
             flight.control.cancel.set()
         with self._lock:
@@ -552,12 +567,23 @@ class Worker:
         job = flight.job
         answers = self._health.check()
         delay = self._health.next_delay()
-        logger.warning(
-            "engine trouble; releasing lease: %s",
-            why,
-            extra=self._log(job, action="released", engine_answers=answers, delay=round(delay, 2)),
-        )
+        extra = self._log(job, engine_answers=answers, delay=round(delay, 2))
         try:
+            if not job.adopted and flight.engine_asks == 1:
+                # A fresh attempt whose start was never asked for: its tool never ran.
+                self._metrics.requeues.labels(reason="unstarted").inc()
+                result = self._queue.requeue_never_started(
+                    job.job_id, job.lease_token, delay_seconds=delay
+                )
+                logger.warning(
+                    "engine trouble before the start; requeued without charge: %s",
+                    why,
+                    extra={**extra, "action": "requeued", "status": str(result.status)},
+                )
+                return
+            logger.warning(
+                "engine trouble; releasing lease: %s", why, extra={**extra, "action": "released"}
+            )
             self._queue.release_later(
                 job.job_id,
                 job.lease_token,

@@ -78,6 +78,10 @@ def age(engine: Engine, seconds: int) -> None:
         )
 
 
+def make(queue: JobQueue, runner: FakeRunner, worker_id: str = "w1") -> Worker:
+    return Worker(queue, runner, config(worker_id))
+
+
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = 10) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -155,6 +159,36 @@ def test_worker__run_on_a_dying_engine_is_released_once_and_resumed_when_it_answ
     assert job(engine, run_id) == ("succeeded", 1)
     assert event_types(engine, run_id).count("adopted") == 1
     assert runner.started == [(run_id, 1)]  # resumed on the same container, not restarted
+
+
+class DiesAtCreate(FakeRunner):
+    """Answers the worker's probe before the claim, then nothing: the create fails."""
+
+    def ping(self) -> None:
+        super().ping()
+        self.unreachable.set()
+
+
+def test_worker__engine_lost_between_claim_and_start__attempt_given_back_uncharged(
+    queue: JobQueue, engine: Engine
+):
+    run_id = enqueue(queue, max_attempts=1)
+    runner = DiesAtCreate()
+    worker = make(queue, runner)
+    assert worker.run_once().claimed == 1
+    assert worker.wait_idle(timeout=10)
+    assert not worker.engine_healthy
+    assert job(engine, run_id) == ("queued", 0)  # the tool never ran: nothing charged
+    assert event_types(engine, run_id)[-2:] == ["requeued", "status"]
+
+    plain = FakeRunner()
+    healthy = make(queue, plain)
+    wait_until(lambda: healthy.run_once().claimed == 1, "the run to be due again")
+    assert healthy.wait_idle(timeout=10)
+    healthy.close()
+    worker.close()
+    assert job(engine, run_id) == ("succeeded", 1)
+    assert plain.started == [(run_id, 1)]
 
 
 def test_reaper__a_sick_workers_runs_go_to_a_healthy_engine_charged_only_if_begun(

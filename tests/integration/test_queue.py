@@ -610,6 +610,25 @@ def test_put_back__uncharged_only_if_no_container_was_requested(queue: JobQueue,
     assert row(engine, unmarked)["available_at"] == T0  # at once
 
 
+def test_requeue_never_started__only_the_lease_holder_gives_a_marked_attempt_back(
+    queue: JobQueue, engine: Engine
+):
+    run_id = enqueue_many(queue, 1, max_attempts=1)[0]
+    [job] = claim(queue)
+    queue.mark_container_requested(job.job_id, job.lease_token, now=T0)
+    assert not queue.requeue_never_started(job.job_id, uuid.uuid4(), delay_seconds=0).owned
+    result = queue.requeue_never_started(job.job_id, job.lease_token, delay_seconds=2, now=T0)
+    assert (result.status, result.attempts) == (RunStatus.QUEUED, 0)
+    assert result.available_at == T0 + timedelta(seconds=2)
+    assert claim(queue, now=T0 + timedelta(seconds=1)) == []
+    [again] = claim(queue, now=T0 + timedelta(seconds=2))
+    assert again.attempt == 1 and not again.container_requested  # same number, no charge
+    assert events(engine, run_id)[-4:-2] == [
+        ("requeued", {"attempt": 1, "unstarted": True}),
+        ("status", {"status": "queued"}),
+    ]
+
+
 def test_orphans__carry_the_facts_adoption_needs(queue: JobQueue, engine: Engine):
     marked, cancelled = enqueue_many(queue, 2, max_attempts=2)
     jobs = {j.run_id: j for j in claim(queue, limit=2)}
