@@ -74,6 +74,11 @@ class EngineHealth:
         self._answered()
         return True
 
+    def trouble(self, error: str) -> None:
+        """An engine call failed: claim nothing until a later probe succeeds."""
+        # No probe at once: an engine shutting down still answers on open connections.
+        self._failed(error)
+
     def next_delay(self) -> float:
         """How long to wait before the next probe (the base while the engine answers)."""
         with self._lock:
@@ -92,7 +97,7 @@ class EngineHealth:
         if went_down:
             self._metrics.engine_up.set(0)
             logger.warning(
-                "engine stopped answering; claiming paused, liveness withheld",
+                "engine trouble; claiming paused and liveness withheld until it answers",
                 extra={**extra, "action": "engine_down"},
             )
             self._changed(False)

@@ -299,8 +299,7 @@ class Worker:
             except _DB_ERRORS as exc:
                 logger.warning("claim failed; retrying", extra={"error": str(exc)})
             except RunnerUnavailable as exc:
-                logger.warning("engine call failed; probing", extra={"error": str(exc)})
-                self._health.check()
+                self._health.trouble(str(exc))
             if not self._health.healthy:
                 continue
             # Polling is the source of truth; a notification or a freed slot cuts it short.
@@ -561,13 +560,13 @@ class Worker:
 
     def _release(self, flight: InFlight, why: str) -> None:
         """Decide nothing: give the lease back, adoptable again after a backoff step."""
-        # The probe tells a sick engine (the worker stops claiming) from trouble with this
-        # one attempt. Either way no one adopts the run at once: a failing engine costs each
-        # run one release per backoff step, not an adoption and a release per poll.
+        # The worker claims nothing until a probe, a backoff step later, finds the engine
+        # answering; and no one adopts the run before then: a failing engine costs each run
+        # one release per backoff step, not an adoption and a release per poll.
         job = flight.job
-        answers = self._health.check()
+        self._health.trouble(why)
         delay = self._health.next_delay()
-        extra = self._log(job, engine_answers=answers, delay=round(delay, 2))
+        extra = self._log(job, delay=round(delay, 2))
         try:
             if not job.adopted and flight.engine_asks == 1:
                 # A fresh attempt whose start was never asked for: its tool never ran.
@@ -585,10 +584,7 @@ class Worker:
                 "engine trouble; releasing lease: %s", why, extra={**extra, "action": "released"}
             )
             self._queue.release_later(
-                job.job_id,
-                job.lease_token,
-                delay_seconds=delay,
-                reason="engine_error" if answers else "engine_down",
+                job.job_id, job.lease_token, delay_seconds=delay, reason="engine_trouble"
             )
         except _DB_ERRORS:
             logger.warning("release failed; the reaper will clear the lease", exc_info=True)

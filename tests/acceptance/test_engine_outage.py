@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 
 from runyard.docker_runner import LABEL_RUN_ID
-from tests.acceptance.cluster import FAST_TIMINGS, Cluster, Expected
+from tests.acceptance.cluster import FAST_TIMINGS, Cluster, Expected, events_of
 from tests.acceptance.second_engine import SecondEngine
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
@@ -78,12 +78,13 @@ def last_seen(cluster: Cluster, *worker_ids: str) -> datetime:
 
 
 def claimed_by(cluster: Cluster, run_id: uuid.UUID, worker_id: str) -> int:
+    """How many attempts of the run ``worker_id`` started (claims, not adoptions)."""
     with cluster.engine.connect() as conn:
         return int(
             conn.execute(
                 text(
                     "SELECT count(*) FROM tool_run_events WHERE run_id = :id"
-                    " AND type IN ('claimed', 'adopted') AND data->>'worker_id' = :worker"
+                    " AND type = 'claimed' AND data->>'worker_id' = :worker"
                 ),
                 {"id": run_id, "worker": worker_id},
             ).scalar_one()
@@ -137,7 +138,9 @@ def test_engine_stopped_60s__every_run_succeeds_uncharged_with_few_events(
     for run_id in everything:
         row = cluster.run_row(run_id)
         assert (row.status, row.attempts, row.error_code) == ("succeeded", 1, None), run_id
-        assert row.claims == 1, run_id
+        # A claim made as the engine went away may have been given back: never charged.
+        requeues = [data for kind, data in events_of(cluster.engine, run_id) if kind == "requeued"]
+        assert all(data.get("unstarted") for data in requeues), (run_id, requeues)
     for run_id in in_flight:
         assert (
             cluster.run_row(run_id).stdout.count("start" if run_id == ends_inside else "sleeping")

@@ -82,3 +82,12 @@ def test_engine_health__reports_each_transition_once_and_grows_the_backoff(
     assert health.next_delay() == 1.0  # reset
     assert metrics.engine_up._value.get() == 1
     assert health.check() and changes == [False, True]  # no transition, no callback
+
+
+def test_engine_health__trouble_pauses_until_a_later_probe_answers():
+    probe, changes, metrics = Probe(), list[bool](), Metrics()
+    health = make(probe, changes, metrics)
+    health.trouble("cannot create container: connection aborted")
+    assert not health.healthy and probe.calls == 0  # no probe at once: it may still answer
+    assert changes == [False]
+    assert health.check() and health.healthy and changes == [False, True]
