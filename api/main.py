@@ -19,13 +19,15 @@ from api.openapi import install_openapi
 from api.problems import install_problem_handlers
 from api.routes import events, health, metrics, runs, tools
 from api.ui.context import install_ui
-from runyard.db import make_engine
+from runyard.chores import Chore, Chores
+from runyard.db import DbTimeouts, make_engine
 from runyard.docker_runner import DockerRunner
 from runyard.notify import RunNotifier
 from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.runner import Runner
 from runyard.schema_version import script_heads
 from runyard.settings import Settings
+from runyard.sweep import Sweeper
 from runyard.sync_mode import SyncExecutor, SyncOrphanSettler
 from runyard.tools import ToolRegistry, load_registry
 
@@ -46,6 +48,49 @@ def _listen_url(engine: Engine) -> str:
     return engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
+def _start_sync_mode(
+    settings: Settings,
+    services: Services,
+    runner: Runner | None,
+    own_engine: bool,
+    timeouts: DbTimeouts,
+) -> tuple[list[Engine], list[Chore]]:
+    """Sync mode (``RUNYARD_QUEUE_ENABLED=false``): the inline executor, its renewal thread
+    (on a small pool of its own unless the engine was injected), and its chores."""
+    sync_runner = runner if runner is not None else DockerRunner.from_settings(settings)
+    queue, db = services.queue, services.engine
+    engines: list[Engine] = []
+    renew_queue = queue
+    if own_engine:
+        # Like the worker's heartbeats: a pool that requests cannot exhaust.
+        renew_engine = make_engine(
+            settings.database_url, pool_size=1, max_overflow=1, timeouts=timeouts
+        )
+        engines.append(renew_engine)
+        renew_queue = ApiQueue(renew_engine)
+    services.sync = SyncExecutor(
+        queue,
+        sync_runner,
+        max_concurrency=settings.sync_max_concurrency,
+        lease_seconds=settings.lease_seconds,
+        renew_queue=renew_queue,
+    )
+    settler = SyncOrphanSettler(queue, sync_runner, lease_seconds=settings.lease_seconds)
+    sweeper = Sweeper(db, sync_runner, grace_seconds=settings.sweep_grace_seconds)
+    # Sync attempts get threads of their own, so a full cap never starves other routes.
+    services.sync_limiter = anyio.CapacityLimiter(settings.sync_max_concurrency)
+    services.notifier.add_listener(services.sync.on_notification)
+    services.sync.start()
+    logger.info(
+        "sync mode: tools run inline in the API",
+        extra={"max_concurrency": settings.sync_max_concurrency},
+    )
+    return engines, [
+        Chore("sync orphan settling", settings.reaper_interval_seconds, settler.run_once),
+        Chore("sweep", settings.sweep_interval_seconds, sweeper.run_once),
+    ]
+
+
 def create_app(
     settings: Settings,
     *,
@@ -59,14 +104,22 @@ def create_app(
     or a Docker runner built from the environment.
     """
 
+    # No API statement waits for a run (``?wait`` and SSE sleep on LISTEN between short
+    # reads), so the API gets the same statement and lock timeouts as the worker.
+    timeouts = DbTimeouts.from_settings(settings)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own_engine = engine is None
         db = (
             engine
             if engine is not None
-            else make_engine(settings.database_url, pool_size=settings.api_db_pool_size)
+            else make_engine(
+                settings.database_url, pool_size=settings.api_db_pool_size, timeouts=timeouts
+            )
         )
+        engines = [db] if own_engine else []
+        chores: list[Chore] = []
         queue = ApiQueue(
             db,
             backoff_base_seconds=settings.retry_backoff_base_seconds,
@@ -88,24 +141,11 @@ def create_app(
             events_limiter=anyio.CapacityLimiter(settings.events_db_concurrency),
         )
         if not settings.queue_enabled:
-            sync_runner = runner if runner is not None else DockerRunner.from_settings(settings)
-            services.sync = SyncExecutor(
-                queue,
-                sync_runner,
-                max_concurrency=settings.sync_max_concurrency,
-                lease_seconds=settings.lease_seconds,
-                settler=SyncOrphanSettler(queue, sync_runner, lease_seconds=settings.lease_seconds),
-                settle_interval_seconds=settings.reaper_interval_seconds,
-            )
-            # Sync attempts get threads of their own, so a full cap never starves other routes.
-            services.sync_limiter = anyio.CapacityLimiter(settings.sync_max_concurrency)
-            notifier.add_listener(services.sync.on_notification)
-            services.sync.start()
-            logger.info(
-                "sync mode: tools run inline in the API",
-                extra={"max_concurrency": settings.sync_max_concurrency},
-            )
+            engines_, chores = _start_sync_mode(settings, services, runner, own_engine, timeouts)
+            engines += engines_
         app.state.services = services
+        background = Chores(chores, thread_name="runyard-sync-chores")
+        background.start()
         listening = asyncio.create_task(notifier.run(), name="runyard-listen")
         try:
             yield
@@ -113,10 +153,11 @@ def create_app(
             listening.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await listening
+            await anyio.to_thread.run_sync(background.stop)
             if services.sync is not None:
                 await anyio.to_thread.run_sync(services.sync.stop)
-            if own_engine:
-                db.dispose()
+            for own in engines:
+                own.dispose()
 
     app = FastAPI(
         title="runyard",
@@ -124,7 +165,7 @@ def create_app(
         description=DESCRIPTION,
         lifespan=lifespan,
     )
-    install_problem_handlers(app)
+    install_problem_handlers(app, db_retry_after_seconds=settings.db_retry_after_seconds)
     app.add_middleware(
         RequestGuard,
         max_body_bytes=settings.max_request_bytes,

@@ -6,11 +6,11 @@ import logging
 from http import HTTPStatus
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import OperationalError
-from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
+from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 logger = logging.getLogger(__name__)
@@ -53,6 +53,35 @@ def problem_response(
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
 
 
+# Errors of the request itself (or of the code): retrying the same request cannot help.
+_CALLER_OR_CODE = (
+    sa_exc.IntegrityError,
+    sa_exc.ProgrammingError,
+    sa_exc.DataError,
+    sa_exc.NotSupportedError,
+    psycopg.IntegrityError,
+    psycopg.ProgrammingError,
+    psycopg.DataError,
+    psycopg.NotSupportedError,
+)
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` means the database cannot serve now (503, retry) rather than a bug (500).
+
+    Unreachable, lost or closed connections (``OperationalError``, ``InterfaceError``), an
+    exhausted pool (``TimeoutError``), a statement or lock timeout, a server shutting down:
+    yes. Constraint, SQL and data errors: no, unless the connection broke with them.
+    """
+    if isinstance(exc, sa_exc.TimeoutError | sa_exc.DisconnectionError):
+        return True
+    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    if isinstance(exc, sa_exc.DBAPIError | psycopg.Error):
+        return not isinstance(exc, _CALLER_OR_CODE)
+    return False
+
+
 def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     errors = []
     for err in exc.errors():
@@ -70,8 +99,9 @@ def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     return errors
 
 
-def install_problem_handlers(app: FastAPI) -> None:
-    """Every error path of the app answers with ``application/problem+json``."""
+def install_problem_handlers(app: FastAPI, *, db_retry_after_seconds: int = 2) -> None:
+    """Every error path of the app answers with ``application/problem+json``; a database that
+    cannot serve answers 503 with ``Retry-After: db_retry_after_seconds``."""
 
     async def on_problem(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, Problem)
@@ -94,13 +124,18 @@ def install_problem_handlers(app: FastAPI) -> None:
             422, "validation_error", detail, field=first["field"], errors=errors
         )
 
-    async def on_database_down(request: Request, exc: Exception) -> JSONResponse:
-        logger.warning("database unavailable", extra={"error": str(exc)[:300]})
+    async def on_database_error(request: Request, exc: Exception) -> JSONResponse:
+        if not database_unavailable(exc):
+            raise exc  # a bug: the 500 below, with its traceback in the server's log
+        logger.warning(
+            "database unavailable",
+            extra={"path": request.url.path, "error": f"{type(exc).__name__}: {exc}"[:300]},
+        )
         return problem_response(
             503,
             "database_unavailable",
             "the database is unavailable; retry later",
-            {"Retry-After": "2"},
+            {"Retry-After": str(db_retry_after_seconds)},
         )
 
     async def on_crash(request: Request, exc: Exception) -> JSONResponse:
@@ -110,6 +145,8 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Problem, on_problem)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(RequestValidationError, on_validation)
-    app.add_exception_handler(OperationalError, on_database_down)
-    app.add_exception_handler(SQLAlchemyTimeoutError, on_database_down)
+    app.add_exception_handler(sa_exc.DBAPIError, on_database_error)
+    app.add_exception_handler(sa_exc.TimeoutError, on_database_error)
+    app.add_exception_handler(sa_exc.DisconnectionError, on_database_error)
+    app.add_exception_handler(psycopg.Error, on_database_error)
     app.add_exception_handler(Exception, on_crash)

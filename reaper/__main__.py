@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from reaper.service import Reaper, ReaperConfig
-from runyard.db import make_engine
+from runyard.db import DbTimeouts, make_engine
 from runyard.logs import configure
 from runyard.metrics import Metrics
 from runyard.queue import JobQueue
@@ -21,7 +21,12 @@ logger = logging.getLogger("reaper")
 
 def build_reaper(settings: Settings) -> Reaper:
     """Wire a reaper from settings."""
-    engine = make_engine(settings.database_url, pool_size=2, max_overflow=2)
+    engine = make_engine(
+        settings.database_url,
+        pool_size=2,
+        max_overflow=2,
+        timeouts=DbTimeouts.from_settings(settings),
+    )
     queue = JobQueue(
         engine,
         backoff_base_seconds=settings.retry_backoff_base_seconds,

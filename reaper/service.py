@@ -7,6 +7,9 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime
 
+import psycopg.errors
+from sqlalchemy.exc import OperationalError
+
 from runyard.adoption import AdoptionFacts, decide
 from runyard.metrics import Metrics
 from runyard.models import RunStatus
@@ -128,15 +131,23 @@ class Reaper:
         return result.status
 
     def _prune(self, now: datetime | None) -> int:
+        """Delete old runs batch by batch; a batch that runs past the statement timeout (runs
+        with very many events) is halved for the rest of the pass instead of failing it."""
         total = 0
+        batch = self._config.batch_size
         while True:
-            deleted = self._queue.prune(
-                retention_seconds=self._config.retention_seconds,
-                batch=self._config.batch_size,
-                now=now,
-            )
+            try:
+                deleted = self._queue.prune(
+                    retention_seconds=self._config.retention_seconds, batch=batch, now=now
+                )
+            except OperationalError as exc:
+                if batch == 1 or not isinstance(exc.orig, psycopg.errors.QueryCanceled):
+                    raise
+                batch = max(1, batch // 2)
+                logger.warning("prune ran past the statement timeout", extra={"batch": batch})
+                continue
             total += deleted
-            if deleted < self._config.batch_size:
+            if deleted < batch:
                 return total
 
     def run_forever(self) -> None:

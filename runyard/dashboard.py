@@ -1,9 +1,9 @@
 """Plain reads behind the dashboard's pages (nothing here writes).
 
 Every statement reads through an index: the job status index for queued and running work,
-the per-tenant partial index of active runs, ``started_at`` for wait times, ``(run_id, id)``
-for a run's events. A tenant's figures and everyone's are two statements each, so neither
-plan has to cope with an optional filter.
+the per-tenant partial index of active runs, ``started_at`` for wait times,
+``(run_id, xact_id, id)`` for a run's events. A tenant's figures and everyone's are two
+statements each, so neither plan has to cope with an optional filter.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from typing import Any
 from sqlalchemy import Engine, TextClause, func, select, text
 from sqlalchemy.orm import Session
 
-from runyard.models import RunStatus, ToolRun, ToolRunEvent
-from runyard.runs import LOG_STREAMS
+from runyard.events_sql import LOG_SNAPSHOT
+from runyard.models import RunStatus, ToolRunEvent
+from runyard.runs import EVENT_ORDER, LOG_STREAMS
 
 # Depth counts queued (ready or waiting out a retry backoff) and running jobs only.
 DEPTH_ALL = text(
@@ -215,7 +216,12 @@ def worker_overview(
 def run_timeline(engine: Engine, run_id: uuid.UUID, limit: int = 500) -> Timeline:
     """The run's newest ``limit`` non-log events (so the final status is always there)."""
     events = (ToolRunEvent.run_id == run_id, ToolRunEvent.type.not_in(LOG_STREAMS))
-    newest = select(ToolRunEvent).where(*events).order_by(ToolRunEvent.id.desc()).limit(limit)
+    newest = (
+        select(ToolRunEvent)
+        .where(*events)
+        .order_by(*(column.desc() for column in EVENT_ORDER))
+        .limit(limit)
+    )
     with Session(engine, expire_on_commit=False) as session:
         rows = list(session.scalars(newest))
         omitted = 0
@@ -228,29 +234,21 @@ def run_timeline(engine: Engine, run_id: uuid.UUID, limit: int = 500) -> Timelin
 
 
 def log_snapshot(engine: Engine, run_id: uuid.UUID) -> LogSnapshot:
-    """The current attempt's live chunks up to the newest event id, read in that order:
-    a page that then streams events after that id sees no gap and no repeat, and an attempt
-    that starts meanwhile arrives whole over the stream."""
+    """The current attempt's live chunks up to the last event a stream may deliver yet
+    (LOG_SNAPSHOT): a page that then streams the events after ``upto`` sees no gap and no
+    repeat, and an attempt that starts meanwhile arrives whole over the stream."""
     with engine.connect() as conn:
-        upto = conn.execute(
-            select(func.coalesce(func.max(ToolRunEvent.id), 0)).where(ToolRunEvent.run_id == run_id)
-        ).scalar_one()
-        attempt = conn.execute(select(ToolRun.attempts).where(ToolRun.id == run_id)).scalar_one()
-        rows = conn.execute(
-            select(ToolRunEvent.type, ToolRunEvent.data["text"].astext)
-            .where(
-                ToolRunEvent.run_id == run_id,
-                ToolRunEvent.id <= upto,
-                ToolRunEvent.type.in_(LOG_STREAMS),
-                ToolRunEvent.data["attempt"].astext == str(attempt),
-            )
-            .order_by(ToolRunEvent.id)
-        ).all()
+        rows = conn.execute(LOG_SNAPSHOT, {"run_id": run_id}).all()
     out = {stream: "" for stream in LOG_STREAMS}
-    for stream, chunk in rows:
-        out[stream] += chunk or ""
+    for row in rows:
+        if row.type is not None:
+            out[row.type] += row.text or ""
+    first = rows[0] if rows else None
     return LogSnapshot(
-        stdout=out["stdout"], stderr=out["stderr"], upto=int(upto), attempt=int(attempt)
+        stdout=out["stdout"],
+        stderr=out["stderr"],
+        upto=int(first.upto or 0) if first else 0,
+        attempt=int(first.attempts) if first else 0,
     )
 
 

@@ -7,32 +7,107 @@ from __future__ import annotations
 
 from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import psycopg
-from sqlalchemy import Engine, TextClause, create_engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import Engine, TextClause, create_engine, make_url
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
-from runyard.settings import normalize_database_url
+from runyard.settings import Settings, normalize_database_url
+from runyard.tool_json import load_stored_json
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
 
+@dataclass(frozen=True)
+class DbTimeouts:
+    """How long a connection may take to open, go silent, run a statement or wait for one.
+
+    ``statement_seconds``/``lock_seconds`` of None leave the server's own (usually none).
+    """
+
+    connect_seconds: int = 5
+    keepalives_idle_seconds: int = 10
+    keepalives_interval_seconds: int = 5
+    keepalives_count: int = 3
+    statement_seconds: float | None = None
+    lock_seconds: float | None = None
+    pool_seconds: float = 30.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, statements: bool = True) -> DbTimeouts:
+        """The ``RUNYARD_DB_*`` settings; without ``statements`` no statement or lock timeout."""
+        return cls(
+            connect_seconds=settings.db_connect_timeout_seconds,
+            keepalives_idle_seconds=settings.db_keepalives_idle_seconds,
+            keepalives_interval_seconds=settings.db_keepalives_interval_seconds,
+            keepalives_count=settings.db_keepalives_count,
+            statement_seconds=settings.db_statement_timeout_seconds if statements else None,
+            lock_seconds=settings.db_lock_timeout_seconds if statements else None,
+            pool_seconds=settings.db_pool_timeout_seconds,
+        )
+
+
+def libpq_params(timeouts: DbTimeouts, url_options: str | None = None) -> dict[str, Any]:
+    """The libpq connection parameters that carry ``timeouts``.
+
+    ``tcp_user_timeout`` matches the keepalive budget, so a request sent into a dead link
+    fails as soon as an idle one would (instead of after the kernel's ~15 minutes of
+    retransmissions). Session timeouts travel in ``options``, after any the URL sets.
+    """
+    silent = timeouts.keepalives_idle_seconds + (
+        timeouts.keepalives_interval_seconds * timeouts.keepalives_count
+    )
+    params: dict[str, Any] = {
+        "connect_timeout": timeouts.connect_seconds,
+        "keepalives": 1,
+        "keepalives_idle": timeouts.keepalives_idle_seconds,
+        "keepalives_interval": timeouts.keepalives_interval_seconds,
+        "keepalives_count": timeouts.keepalives_count,
+        "tcp_user_timeout": silent * 1000,
+    }
+    options = [url_options] if url_options else []
+    for name, seconds in (
+        ("statement_timeout", timeouts.statement_seconds),
+        ("lock_timeout", timeouts.lock_seconds),
+    ):
+        if seconds is not None:
+            options.append(f"-c {name}={max(1, round(seconds * 1000))}")
+    if options:
+        params["options"] = " ".join(options)
+    return params
+
+
 def make_engine(
-    database_url: str, *, pool_size: int = 5, max_overflow: int = 10, pre_ping: bool = True
+    database_url: str,
+    *,
+    pool_size: int = 5,
+    max_overflow: int = 10,
+    pre_ping: bool = True,
+    timeouts: DbTimeouts | None = None,
 ) -> Engine:
     """A pooled psycopg 3 engine; with ``pre_ping`` connections are checked before use.
 
     Without it a connection broken by a database restart fails once, invalidates the pool and
-    the caller's retry gets a fresh one (the worker retries every database error).
+    the caller's retry gets a fresh one (the worker retries every database error). Every
+    connection gets ``timeouts`` (by default a connect timeout and keepalives only).
     """
+    url = normalize_database_url(database_url)
+    timeouts = timeouts or DbTimeouts()
+    url_options = make_url(url).query.get("options")
     return create_engine(
-        normalize_database_url(database_url),
+        url,
         pool_size=pool_size,
         max_overflow=max_overflow,
         pool_pre_ping=pre_ping,
         pool_recycle=1800,
+        pool_timeout=timeouts.pool_seconds,
+        connect_args=libpq_params(timeouts, url_options if isinstance(url_options, str) else None),
+        # Every jsonb value read passes the read-side gate: a stored row is always servable.
+        json_deserializer=load_stored_json,
     )
 
 
@@ -57,8 +132,10 @@ def autocommit(engine: Engine, statement: TextClause, params: Mapping[str, Any])
     """Run one statement as its own transaction on a pooled connection; its rows.
 
     One round trip: no BEGIN/COMMIT, no SQLAlchemy execution layer. Errors are raised as
-    SQLAlchemy's ``DBAPIError`` family (``OperationalError`` for a lost connection), and a
-    broken connection invalidates the pool as SQLAlchemy itself would.
+    SQLAlchemy's ``DBAPIError`` family (``OperationalError`` for a lost connection, and for a
+    pool that had no connection to give within its timeout, so callers that retry database
+    errors retry that too), and a broken connection invalidates the pool as SQLAlchemy
+    itself would.
     """
     sql = _COMPILED.get(statement)
     if sql is None:
@@ -67,6 +144,8 @@ def autocommit(engine: Engine, statement: TextClause, params: Mapping[str, Any])
         fairy = engine.raw_connection()
     except psycopg.Error as exc:
         raise DBAPIError.instance(sql, dict(params), exc, psycopg.Error) from exc
+    except PoolTimeoutError as exc:
+        raise OperationalError(sql, dict(params), exc) from exc
     conn = cast(psycopg.Connection[Any], fairy.driver_connection)
     try:
         conn.autocommit = True

@@ -14,7 +14,8 @@ from typing import Any
 
 from docker.types import CancellableStream
 
-from runyard.capture import HeadTailBuffer, to_text
+from runyard.capture import HeadTailBuffer
+from runyard.tool_json import DEFAULT_MAX_DEPTH, decode_result
 
 STDOUT_FRAME = 1
 STDERR_FRAME = 2
@@ -110,7 +111,9 @@ def stored_logs(api: Any, container_id: str, cap: int) -> tuple[HeadTailBuffer, 
     return out, err
 
 
-def parse_result_archive(stat: dict[str, Any], chunks: Any, cap: int) -> tuple[Any, str | None]:
+def parse_result_archive(
+    stat: dict[str, Any], chunks: Any, cap: int, max_depth: int = DEFAULT_MAX_DEPTH
+) -> tuple[Any, str | None]:
     """``out/result.json`` from its tar stream; anything but one small regular file fails."""
     if stat.get("linkTarget"):
         return None, "result.json is a link; only a regular file is accepted"
@@ -140,15 +143,7 @@ def parse_result_archive(stat: dict[str, Any], chunks: Any, cap: int) -> tuple[A
             data = handle.read(cap + 1) if handle is not None else b""
     except tarfile.TarError as exc:
         return None, f"result.json could not be read: {exc}"
-    return decode_result(data)
-
-
-def decode_result(data: bytes) -> tuple[Any, str | None]:
-    """The JSON document of ``result.json``, or why it is not one."""
-    try:
-        return json.loads(to_text(data)), None
-    except ValueError as exc:
-        return None, f"result.json is not valid JSON: {exc}"
+    return decode_result(data, max_depth=max_depth)
 
 
 def tool_ids(user: str) -> tuple[int, int]:

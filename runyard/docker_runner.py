@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -14,6 +16,7 @@ import docker.errors
 import requests.exceptions
 from docker.types import DriverConfig, LogConfig, Mount, Ulimit
 
+from runyard.attempt_watch import AttemptWatch
 from runyard.capture import HeadTailBuffer
 from runyard.docker_outputs import (
     ContainerLogs,
@@ -21,10 +24,12 @@ from runyard.docker_outputs import (
     stored_logs,
     workdir_archive,
 )
+from runyard.engine_marker import EngineMarker
 from runyard.faults import AFTER_CREATE, crash_point
 from runyard.host_workdirs import HostWorkdirs
 from runyard.live_logs import LogFollower, timestamp_key
 from runyard.models import RunStatus
+from runyard.outcomes import ExitFacts, StopReason, ToolLimits, decide_exit, decide_result
 from runyard.runner import (
     AttemptAbandoned,
     AttemptControl,
@@ -38,6 +43,7 @@ from runyard.runner import (
     container_name,
 )
 from runyard.settings import Settings
+from runyard.tool_json import DEFAULT_MAX_DEPTH
 
 logger = logging.getLogger(__name__)
 
@@ -48,9 +54,8 @@ LABEL_TOOL = "io.runyard.tool"
 LABEL_DEADLINE = "io.runyard.deadline"
 # "host": /runyard is the attempt's host work directory, so its outputs can be read there.
 LABEL_WORKDIR = "io.runyard.workdir"
-ENGINE_MARKER_VOLUME = "runyard-engine-marker"
-LABEL_ENGINE_ID = "io.runyard.engine_id"
 WORKDIR = "/runyard"
+DEFAULT_DISK_MB = 1024
 POLL_SECONDS = 0.5
 CREATED_GRACE_SECONDS = 2.0
 # Live log followers start only for attempts still running this long after their start; a
@@ -88,18 +93,19 @@ def _parse_docker_time(value: str | None) -> datetime | None:
 
 
 class DockerRunner:
-    """Runs attempts as containers named ``runyard-{run_id}-{attempt}`` (DESIGN §5)."""
+    """Runs attempts as hardened, labelled containers (docs/runner-contract.md)."""
 
     def __init__(
         self,
         client: docker.DockerClient,
         limits: DockerLimits | None = None,
         workdirs: HostWorkdirs | None = None,
+        marker: EngineMarker | None = None,
     ) -> None:
         self._client = client
         self._api = client.api
         self._limits = limits or DockerLimits()
-        self._engine_id: str | None = None
+        self._marker = marker or EngineMarker(client)
         # With ``workdirs`` the input is written on the host, not uploaded (host_workdirs.py).
         # ``_workdirs`` stays for the reads and the cleanup of attempts made that way, while
         # ``_input_dirs`` drops to None (uploads) for good if the engine cannot see them.
@@ -132,27 +138,8 @@ class DockerRunner:
     # --- identity ---
 
     def engine_id(self) -> str:
-        """The id stored in a labelled marker volume inside the engine, created on first use."""
-        if self._engine_id is not None:
-            return self._engine_id
-        try:
-            try:
-                volume = self._client.volumes.get(ENGINE_MARKER_VOLUME)
-            except docker.errors.NotFound:
-                # Creating an existing volume returns it unchanged, so racing workers agree.
-                self._client.volumes.create(
-                    ENGINE_MARKER_VOLUME,
-                    labels={LABEL_MANAGED: "true", LABEL_ENGINE_ID: uuid.uuid4().hex},
-                )
-                volume = self._client.volumes.get(ENGINE_MARKER_VOLUME)
-        except _TRANSPORT_ERRORS as exc:
-            raise RunnerUnavailable(f"cannot read the engine marker: {exc}") from exc
-        labels = volume.attrs.get("Labels") or {}
-        engine_id = labels.get(LABEL_ENGINE_ID)
-        if not engine_id:
-            raise RunnerUnavailable(f"volume {ENGINE_MARKER_VOLUME} exists without an engine id")
-        self._engine_id = str(engine_id)
-        return self._engine_id
+        """The id kept in the engine's marker (``runyard.engine_marker``), made on first use."""
+        return self._marker.engine_id()
 
     def ping(self) -> None:
         """Ask the engine for ``/_ping``: the cheapest call that proves it answers."""
@@ -265,7 +252,7 @@ class DockerRunner:
         return None
 
     def _create_args(self, spec: AttemptSpec) -> dict[str, Any]:
-        """The container's configuration: DESIGN §5's labels, env and hardening flags."""
+        """The container's configuration: the contract's labels, env and hardening flags."""
         tool = spec.tool
         name = spec.container_name
         labels = {
@@ -288,17 +275,24 @@ class DockerRunner:
         )
         memory = f"{int(tool['memory_mb'])}m"
         nofile = int(tool.get("nofile_limit", 1024))
+        # No single file may pass the disk limit (nor the /tmp size, if larger): the kernel
+        # enforces this one exactly, between two polls of the disk watch.
+        tmpfs_mb = int(tool.get("tmpfs_mb", 16))
+        fsize = max(int(tool.get("disk_mb") or DEFAULT_DISK_MB), tmpfs_mb) << 20
         host_config = self._api.create_host_config(
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             read_only=True,
-            tmpfs={"/tmp": f"rw,noexec,nosuid,nodev,size={int(tool.get('tmpfs_mb', 16))}m"},
+            tmpfs={"/tmp": f"rw,noexec,nosuid,nodev,size={tmpfs_mb}m"},
             network_mode="none",
             mem_limit=memory,
             memswap_limit=memory,
             nano_cpus=int(float(tool["cpus"]) * 1e9),
             pids_limit=int(tool["pids_limit"]),
-            ulimits=[Ulimit(name="nofile", soft=nofile, hard=nofile)],
+            ulimits=[
+                Ulimit(name="nofile", soft=nofile, hard=nofile),
+                Ulimit(name="fsize", soft=fsize, hard=fsize),
+            ],
             init=True,
             privileged=False,
             # The engine creates the named volume, labelled, with the container: one request
@@ -386,35 +380,34 @@ class DockerRunner:
         live = _LiveLogs(ContainerLogs(self._api, container_id), control.logs, cap)
         if not started_here:
             live.start()  # the previous owner was streaming: carry on at once
+        watch = self._watch(container_id, spec, control)
         try:
-            stopped_for = self._wait(container_id, spec, control, live)
+            stopped_for = self._wait(container_id, spec, control, live, watch)
         except BaseException:
             live.stop()
             raise
         live.join()
-        return self._collect(container_id, spec, stopped_for, live)
+        return self._collect(container_id, spec, control, stopped_for, live, watch)
 
     def _wait(
-        self, container_id: str, spec: AttemptSpec, control: AttemptControl, live: _LiveLogs
-    ) -> str | None:
-        """Wait for exit; stop the container on cancel or at the deadline."""
-        stopped_for: str | None = None
+        self,
+        container_id: str,
+        spec: AttemptSpec,
+        control: AttemptControl,
+        live: _LiveLogs,
+        watch: AttemptWatch,
+    ) -> StopReason | None:
+        """Wait for exit; stop the container on cancel, at the deadline, when it goes quiet
+        for its idle limit, or kill it when it writes past its disk limit."""
+        stopped_for: StopReason | None = None
         follow_at = time.monotonic() + LIVE_LOGS_AFTER_SECONDS
+        first = True
         while True:
             if control.abandon.is_set():
                 raise AttemptAbandoned(spec.container_name)
-            if stopped_for is None and control.cancel.is_set() and self._is_running(container_id):
-                stopped_for = ErrorCode.CANCELLED
-                self._stop(container_id)
-            elif (
-                stopped_for is None
-                and control.clock() >= spec.deadline_at
-                and self._is_running(container_id)
-            ):
-                # Only a container still running at its deadline is stopped for it: one an
-                # adopter finds already exited keeps the outcome it finished with.
-                stopped_for = ErrorCode.TIMED_OUT
-                self._stop(container_id)
+            if stopped_for is None and not first:
+                stopped_for = self._check_running(container_id, spec, control, watch)
+            first = False
             now = time.monotonic()
             if now >= follow_at:
                 live.start()
@@ -436,17 +429,103 @@ class DockerRunner:
                 raise RunnerUnavailable(f"cannot wait on {spec.container_name}: {exc}") from exc
         return stopped_for
 
+    def _check_running(
+        self, container_id: str, spec: AttemptSpec, control: AttemptControl, watch: AttemptWatch
+    ) -> StopReason | None:
+        """One round of the owner's checks on a container that was running a poll ago."""
+        reason: StopReason | None = None
+        if control.cancel.is_set():
+            reason = StopReason.CANCELLED
+        elif control.clock() >= spec.deadline_at:
+            # Only a container still running at its deadline is stopped for it: one an
+            # adopter finds already exited keeps the outcome it finished with.
+            reason = StopReason.TIMED_OUT
+        else:
+            reason = watch.check()
+        if reason is None or not self._is_running(container_id):
+            return None
+        if reason is StopReason.DISK:
+            # No grace for a disk fill: every second of it is more of the host's disk.
+            self._kill(container_id)
+        else:
+            self._stop(container_id)
+        logger.info(
+            "stopping container",
+            extra={"run_id": str(spec.run_id), "attempt": spec.attempt, "reason": str(reason)},
+        )
+        return reason
+
     def _replay_stamp(self, container_id: str, finished_text: str) -> str:
         """The later of the exit time and the last log line's engine timestamp: under load
         the engine stamps a line when it copies it, which can be after the exit."""
+        last = self.last_log_stamp(container_id)
+        if last is None:
+            return finished_text
+        return max(finished_text, last, key=timestamp_key)
+
+    def _watch(self, container_id: str, spec: AttemptSpec, control: AttemptControl) -> AttemptWatch:
+        """The disk and idle watches of an attempt; what they look at is found on first use."""
+        found: dict[str, Any] = {}
+
+        def attrs() -> dict[str, Any]:
+            if not found:
+                found.update(self._inspect(container_id) or {"Config": {}})
+            return found
+
+        def workdir() -> Path | None:
+            labels = attrs().get("Config", {}).get("Labels") or {}
+            return self.workdir_path(container_id, spec.container_name, labels)
+
+        def output_marker() -> object:
+            return self.output_marker(container_id, attrs().get("LogPath"))
+
+        return AttemptWatch(
+            ToolLimits.of(spec.tool),
+            workdir=workdir,
+            output_marker=output_marker,
+            note=control.note,
+            log_extra={"run_id": str(spec.run_id), "attempt": spec.attempt},
+        )
+
+    def output_marker(self, container_id: str, log_path: str | None) -> object:
+        """Something that changes whenever the container prints: the log file's size and
+        time where this host sees it, else the engine's last log entry (stamp and bytes;
+        output without newlines keeps one stamp, so the bytes are part of it)."""
+        if log_path:
+            try:
+                info = os.stat(log_path)
+                return (info.st_ino, info.st_size, info.st_mtime_ns)
+            except OSError:
+                pass
+        try:
+            return bytes(
+                self._api.logs(container_id, stdout=True, stderr=True, timestamps=True, tail=1)
+            )
+        except _TRANSPORT_ERRORS:
+            return None
+
+    def last_log_stamp(self, container_id: str) -> str | None:
+        """The engine timestamp of the container's last log entry, if it has one."""
         try:
             raw = self._api.logs(container_id, stdout=True, stderr=True, timestamps=True, tail=1)
         except _TRANSPORT_ERRORS:
-            return finished_text
+            return None
         last = bytes(raw).split(b" ", 1)[0].decode("ascii", errors="replace").strip()
         if not last or not last[:4].isdigit():
-            return finished_text
-        return max(finished_text, last, key=timestamp_key)
+            return None
+        return last
+
+    def workdir_path(self, container_id: str, name: str, labels: dict[str, str]) -> Path | None:
+        """Where this host sees the attempt's /runyard, or None (the engine is elsewhere)."""
+        if self._workdirs is not None and labels.get(LABEL_WORKDIR) == "host":
+            return self._workdirs.path(name)
+        try:
+            mountpoint = self._api.inspect_volume(name).get("Mountpoint")
+        except _TRANSPORT_ERRORS:
+            return None
+        if not mountpoint or not os.access(mountpoint, os.R_OK | os.X_OK):
+            return None
+        return Path(mountpoint)
 
     def _is_running(self, container_id: str) -> bool:
         attrs = self._inspect(container_id)
@@ -464,8 +543,26 @@ class DockerRunner:
         except _TRANSPORT_ERRORS as exc:
             raise RunnerUnavailable(f"cannot stop {container_id}: {exc}") from exc
 
+    def _kill(self, container_id: str) -> None:
+        """SIGKILL at once; a container that has just exited is fine."""
+        try:
+            self._api.kill(container_id)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # not running any more
+                raise RunnerUnavailable(f"cannot kill {container_id}: {exc}") from exc
+        except _TRANSPORT_ERRORS as exc:
+            raise RunnerUnavailable(f"cannot kill {container_id}: {exc}") from exc
+
     def _collect(
-        self, container_id: str, spec: AttemptSpec, stopped_for: str | None, live: _LiveLogs
+        self,
+        container_id: str,
+        spec: AttemptSpec,
+        control: AttemptControl,
+        stopped_for: StopReason | None,
+        live: _LiveLogs,
+        watch: AttemptWatch,
     ) -> AttemptResult:
         attrs = self._inspect(container_id)
         if attrs is None or attrs["State"]["Status"] in _GOING:
@@ -491,60 +588,38 @@ class DockerRunner:
             "stderr_truncated": stderr.truncated,
             "image_digest": image_digest,
         }
-        timed_out = stopped_for == ErrorCode.TIMED_OUT or (
-            finished_at is not None and finished_at >= spec.deadline_at and exit_code != 0
+        facts = ExitFacts(
+            exit_code=exit_code,
+            oom_killed=bool(state.get("OOMKilled")),
+            finished_at=finished_at,
+            deadline_at=spec.deadline_at,
+            stopped_for=stopped_for,
+            cancel_requested=control.cancel.is_set(),
+            # Only a failed exit can be explained by a fill (an adopter has no other proof).
+            disk_used_bytes=watch.disk_used() if exit_code != 0 else None,
         )
-        if stopped_for == ErrorCode.CANCELLED:
-            return AttemptResult(
-                status=RunStatus.CANCELLED,
-                error_code=ErrorCode.CANCELLED,
-                error="cancelled on request",
-                **common,
-            )
-        if timed_out:
-            timeout = int(spec.tool.get("timeout_seconds", 0))
-            return AttemptResult(
-                status=RunStatus.TIMED_OUT,
-                error_code=ErrorCode.TIMED_OUT,
-                error=f"the tool ran past its {timeout} s timeout",
-                **common,
-            )
-        if state.get("OOMKilled"):
-            return AttemptResult(
-                status=RunStatus.FAILED,
-                error_code=ErrorCode.OOM_KILLED,
-                error=f"the tool ran out of memory ({spec.tool.get('memory_mb')} MB)",
-                **common,
-            )
-        if exit_code != 0:
-            return AttemptResult(
-                status=RunStatus.FAILED,
-                error_code=ErrorCode.TOOL_FAILED,
-                error=f"the tool exited with code {exit_code}",
-                **common,
-            )
-        result_cap = int(spec.tool.get("result_cap_bytes") or self._limits.result_cap_bytes)
-        result, problem = self._read_result(container_id, spec, attrs, result_cap)
-        if problem is not None:
-            return AttemptResult(
-                status=RunStatus.FAILED,
-                error_code=ErrorCode.INVALID_RESULT,
-                error=problem,
-                **common,
-            )
-        return AttemptResult(status=RunStatus.SUCCEEDED, result=result, **common)
+        verdict = decide_exit(facts, watch.limits)
+        if verdict.read_result:
+            result_cap = int(spec.tool.get("result_cap_bytes") or self._limits.result_cap_bytes)
+            depth = int(spec.tool.get("result_max_depth") or DEFAULT_MAX_DEPTH)
+            result, problem = self._read_result(container_id, spec, attrs, result_cap, depth)
+            verdict = decide_result(problem)
+            common["result"] = result if problem is None else None
+        return AttemptResult(
+            status=verdict.status, error_code=verdict.error_code, error=verdict.error, **common
+        )
 
     def _read_result(
-        self, container_id: str, spec: AttemptSpec, attrs: dict[str, Any], cap: int
+        self, container_id: str, spec: AttemptSpec, attrs: dict[str, Any], cap: int, depth: int
     ) -> tuple[Any | None, str | None]:
         """Read ``out/result.json`` from the host work directory, or else as a tar stream
         from the engine (checked by ``parse_result_archive``)."""
         labels = attrs.get("Config", {}).get("Labels") or {}
         if self._workdirs is not None and labels.get(LABEL_WORKDIR) == "host":
-            return self._workdirs.read_result(spec.container_name, cap)
+            return self._workdirs.read_result(spec.container_name, cap, depth)
         try:
             stream, stat = self._api.get_archive(container_id, f"{WORKDIR}/out/result.json")
-            return parse_result_archive(stat, stream, cap)
+            return parse_result_archive(stat, stream, cap, depth)
         except docker.errors.NotFound:
             return None, None
         except _TRANSPORT_ERRORS as exc:

@@ -18,8 +18,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from runyard.docker_outputs import decode_result, tool_ids
+from runyard.docker_outputs import tool_ids
 from runyard.runner import RunnerUnavailable
+from runyard.tool_json import DEFAULT_MAX_DEPTH, decode_result
 
 _ATTEMPT_DIR = re.compile(
     r"^runyard-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-([1-9][0-9]{0,8})$"
@@ -106,7 +107,9 @@ class HostWorkdirs:
         except OSError as exc:
             raise RunnerUnavailable(f"cannot remove {self.path(name)}: {exc}") from exc
 
-    def read_result(self, name: str, cap: int) -> tuple[Any | None, str | None]:
+    def read_result(
+        self, name: str, cap: int, max_depth: int = DEFAULT_MAX_DEPTH
+    ) -> tuple[Any | None, str | None]:
         """``out/result.json`` as the exited tool left it: absent, or one small regular file.
 
         Opened without following links at any step, so a tool cannot make the worker read a
@@ -141,7 +144,7 @@ class HostWorkdirs:
             data = stream.read(cap + 1)
         if len(data) > cap:
             return None, f"result.json is larger than {cap} bytes"
-        return decode_result(data)
+        return decode_result(data, max_depth=max_depth)
 
     def attempts(self) -> list[tuple[uuid.UUID, int]]:
         """The attempts that have a directory here."""

@@ -109,29 +109,22 @@ class LogFollower:
             kwargs["since"] = _since_seconds(resume)
         after = timestamp_key(resume) if resume is not None else None
         self._handle = self._container.logs(**kwargs)
-        remainder = b""
         try:
-            for chunk in self._handle:
+            # One frame is one log entry: "<engine timestamp> <payload>", the payload a line
+            # or, for output without newlines, a piece of at most 16 KiB. Reading by entry,
+            # never joining pieces into lines, keeps memory at one flush whatever is printed.
+            for entry in self._handle:
                 if self._stopped.is_set():
                     return
-                data = remainder + chunk
-                lines = data.split(b"\n")
-                remainder = lines.pop()
+                stamp, _, payload = entry.partition(b" ")
+                stamp_text = stamp.decode("ascii", errors="replace")
+                if after is not None and timestamp_key(stamp_text) <= after:
+                    continue
                 with self._lock:
-                    for line in lines:
-                        stamp, _, payload = line.partition(b" ")
-                        stamp_text = stamp.decode("ascii", errors="replace")
-                        if after is not None and timestamp_key(stamp_text) <= after:
-                            continue
-                        self._add(payload + b"\n", stamp_text)
+                    self._add(payload, stamp_text)
                     if not self._flush_due():
                         return
             with self._lock:
-                if remainder:
-                    stamp, _, payload = remainder.partition(b" ")
-                    stamp_text = stamp.decode("ascii", errors="replace")
-                    if after is None or timestamp_key(stamp_text) > after:
-                        self._add(payload, stamp_text)
                 if self._pending:
                     self._flush_pending()
         finally:

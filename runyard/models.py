@@ -39,7 +39,7 @@ NAMING_CONVENTION = {
 
 
 class RunStatus(enum.StrEnum):
-    """Status of a run and of its job (ADR-0062); the last four are terminal."""
+    """Status of a run and of its job; the last four are terminal."""
 
     QUEUED = "queued"
     RUNNING = "running"
@@ -152,7 +152,7 @@ class TenantRunCount(Base):
 
 
 class ToolRunJob(Base):
-    """The queue entry of a run (ADR-0062 §1) plus the fencing and adoption columns."""
+    """The queue entry of a run, with its lease, fencing and adoption columns."""
 
     __tablename__ = "tool_run_jobs"
     __table_args__ = (
@@ -208,12 +208,21 @@ class ToolRunJob(Base):
 
 
 class ToolRunEvent(Base):
-    """One append-only event of a run; ``id`` is global and doubles as the SSE event id."""
+    """One append-only event of a run; ``id`` is global and doubles as the SSE event id.
+
+    Readers order a run's events by ``(xact_id, id)``, not by ``id`` alone (runyard.events_sql).
+    """
 
     __tablename__ = "tool_run_events"
-    __table_args__ = (Index("ix_tool_run_events_run_id_id", "run_id", "id"),)
+    __table_args__ = (Index("ix_tool_run_events_run_id_xact_id_id", "run_id", "xact_id", "id"),)
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    # The inserting transaction (pg_current_xact_id(), 0 for rows older than the column):
+    # ids are drawn before commit, so id order is not commit order, and a reader paging by
+    # id alone skips a row that commits after a later one.
+    xact_id: Mapped[int] = mapped_column(
+        BigInteger, server_default=text("CAST(CAST(pg_current_xact_id() AS text) AS bigint)")
+    )
     run_id: Mapped[uuid.UUID] = mapped_column(
         UUID(as_uuid=True), ForeignKey("tool_runs.id", ondelete="CASCADE")
     )

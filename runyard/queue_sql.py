@@ -461,11 +461,12 @@ APPEND_LOG = _sql(
 )
 
 
+# "Last" in the order readers deliver events (runyard.events_sql), not the largest id.
 LAST_LOG_POSITION = _sql(
     """
     SELECT data->>'until' FROM tool_run_events
     WHERE run_id = :run_id AND type = :stream AND (data->>'attempt')::int = :attempt
-    ORDER BY id DESC LIMIT 1
+    ORDER BY xact_id DESC, id DESC LIMIT 1
     """
 )
 
@@ -689,7 +690,7 @@ SELECT_SYNC_ORPHANS = _sql(
                secs => CAST(r.spec->>'timeout_seconds' AS double precision)) AS deadline_at,
            (SELECT e.data->>'engine_id' FROM tool_run_events e
             WHERE e.run_id = r.id AND e.type = 'claimed'
-            ORDER BY e.id DESC LIMIT 1) AS engine_id
+            ORDER BY e.xact_id DESC, e.id DESC LIMIT 1) AS engine_id
     FROM tool_runs r
     WHERE r.status IN ('queued', 'running') AND r.mode = 'sync' AND r.sync_owner_until < {NOW}
     ORDER BY r.sync_owner_until

@@ -56,7 +56,7 @@ class AttemptSpec:
 
 
 def container_name(run_id: uuid.UUID, attempt: int) -> str:
-    """``runyard-{run_id}-{attempt}`` (DESIGN §5)."""
+    """``runyard-{run_id}-{attempt}``, unique per attempt (docs/runner-contract.md)."""
     return f"runyard-{run_id}-{attempt}"
 
 

@@ -10,9 +10,12 @@ from datetime import datetime
 from sqlalchemy import Engine, select, tuple_
 from sqlalchemy.orm import Session
 
+from runyard.events_sql import EVENTS_AFTER
 from runyard.models import TERMINAL_STATUSES, RunStatus, ToolRun, ToolRunEvent
 
 LOG_STREAMS = ("stdout", "stderr")
+# A run's events in the order every reader delivers them (runyard.events_sql).
+EVENT_ORDER = (ToolRunEvent.xact_id, ToolRunEvent.id)
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,15 @@ class RunFilter:
     status: RunStatus | None = None
     tool: str | None = None
     mode: str | None = None
+
+
+@dataclass(frozen=True)
+class EventPage:
+    """A run's status (``None``: no such run) and its events after a cursor, in order."""
+
+    status: RunStatus | None
+    events: list[ToolRunEvent]
+    held: bool  # later events are committed but wait for older transactions to end
 
 
 class BadCursor(Exception):
@@ -90,41 +102,24 @@ class RunReader:
         rows = rows[:limit]
         return rows, encode_cursor(rows[-1]) if more and rows else None
 
-    def events(self, run_id: uuid.UUID, after_id: int = 0, limit: int = 500) -> list[ToolRunEvent]:
-        """Events of a run after ``after_id``, oldest first."""
-        query = (
-            select(ToolRunEvent)
-            .where(ToolRunEvent.run_id == run_id, ToolRunEvent.id > after_id)
-            .order_by(ToolRunEvent.id)
-            .limit(limit)
-        )
-        with Session(self._engine, expire_on_commit=False) as session:
-            rows = list(session.scalars(query))
-            for row in rows:
-                session.expunge(row)
-        return rows
-
     def status_and_events(
         self, run_id: uuid.UUID, after_id: int = 0, limit: int = 500
-    ) -> tuple[RunStatus | None, list[ToolRunEvent]]:
-        """The run's status, then its events after ``after_id``, on one connection.
+    ) -> EventPage:
+        """The run's status, then its events after event ``after_id`` (EVENTS_AFTER).
 
-        Read in that order, a terminal status guarantees its final event is in the answer
-        (both are written in one transaction), unless it was pruned or already seen.
+        Read in that order, a terminal status guarantees its final event is in the answer or
+        held (both are written in one transaction), unless it was pruned or already seen.
         """
-        with Session(self._engine, expire_on_commit=False) as session:
-            status = session.scalar(select(ToolRun.status).where(ToolRun.id == run_id))
-            rows = list(
-                session.scalars(
-                    select(ToolRunEvent)
-                    .where(ToolRunEvent.run_id == run_id, ToolRunEvent.id > after_id)
-                    .order_by(ToolRunEvent.id)
-                    .limit(limit)
-                )
-            )
-            for row in rows:
-                session.expunge(row)
-        return status, rows
+        params = {"run_id": run_id, "after": after_id, "limit": limit}
+        with self._engine.connect() as conn:
+            status = conn.scalar(select(ToolRun.status).where(ToolRun.id == run_id))
+            rows = conn.execute(EVENTS_AFTER, params).all()
+        ready = [
+            ToolRunEvent(id=row.id, run_id=row.run_id, at=row.at, type=row.type, data=row.data)
+            for row in rows
+            if row.ready
+        ]
+        return EventPage(status=status, events=ready, held=len(ready) < len(rows))
 
     def find_idempotent(self, tenant: str, key: str) -> ToolRun | None:
         """The run a tenant created with this Idempotency-Key, if any."""
@@ -145,7 +140,7 @@ class RunReader:
                 ToolRunEvent.type.in_(streams),
                 ToolRunEvent.data["attempt"].astext == str(attempt),
             )
-            .order_by(ToolRunEvent.id)
+            .order_by(*EVENT_ORDER)
         )
         with Session(self._engine) as session:
             return "".join(text or "" for text in session.scalars(texts))

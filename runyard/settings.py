@@ -49,6 +49,17 @@ class Settings(BaseSettings):
     max_json_depth: int = Field(default=64, ge=2, le=512)
     api_db_pool_size: int = Field(default=10, ge=1, le=500)
 
+    # A sick database fails fast instead of hanging (docs/operations.md, "When the database
+    # is sick"). libpq counts whole seconds, 2 at least.
+    db_connect_timeout_seconds: int = Field(default=5, ge=2, le=300)
+    db_keepalives_idle_seconds: int = Field(default=10, ge=1, le=3600)
+    db_keepalives_interval_seconds: int = Field(default=5, ge=1, le=600)
+    db_keepalives_count: int = Field(default=3, ge=1, le=100)
+    db_statement_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+    db_lock_timeout_seconds: float = Field(default=5.0, gt=0, le=3600)
+    db_pool_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
+    db_retry_after_seconds: int = Field(default=2, ge=1, le=3600)
+
     # The dashboard under /ui: an API key becomes a signed, HttpOnly session cookie.
     ui_enabled: bool = True
     ui_session_secret: SecretStr | None = Field(default=None, min_length=32)
@@ -73,6 +84,7 @@ class Settings(BaseSettings):
     max_memory_mb: int = Field(default=4096, ge=6)
     max_cpus: float = Field(default=4.0, gt=0)
     max_pids: int = Field(default=1024, ge=1)
+    max_disk_mb: int = Field(default=10240, ge=1)
     stdout_cap_bytes: int = Field(default=1_048_576, ge=1024)
     result_cap_bytes: int = Field(default=1_048_576, ge=1024)
     stop_grace_seconds: float = Field(default=5.0, ge=0)
@@ -88,6 +100,16 @@ class Settings(BaseSettings):
     def _check_heartbeat(self) -> Settings:
         if self.heartbeat_seconds is not None and self.heartbeat_seconds >= self.lease_seconds:
             raise ValueError("RUNYARD_HEARTBEAT_SECONDS must be shorter than RUNYARD_LEASE_SECONDS")
+        return self
+
+    @model_validator(mode="after")
+    def _check_lock_timeout(self) -> Settings:
+        # Postgres would never get to a lock timeout longer than the statement's own.
+        if self.db_lock_timeout_seconds > self.db_statement_timeout_seconds:
+            raise ValueError(
+                "RUNYARD_DB_LOCK_TIMEOUT_SECONDS must not exceed "
+                "RUNYARD_DB_STATEMENT_TIMEOUT_SECONDS"
+            )
         return self
 
     @property

@@ -19,7 +19,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from runyard.models import RunStatus
 from runyard.queue import ApiQueue, JobQueue, SyncOrphan
@@ -36,7 +37,8 @@ from runyard.runner import (
 
 logger = logging.getLogger(__name__)
 
-_DB_ERRORS = (OperationalError, DBAPIError)
+# A pool with no connection to give within its timeout counts as a database error too.
+_DB_ERRORS = (DBAPIError, PoolTimeoutError)
 SYNC_ATTEMPT = 1
 
 
@@ -73,7 +75,8 @@ class SyncLogSink:
 
 
 class SyncExecutor:
-    """Runs sync attempts in the caller's thread; one thread renews what this process owns.
+    """Runs sync attempts in the caller's thread; one thread renews what this process owns
+    and does nothing else (settling orphans and sweeping are ``runyard.chores``).
 
     ``try_acquire`` is a non-blocking semaphore of ``max_concurrency`` slots: a full executor
     refuses at once instead of queueing inside the API.
@@ -87,19 +90,18 @@ class SyncExecutor:
         max_concurrency: int,
         lease_seconds: float = 30.0,
         owner_id: str | None = None,
-        settler: SyncOrphanSettler | None = None,
-        settle_interval_seconds: float = 5.0,
+        renew_queue: ApiQueue | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
         self._queue = queue
+        # Renewals may get a small pool of their own, so busy requests never starve them.
+        self._renew_queue = renew_queue or queue
         self._runner = runner
         self.max_concurrency = max_concurrency
         self._slots = threading.BoundedSemaphore(max_concurrency)
         self._lease = lease_seconds
         self.owner_id = owner_id or new_owner_id("api")
-        self._settler = settler
-        self._settle_interval = settle_interval_seconds
         self._lock = threading.Lock()
         self._flights: dict[uuid.UUID, AttemptControl] = {}
         self._busy = 0
@@ -139,7 +141,7 @@ class SyncExecutor:
     # --- lifecycle ---
 
     def start(self) -> None:
-        """Start the renewal (and settling) thread."""
+        """Start the renewal thread."""
         self._thread = threading.Thread(target=self._loop, name="runyard-sync-owner", daemon=True)
         self._thread.start()
 
@@ -294,7 +296,7 @@ class SyncExecutor:
             self._last_renewal = time.monotonic()
             return
         try:
-            owned = self._queue.renew_sync(
+            owned = self._renew_queue.renew_sync(
                 list(flights), owner=self.owner_id, lease_seconds=self._lease
             )
         except _DB_ERRORS as exc:
@@ -315,19 +317,12 @@ class SyncExecutor:
 
     def _loop(self) -> None:
         interval = self._lease / 3
-        next_settle = time.monotonic()
         while not self._stop.is_set():
             try:
                 self.renew_once()
             except Exception:
                 logger.exception("sync renewal crashed")
-            if self._settler is not None and time.monotonic() >= next_settle:
-                next_settle = time.monotonic() + self._settle_interval
-                try:
-                    self._settler.run_once()
-                except Exception:
-                    logger.exception("sync orphan settling failed")
-            self._wake.wait(min(interval, self._settle_interval))
+            self._wake.wait(interval)
             self._wake.clear()
 
 
@@ -367,13 +362,24 @@ class SyncOrphanSettler:
             ]
             for orphan in orphans:
                 seen.add(orphan.run_id)
+                # One orphan that cannot be settled never keeps the others waiting.
+                log = {"run_id": str(orphan.run_id)}
                 try:
                     if self._settle(orphan, now):
                         settled += 1
                 except RunnerUnavailable as exc:
                     logger.warning(
                         "engine unavailable; sync orphan left for the next pass",
-                        extra={"run_id": str(orphan.run_id), "error": str(exc)},
+                        extra={**log, "error": str(exc)},
+                    )
+                except _DB_ERRORS as exc:
+                    logger.warning(
+                        "database error; sync orphan left for the next pass",
+                        extra={**log, "error": str(exc)[:300]},
+                    )
+                except Exception:
+                    logger.exception(
+                        "settling a sync orphan failed; left for the next pass", extra=log
                     )
             if len(orphans) < batch:
                 return settled

@@ -13,6 +13,7 @@ import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
 
 from runyard.settings import Settings
+from runyard.tool_json import DEFAULT_MAX_DEPTH, MAX_STORED_DEPTH
 
 _NUMERIC_USER = re.compile(r"[0-9]{1,10}(:[0-9]{1,10})?")
 
@@ -45,6 +46,9 @@ class ToolSpec(BaseModel):
     max_attempts: StrictInt = Field(default=1, ge=1, le=20)
     stdout_cap_bytes: StrictInt | None = Field(default=None, ge=1024)
     result_cap_bytes: StrictInt | None = Field(default=None, ge=1024)
+    result_max_depth: StrictInt = Field(default=DEFAULT_MAX_DEPTH, ge=1, le=MAX_STORED_DEPTH)
+    disk_mb: StrictInt = Field(default=1024, ge=1)
+    idle_timeout_seconds: StrictInt | None = Field(default=None, ge=2)
     input_schema: dict[str, Any] | None = None
 
     def snapshot(self) -> dict[str, Any]:
@@ -75,6 +79,8 @@ def _check_against_maxima(tool: ToolSpec, settings: Settings) -> list[str]:
         problems.append(f"memory_mb {tool.memory_mb} > {settings.max_memory_mb}")
     if tool.cpus > settings.max_cpus:
         problems.append(f"cpus {tool.cpus} > {settings.max_cpus}")
+    if tool.disk_mb > settings.max_disk_mb:
+        problems.append(f"disk_mb {tool.disk_mb} > {settings.max_disk_mb}")
     if tool.pids_limit > settings.max_pids:
         problems.append(f"pids_limit {tool.pids_limit} > {settings.max_pids}")
     if not _NUMERIC_USER.fullmatch(tool.user):

@@ -9,12 +9,16 @@ from datetime import datetime
 
 from sqlalchemy import Engine, text
 
+from runyard.db import autocommit
+
 REGISTER = text(
     """
     INSERT INTO workers (id, engine_id, host, pid, concurrency, started_at, last_seen_at)
     VALUES (:id, :engine_id, :host, :pid, :concurrency,
             coalesce(CAST(:now AS timestamptz), now()), coalesce(CAST(:now AS timestamptz), now()))
-    ON CONFLICT (id) DO UPDATE SET last_seen_at = EXCLUDED.last_seen_at, stopped_at = NULL
+    ON CONFLICT (id) DO UPDATE SET engine_id = EXCLUDED.engine_id, host = EXCLUDED.host,
+        pid = EXCLUDED.pid, concurrency = EXCLUDED.concurrency,
+        started_at = EXCLUDED.started_at, last_seen_at = EXCLUDED.last_seen_at, stopped_at = NULL
     """
 )
 SEEN = text(
@@ -31,7 +35,11 @@ def new_worker_id() -> str:
 
 
 class WorkerRegistry:
-    """Writes a worker's row; the reaper reads it to tell live engines from dead ones."""
+    """Writes a worker's row; the reaper reads it to tell live engines from dead ones.
+
+    Each write is one autocommit statement, so a pool with no connection to give raises
+    ``OperationalError`` like any other database error.
+    """
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
@@ -39,26 +47,25 @@ class WorkerRegistry:
     def register(
         self, worker_id: str, engine_id: str, concurrency: int, *, now: datetime | None = None
     ) -> None:
-        """Insert (or revive) this worker's row."""
-        with self._engine.begin() as conn:
-            conn.execute(
-                REGISTER,
-                {
-                    "id": worker_id,
-                    "engine_id": engine_id,
-                    "host": socket.gethostname(),
-                    "pid": os.getpid(),
-                    "concurrency": concurrency,
-                    "now": now,
-                },
-            )
+        """Insert this worker's row, or take over one of the same id (a restart with a fixed
+        ``RUNYARD_WORKER_ID``, perhaps on another engine): every column is this process's."""
+        autocommit(
+            self._engine,
+            REGISTER,
+            {
+                "id": worker_id,
+                "engine_id": engine_id,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "concurrency": concurrency,
+                "now": now,
+            },
+        )
 
     def seen(self, worker_id: str, *, now: datetime | None = None) -> None:
         """Record that the worker is alive."""
-        with self._engine.begin() as conn:
-            conn.execute(SEEN, {"id": worker_id, "now": now})
+        autocommit(self._engine, SEEN, {"id": worker_id, "now": now})
 
     def stopped(self, worker_id: str, *, now: datetime | None = None) -> None:
         """Record a clean exit."""
-        with self._engine.begin() as conn:
-            conn.execute(STOPPED, {"id": worker_id, "now": now})
+        autocommit(self._engine, STOPPED, {"id": worker_id, "now": now})

@@ -12,35 +12,54 @@ from types import FrameType
 
 from sqlalchemy import Engine
 
-from runyard.db import make_engine
+from runyard.db import DbTimeouts, make_engine
 from runyard.docker_runner import DockerRunner
 from runyard.logs import configure
 from runyard.metrics import Metrics
 from runyard.queue import JobQueue
 from runyard.runner import RunnerUnavailable
 from runyard.settings import Settings
+from runyard.sweep import Sweeper
 from runyard.workers import WorkerRegistry, new_worker_id
 from worker.service import Worker, WorkerConfig
-from worker.sweep import Sweeper
 from worker.wakeup import Wakeups
 
 logger = logging.getLogger("worker")
 
 
-def worker_engines(database_url: str, concurrency: int) -> tuple[Engine, Engine]:
-    """The worker's pool (a connection per slot, the claim loop and the sweep) and the
-    heartbeat's own; no pre-ping: every database error of the worker is retried."""
+HEARTBEAT_POOL_SIZE = 2
+
+
+def worker_engines(
+    database_url: str, concurrency: int, timeouts: DbTimeouts | None = None
+) -> tuple[Engine, Engine]:
+    """The worker's pool (a connection per slot, the claim loop and the sweep) and a small one
+    of its own for heartbeats and the worker's row, which the slots can never exhaust: its
+    users (the heartbeat thread, start and stop) hold one connection each at most. No
+    pre-ping: every database error of the worker is retried."""
     engine = make_engine(
-        database_url, pool_size=concurrency + 2, max_overflow=concurrency, pre_ping=False
+        database_url,
+        pool_size=concurrency + 2,
+        max_overflow=concurrency,
+        pre_ping=False,
+        timeouts=timeouts,
     )
-    heartbeat_engine = make_engine(database_url, pool_size=1, max_overflow=1, pre_ping=False)
+    heartbeat_engine = make_engine(
+        database_url,
+        pool_size=HEARTBEAT_POOL_SIZE,
+        max_overflow=0,
+        pre_ping=False,
+        timeouts=timeouts,
+    )
     return engine, heartbeat_engine
 
 
 def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
     """Wire a worker from settings: engine, queue, Docker runner, registry."""
     slots = concurrency or settings.worker_concurrency
-    engine, heartbeat_engine = worker_engines(settings.database_url, slots)
+    engine, heartbeat_engine = worker_engines(
+        settings.database_url, slots, DbTimeouts.from_settings(settings)
+    )
     runner = DockerRunner.from_settings(settings)
     config = WorkerConfig(
         worker_id=settings.worker_id or new_worker_id(),
@@ -65,7 +84,7 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
         queue,
         runner,
         config,
-        WorkerRegistry(engine),
+        WorkerRegistry(heartbeat_engine),
         sweeper,
         JobQueue(heartbeat_engine),
         metrics,

@@ -502,6 +502,9 @@ class Worker:
             input=job.input,
             deadline_at=job.deadline_at,
         )
+        if job.cancel_requested:
+            # Adopted after a cancel: a container a dead owner stopped for it ends cancelled.
+            flight.control.cancel.set()
         try:
             outcome = self._runner.run(spec, flight.control)
         except AttemptAbandoned:

@@ -19,7 +19,7 @@ from api.openapi import COMMON_ERRORS, problem
 from api.problems import Problem
 from api.routes.runs import NOT_FOUND, load_run
 from runyard.models import ToolRunEvent
-from runyard.runs import RunReader, is_terminal_event
+from runyard.runs import EventPage, RunReader, is_terminal_event
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +28,7 @@ router = APIRouter(prefix="/v1/runs", tags=["events"], responses=COMMON_ERRORS)
 MAX_EVENT_ID = 2**63 - 1
 BATCH = 500
 RECONNECT_MILLISECONDS = 2000
+HELD_FIRST_WAIT_SECONDS = 0.02
 
 
 class EventStreamResponse(StreamingResponse):
@@ -43,25 +44,25 @@ def format_event(event: ToolRunEvent) -> str:
 
 
 async def _stream(
-    services: Services, run_id: uuid.UUID, after: int, first: list[ToolRunEvent]
+    services: Services, run_id: uuid.UUID, after: int, page: EventPage
 ) -> AsyncIterator[str]:
     settings = services.settings
     reader = RunReader(services.engine)
     started = time.monotonic()
     last_sent = started
+    held_wait = HELD_FIRST_WAIT_SECONDS
     services.open_streams += 1
     try:
         yield f"retry: {RECONNECT_MILLISECONDS}\n\n"
-        pending = first
         with services.notifier.subscribe(run_id) as subscription:
             while True:
-                for event in pending:
+                for event in page.events:
                     yield format_event(event)
                     after = event.id
                     last_sent = time.monotonic()
                     if is_terminal_event(event):
                         return
-                if len(pending) < BATCH:
+                if len(page.events) < BATCH:
                     if time.monotonic() - started >= settings.events_max_stream_seconds:
                         return  # bounded: the client reconnects with Last-Event-ID
                     keepalive_in = settings.events_keepalive_seconds - (
@@ -71,23 +72,32 @@ async def _stream(
                         yield ": keepalive\n\n"
                         last_sent = time.monotonic()
                         keepalive_in = settings.events_keepalive_seconds
-                    await subscription.wait(min(settings.events_poll_seconds, keepalive_in))
-                status, pending = await anyio.to_thread.run_sync(
+                    wait = min(settings.events_poll_seconds, keepalive_in)
+                    if page.held:
+                        # Committed events wait for an older transaction, which no NOTIFY of
+                        # this run may announce: look again soon, then less and less often.
+                        wait = min(wait, held_wait)
+                        held_wait = min(held_wait * 2, settings.events_poll_seconds)
+                    else:
+                        held_wait = HELD_FIRST_WAIT_SECONDS
+                    await subscription.wait(wait)
+                page = await anyio.to_thread.run_sync(
                     reader.status_and_events, run_id, after, BATCH, limiter=services.events_limiter
                 )
-                if status is None:
+                if page.status is None:
                     return  # the run was deleted
-                if status.is_terminal and not pending:
+                if page.status.is_terminal and not page.events and not page.held:
                     return  # its final event was pruned, or is before Last-Event-ID
     finally:
         services.open_streams -= 1
 
 
 def _start_after(last_event_id: str | None, after: int | None) -> int:
-    if after is not None:
-        return after
+    # An EventSource opened on a URL with ?after= sends that URL again on reconnect, with the
+    # id it saw last in the header: the header is the later place. Ids are not increasing in
+    # a stream, so the two cannot be compared.
     if not last_event_id:
-        return 0
+        return after or 0
     value = int(last_event_id)
     if value > MAX_EVENT_ID:
         raise Problem(422, "validation_error", "Last-Event-ID is too large", field="Last-Event-ID")
@@ -127,12 +137,13 @@ async def run_events(
         Query(ge=0, le=MAX_EVENT_ID, description="Resume after this event id (for curl)"),
     ] = None,
 ) -> Response:
-    """Every event of the run after ``Last-Event-ID`` (or ``?after=``), then live ones.
+    """Every event of the run after ``Last-Event-ID`` (else ``?after=``), then live ones.
 
     Each message has ``id`` (the event id), ``event`` (its type: ``status``, ``claimed``,
     ``adopted``, ``stdout``, ``stderr``, ``requeued``, ...) and ``data`` (JSON with ``at``).
-    The stream ends after the terminal ``status`` event; reconnecting with the last id seen
-    gives every later event exactly once.
+    Events come in commit order, so an id may be smaller than the one before it. The stream
+    ends after the terminal ``status`` event; reconnecting with the last id received gives
+    every later event exactly once.
     """
     start = _start_after(last_event_id, after)
     await run_in_threadpool(load_run, services, principal, run_id)
@@ -143,17 +154,17 @@ async def run_events(
             "too many open event streams; retry later",
             headers={"Retry-After": str(services.settings.retry_after_seconds)},
         )
-    status, first = await anyio.to_thread.run_sync(
+    page = await anyio.to_thread.run_sync(
         RunReader(services.engine).status_and_events,
         run_id,
         start,
         BATCH,
         limiter=services.events_limiter,
     )
-    if status is None or (status.is_terminal and not first):
+    if page.status is None or (page.status.is_terminal and not page.events and not page.held):
         # Tells an EventSource to stop reconnecting.
         return Response(status_code=204)
     return EventStreamResponse(
-        _stream(services, run_id, start, first),
+        _stream(services, run_id, start, page),
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -297,7 +297,8 @@ async def run_events(
     last_event_id = request.headers.get("last-event-id")
     start = after
     if last_event_id and last_event_id.isdigit() and len(last_event_id) <= 19:
-        start = max(start, int(last_event_id))
+        # The reconnect's place, later in the stream than the URL's ?after=.
+        start = min(int(last_event_id), event_routes.MAX_EVENT_ID)
     return await event_routes.run_events(
         run_id=parsed,
         services=services,

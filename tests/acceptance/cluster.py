@@ -76,7 +76,7 @@ class Cluster:
         return {
             **base,
             "RUNYARD_DATABASE_URL": self.database_url,
-            "RUNYARD_TOOLS_FILE": str(ROOT / "tools" / "tools.toml"),
+            "RUNYARD_TOOLS_FILE": str(ROOT / "tests" / "tools.toml"),
             **FAST_TIMINGS,
             **self.env,
             **(extra or {}),

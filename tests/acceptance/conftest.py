@@ -22,7 +22,7 @@ from tests.integration.conftest import _quietly
 def cluster(database_url: str, engine: Engine, tmp_path: Path) -> Iterator[Cluster]:
     """Worker/reaper processes started by the test; all stopped and cleaned up after."""
     client = docker.from_env(timeout=60)
-    registry = load_registry(ROOT / "tools" / "tools.toml", Settings(database_url="unused"))
+    registry = load_registry(ROOT / "tests" / "tools.toml", Settings(database_url="unused"))
     made = Cluster(
         database_url=database_url,
         engine=engine,

@@ -20,7 +20,8 @@ import docker
 import docker.errors
 import pytest
 
-from runyard.docker_runner import ENGINE_MARKER_VOLUME, LABEL_MANAGED
+from runyard.docker_runner import LABEL_MANAGED
+from runyard.engine_marker import MARKER_NAME
 from tests.integration.conftest import _quietly
 
 TOOLBOX = "runyard/toolbox:latest"
@@ -134,11 +135,14 @@ class SecondEngine:
         assert docker0.returncode == 0, "the first daemon lost its bridge"
 
     def _clean(self) -> None:
-        # A worker may be removing its own container right now (404/409).
-        for container in self.client.containers.list(all=True, sparse=True):
-            _quietly(functools.partial(container.remove, force=True))
+        # The engine's marker stays (its id with it); a worker may be removing its own
+        # container right now (404/409).
+        api = self.client.api
+        for container in api.containers(all=True):
+            if f"/{MARKER_NAME}" not in (container.get("Names") or []):
+                _quietly(functools.partial(api.remove_container, container["Id"], force=True))
         for volume in self.client.volumes.list(filters={"label": f"{LABEL_MANAGED}=true"}):
-            if volume.name != ENGINE_MARKER_VOLUME:
+            if volume.name != MARKER_NAME:
                 _quietly(functools.partial(volume.remove, force=True))
 
 

@@ -37,7 +37,7 @@ def http(method: str, url: str, body: object | None = None) -> tuple[int, dict[s
 def test_dev__echo_run_succeeds_with_embedded_postgres(tmp_path: Path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNYARD_")} | {
-        "RUNYARD_TOOLS_FILE": str(ROOT / "tools" / "tools.toml"),
+        "RUNYARD_TOOLS_FILE": str(ROOT / "tests" / "tools.toml"),
         "RUNYARD_WORKER_POLL_SECONDS": "0.2",
     }
     log = (tmp_path / "dev.log").open("w")

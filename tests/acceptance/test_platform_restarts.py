@@ -131,7 +131,7 @@ def test_postgres_restart_mid_run__workers_reconnect_nothing_lost(
         database_url=url,
         engine=engine,
         queue=JobQueue(engine),
-        registry=load_registry(ROOT / "tools" / "tools.toml", Settings(database_url="x")),
+        registry=load_registry(ROOT / "tests" / "tools.toml", Settings(database_url="x")),
         logs=tmp_path,
         docker_client=client,
     )

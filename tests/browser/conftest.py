@@ -109,13 +109,13 @@ class Dashboard:
 @pytest.fixture
 def dashboard(database_url: str, engine: Engine, tmp_path: Path) -> Iterator[Dashboard]:
     """The API in-process on loopback plus ``python -m worker``; cleaned up after."""
-    registry = load_registry(ROOT / "tools" / "tools.toml", Settings(database_url="unused"))
+    registry = load_registry(ROOT / "tests" / "tools.toml", Settings(database_url="unused"))
     app = make_app(database_url, engine, registry, events_poll_seconds=0.5)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNYARD_")}
     env.update(FAST_TIMINGS)
     env.update(
         RUNYARD_DATABASE_URL=database_url,
-        RUNYARD_TOOLS_FILE=str(ROOT / "tools" / "tools.toml"),
+        RUNYARD_TOOLS_FILE=str(ROOT / "tests" / "tools.toml"),
         RUNYARD_WORKER_ID="w-browser",
         RUNYARD_WORKER_CONCURRENCY="2",
     )

@@ -5,8 +5,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
+import docker.api.client
 import docker.errors
 import pytest
 from sqlalchemy import Engine
@@ -27,26 +29,37 @@ def queue(engine: Engine) -> JobQueue:
 
 @pytest.fixture(scope="session")
 def registry() -> ToolRegistry:
-    """The example registry shipped in tools/tools.toml."""
-    return load_registry(ROOT / "tools" / "tools.toml", Settings(database_url="unused"))
+    """The tests' registry: the shipped example tools plus test-only ones (tests/tools.toml)."""
+    return load_registry(ROOT / "tests" / "tools.toml", Settings(database_url="unused"))
 
 
 @pytest.fixture
-def docker_client() -> Iterator[docker.DockerClient]:
-    """A Docker client; every runyard container and volume the test made is removed after."""
+def docker_client(monkeypatch: pytest.MonkeyPatch) -> Iterator[docker.DockerClient]:
+    """A Docker client; every runyard container and volume this test made is removed after.
+
+    Only what this process created during the test is removed: another test session or a
+    benchmark on the same engine keeps its own containers (a test that removed every new
+    labelled container would make their runs look lost).
+    """
+    created: set[str] = set()
+    create = docker.api.client.APIClient.create_container
+
+    def recording_create(self: Any, *args: Any, **kwargs: Any) -> Any:
+        answer = create(self, *args, **kwargs)
+        if kwargs.get("name"):
+            created.add(str(kwargs["name"]))
+        return answer
+
+    monkeypatch.setattr(docker.api.client.APIClient, "create_container", recording_create)
     client = docker.from_env(timeout=60)
-    label = f"{LABEL_MANAGED}=true"
-    before_c = {c.id for c in client.containers.list(all=True, filters={"label": label})}
-    before_v = {v.name for v in client.volumes.list(filters={"label": label})}
     yield client
-    # Another process on this engine (a second test session, a benchmark) may be creating and
-    # removing its own labelled objects meanwhile: what vanished or is in use is theirs. The
-    # suite-end check in tests/conftest.py still catches anything this suite leaves behind.
-    for container in client.containers.list(all=True, filters={"label": label}, sparse=True):
-        if container.id not in before_c:
+    label = {"label": f"{LABEL_MANAGED}=true"}
+    for container in client.containers.list(all=True, filters=label, sparse=True):
+        names = {name.lstrip("/") for name in container.attrs.get("Names") or []}
+        if names & created:
             _quietly(functools.partial(container.remove, force=True))
-    for volume in client.volumes.list(filters={"label": label}):
-        if volume.name not in before_v and volume.name != "runyard-engine-marker":
+    for volume in client.volumes.list(filters=label):
+        if volume.name in created:  # an attempt's volume is named after its container
             _quietly(functools.partial(volume.remove, force=True))
     client.close()
 

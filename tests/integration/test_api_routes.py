@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -436,6 +437,21 @@ def test_events__whole_history_then_end_after_terminal(client: TestClient, acme)
         f"/v1/runs/{run['id']}/events", headers={**acme, "Last-Event-ID": last_id}
     )
     assert finished.status_code == 204
+
+
+def test_events__last_event_id_wins_over_after(client: TestClient, acme):
+    # An EventSource reconnects to its original URL (?after=) with the last id it received
+    # in the header; ids are in commit order, so the header's may be the smaller one.
+    run = _submit(client, acme)
+    client.post(f"/v1/runs/{run['id']}/cancel", headers=acme)
+    url = f"/v1/runs/{run['id']}/events"
+    queued, cancelled = re.findall(r"^id: (\d+)$", client.get(url, headers=acme).text, re.M)
+    resumed = client.get(
+        url, params={"after": cancelled}, headers={**acme, "Last-Event-ID": queued}
+    )
+    assert resumed.status_code == 200
+    assert re.findall(r"^id: (\d+)$", resumed.text, re.M) == [cancelled]
+    assert client.get(url, params={"after": cancelled}, headers=acme).status_code == 204
 
 
 # --- tools, auth, errors ---

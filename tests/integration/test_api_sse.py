@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import httpx2
+import pytest
 from sqlalchemy import Engine, text
 
 from runyard.models import RunStatus
@@ -18,6 +20,7 @@ from runyard.runner import AttemptControl, AttemptResult, AttemptSpec
 from runyard.testing import FakeRunner
 from runyard.tools import ToolRegistry
 from tests.integration.test_api_helpers import bearer, live_server, make_app, wait_until
+from tests.integration.test_events_order import insert
 from worker.service import Worker, WorkerConfig
 
 
@@ -55,7 +58,7 @@ class Steps:
 def _db_events(engine: Engine, run_id: str) -> list[tuple[str, str]]:
     with engine.connect() as conn:
         rows = conn.execute(
-            text("SELECT id, type FROM tool_run_events WHERE run_id = :id ORDER BY id"),
+            text("SELECT id, type FROM tool_run_events WHERE run_id = :id ORDER BY xact_id, id"),
             {"id": run_id},
         ).all()
     return [(str(row.id), row.type) for row in rows]
@@ -161,3 +164,91 @@ def test_sse__idle_stream_sends_keepalives_holds_no_connection_and_is_bounded(
         assert 1.0 <= time.monotonic() - started < 5
     assert [m["event"] for m in seen if "id" in m] == ["status"]
     assert any(m.get("comment") == "keepalive" for m in seen)
+
+
+@pytest.mark.parametrize("older", ["inserts_first", "draws_its_id_last"])
+def test_sse__events_committed_out_of_id_order_arrive_once_in_order_across_a_reconnect(
+    database_url: str, engine: Engine, registry: ToolRegistry, older: str
+):
+    # Safety re-check 30 s away: streams wake on NOTIFY and on their own held re-checks.
+    app = make_app(database_url, engine, registry, events_poll_seconds=30)
+    headers = bearer(engine, "acme")
+    with live_server(app) as url, httpx2.Client(base_url=url, timeout=20) as http:
+        run_id = http.post("/v1/runs", json={"tool": "echo"}, headers=headers).json()["id"]
+        events_url = f"/v1/runs/{run_id}/events"
+
+        # One client follows the run the whole time.
+        along: list[dict[str, Any]] = []
+
+        def follow() -> None:
+            with http.stream("GET", events_url, headers=headers) as response:
+                along.extend(m for m in sse_messages(response) if "id" in m)
+
+        follower = threading.Thread(target=follow)
+        follower.start()
+        queued_id = wait_until(lambda: along and along[0]["id"], timeout=10)
+
+        with engine.connect() as a, engine.connect() as b:
+            # Transaction A is older than B; B commits first. A's event id is the smaller
+            # one, or (A had its transaction id before it drew an event id) the larger one.
+            a_open = a.begin()
+            if older == "inserts_first":
+                a_id = insert(a, uuid.UUID(run_id), "a")
+            else:
+                a.execute(text("SELECT pg_current_xact_id()"))
+            with b.begin():
+                b_id = insert(b, uuid.UUID(run_id), "b")
+            if older == "draws_its_id_last":
+                a_id = insert(a, uuid.UUID(run_id), "a")
+            assert (a_id < b_id) == (older == "inserts_first")
+
+            # A second client connects now: its first read happens before the answer, with
+            # B committed and A still open. Then A commits; the client takes one event and
+            # drops the connection.
+            resumed = {**headers, "Last-Event-ID": queued_id}
+            with http.stream("GET", events_url, headers=resumed) as response:
+                assert response.status_code == 200
+                a_open.commit()
+                before_drop = next(m for m in sse_messages(response) if "id" in m)
+
+        # It reconnects with the last id it received: the rest, then the stream's end.
+        resumed = {**headers, "Last-Event-ID": before_drop["id"]}
+        with http.stream("GET", events_url, headers=resumed) as response:
+            assert response.status_code == 200
+            cancelled = http.post(f"/v1/runs/{run_id}/cancel", headers=headers)
+            assert cancelled.status_code == 202, cancelled.text
+            after_drop = [m for m in sse_messages(response) if "id" in m]
+        follower.join(timeout=15)
+        assert not follower.is_alive(), "the stream did not end after the terminal event"
+
+    in_order = [i for i, _ in _db_events(engine, run_id)]
+    assert in_order[1:3] == [str(a_id), str(b_id)]
+    assert [m["id"] for m in along] == in_order
+    assert [m["id"] for m in [before_drop, *after_drop]] == in_order[1:]
+    assert [m["data"].get("text") for m in along[1:3]] == ["a", "b"]
+    assert after_drop[-1]["event"] == "status"
+    assert after_drop[-1]["data"]["status"] == "cancelled"
+
+
+def test_sse__an_event_held_by_a_transaction_of_no_run_arrives_before_the_safety_poll(
+    database_url: str, engine: Engine, registry: ToolRegistry
+):
+    app = make_app(database_url, engine, registry, events_poll_seconds=30)
+    headers = bearer(engine, "acme")
+    with live_server(app) as url, httpx2.Client(base_url=url, timeout=20) as http:
+        run_id = http.post("/v1/runs", json={"tool": "echo"}, headers=headers).json()["id"]
+        with engine.connect() as other, engine.connect() as b:
+            # An older transaction that writes nothing of this run, so no NOTIFY of the run
+            # says when it ends.
+            other_open = other.begin()
+            other.execute(text("SELECT pg_current_xact_id()"))
+            with b.begin():
+                held_id = insert(b, uuid.UUID(run_id), "b")
+            with http.stream("GET", f"/v1/runs/{run_id}/events", headers=headers) as response:
+                assert response.status_code == 200  # its first read found the event held
+                other_open.commit()
+                ended = time.monotonic()
+                messages = (m for m in sse_messages(response) if "id" in m)
+                assert next(messages)["event"] == "status"
+                assert next(messages)["id"] == str(held_id)
+            assert time.monotonic() - ended < 5  # its own re-check, not the 30 s safety poll

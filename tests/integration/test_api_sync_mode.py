@@ -31,7 +31,7 @@ from runyard.runner import (
     ContainerState,
 )
 from runyard.sync_mode import SyncExecutor, SyncOrphanSettler
-from runyard.testing import FakeRunner
+from runyard.testing import FakeRunner, Handler, succeed_with_input
 from runyard.tools import ToolRegistry
 from tests.integration.test_api_helpers import (
     bearer,
@@ -380,6 +380,110 @@ def test_sync_orphan__with_a_runner_is_finalized_from_its_exited_container(engin
     assert run_status(engine, running_id) == "succeeded"
 
 
+class SlowEngine(FakeRunner):
+    """A fake engine whose answers about one attempt hang until released, or fail."""
+
+    def __init__(self, handler: Handler = succeed_with_input) -> None:
+        super().__init__(handler)
+        self.broken: uuid.UUID | None = None
+        self.asked = threading.Event()
+        self.answer = threading.Event()
+
+    def state(self, run_id: uuid.UUID, attempt: int) -> ContainerState:
+        if run_id == self.broken:
+            raise RuntimeError("an answer nobody expected")
+        self.asked.set()
+        assert self.answer.wait(30)
+        return super().state(run_id, attempt)
+
+
+def _sync_owner_until(engine: Engine, run_id: str | uuid.UUID) -> Any:
+    return _run_row(engine, run_id).sync_owner_until
+
+
+def test_sync__a_slow_settle_never_delays_the_renewal_of_live_runs(
+    database_url: str, engine: Engine, registry: ToolRegistry, acme
+):
+    gate = Gate()
+    runner = SlowEngine(gate)
+    queue = ApiQueue(engine)
+    orphan = queue.record_sync(_new_run(), AdmissionCaps(), owner="api-dead", lease_seconds=30)
+    assert queue.start_sync(
+        orphan.run_id, owner="api-dead", engine_id=runner.engine_id(), lease_seconds=0.01
+    )
+    app = make_app(
+        database_url,
+        engine,
+        registry,
+        runner,
+        lease_seconds=1.5,
+        reaper_interval_seconds=0.1,
+        **SYNC,
+    )
+    with live_server(app) as url, httpx2.Client(base_url=url, timeout=30) as http:
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(http.post, "/v1/runs", json={"tool": "echo"}, headers=acme)
+            try:
+                assert gate.started.acquire(timeout=10)
+                assert runner.asked.wait(10)  # the settler hangs on the orphan's container
+                live = "SELECT id FROM tool_runs WHERE status = 'running' AND id <> :orphan"
+                with engine.connect() as conn:
+                    run_id = conn.execute(text(live), {"orphan": orphan.run_id}).scalar_one()
+                first = wait_until(lambda: _sync_owner_until(engine, run_id))
+                wait_until(lambda: _sync_owner_until(engine, run_id) > first, timeout=10)
+                assert not runner.answer.is_set()  # renewed while the settle still hangs
+            finally:
+                runner.answer.set()
+                gate.release.set()
+            assert pending.result(timeout=10).json()["status"] == "succeeded"
+        wait_until(lambda: run_status(engine, orphan.run_id) == "failed", timeout=10)
+
+
+def test_sync_orphan__one_that_cannot_be_settled_never_stops_the_others(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+):
+    queue = ApiQueue(engine)
+    runner = SlowEngine()
+    runner.answer.set()
+    bad_id, started = _orphan(queue, engine_id=runner.engine_id())
+    good_ids = [_orphan(queue, engine_id=runner.engine_id())[0] for _ in range(2)]
+    runner.broken = bad_id
+    soon = started.started_at + timedelta(seconds=31)
+    assert SyncOrphanSettler(queue, runner).run_once(now=soon) == 2
+    assert [run_status(engine, run_id) for run_id in good_ids] == ["failed", "failed"]
+    assert run_status(engine, bad_id) == "running"  # left for the next pass
+    assert any(
+        r.message.startswith("settling a sync orphan failed") and r.run_id == str(bad_id)  # type: ignore[attr-defined]
+        for r in caplog.records
+    )
+
+
+def test_sync__the_api_sweeps_leftover_containers(
+    database_url: str, engine: Engine, registry: ToolRegistry, acme
+):
+    runner = FakeRunner()
+    app = make_app(
+        database_url,
+        engine,
+        registry,
+        runner,
+        sweep_interval_seconds=0.2,
+        sweep_grace_seconds=0,
+        **SYNC,
+    )
+    stray = (uuid.uuid4(), 1)
+    with TestClient(app) as client:
+        run = client.post("/v1/runs", json={"tool": "echo"}, headers=acme).json()
+        assert run["status"] == "succeeded"
+        # Its container outlived the run (a removal that failed), beside a stranger's.
+        leftover = (uuid.UUID(run["id"]), 1)
+        runner.containers[leftover] = ContainerState.EXITED
+        runner.containers[stray] = ContainerState.EXITED
+        wait_until(lambda: leftover not in runner.containers, timeout=10)
+    assert runner.discarded.count(leftover) == 2
+    assert stray in runner.containers  # the database does not know it: reported, kept
+
+
 # --- the same paths with Docker ---
 
 
@@ -502,3 +606,36 @@ def test_sync_docker__orphan_of_a_dead_api_is_finalized_from_its_container(
     assert row.status == "succeeded" and row.result == {"slept": True}
     assert "sleeping" in row.stdout
     assert runner.state(recorded.run_id, 1) is ContainerState.MISSING
+
+
+@pytest.mark.docker
+def test_sync_docker__the_api_sweeps_a_container_its_run_left_behind(
+    database_url: str, engine: Engine, registry: ToolRegistry, docker_client: docker.DockerClient
+):
+    queue = ApiQueue(engine)
+    runner = DockerRunner(docker_client)
+    tool = registry.get("echo")
+    assert tool is not None
+    new_run = _new_run(spec=tool.snapshot(), input={"left": "behind"})
+    recorded = queue.record_sync(new_run, AdmissionCaps(), owner="api-gone", lease_seconds=30)
+    started = queue.start_sync(
+        recorded.run_id, owner="api-gone", engine_id=runner.engine_id(), lease_seconds=30
+    )
+    assert started is not None
+    spec = AttemptSpec(recorded.run_id, 1, new_run.spec, new_run.input, started.deadline_at)
+    outcome = runner.run(spec, AttemptControl())
+    # Finalized, and then the process died before it removed the container.
+    assert queue.finalize_sync(recorded.run_id, outcome, owner="api-gone")
+    assert runner.state(recorded.run_id, 1) is ContainerState.EXITED
+    app = make_app(
+        database_url,
+        engine,
+        registry,
+        runner,
+        sweep_interval_seconds=0.2,
+        sweep_grace_seconds=0,
+        **SYNC,
+    )
+    with TestClient(app):
+        wait_until(lambda: runner.state(recorded.run_id, 1) is ContainerState.MISSING, timeout=20)
+    assert docker_client.volumes.list(filters={"name": spec.container_name}) == []

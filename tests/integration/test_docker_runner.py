@@ -162,7 +162,8 @@ def test_output__capped_head_and_tail_kept(registry: ToolRegistry, docker_client
 @pytest.mark.parametrize(
     ("script", "problem"),
     [
-        ("echo not json > /runyard/out/result.json", "not valid JSON"),
+        ("echo not json > /runyard/out/result.json", "result.json: Expecting value"),
+        ("echo NaN > /runyard/out/result.json", "result.json: NaN is not JSON at line 1"),
         ("ln -s /etc/passwd /runyard/out/result.json", "link"),
         ("mkdir /runyard/out/result.json", "regular file"),
         ("yes 1 | head -c 3000000 > /runyard/out/result.json", "larger than"),

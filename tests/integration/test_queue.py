@@ -549,6 +549,28 @@ def test_orphans__not_while_a_worker_of_that_engine_lives(queue: JobQueue, engin
     assert queue.select_orphaned(dead_after_seconds=60, batch=10, now=later) == []
 
 
+def test_worker_registry__re_registration_takes_the_new_engine(queue: JobQueue, engine: Engine):
+    from runyard.workers import WorkerRegistry
+
+    enqueue_many(queue, 1)
+    claim(queue)
+    at = T0 + timedelta(seconds=LEASE + 1)
+    queue.clear_expired(queue.select_expired(batch=10, now=at), now=at)
+    later = at + timedelta(seconds=61)
+    registry = WorkerRegistry(engine)
+    registry.register("w2", ENGINE, 1, now=later - timedelta(seconds=30))
+    registry.stopped("w2", now=later - timedelta(seconds=20))
+    # The same RUNYARD_WORKER_ID comes back on another engine, with more slots.
+    registry.register("w2", "engine-b", 8, now=later - timedelta(seconds=5))
+    with engine.connect() as conn:
+        worker = conn.execute(text("SELECT * FROM workers WHERE id = 'w2'")).one()
+    assert worker.engine_id == "engine-b" and worker.concurrency == 8
+    assert worker.stopped_at is None
+    assert worker.started_at == worker.last_seen_at == later - timedelta(seconds=5)
+    # No live worker is left on the first engine: its adoptable run is an orphan now.
+    assert len(queue.select_orphaned(dead_after_seconds=60, batch=10, now=later)) == 1
+
+
 def test_release__makes_the_job_adoptable_at_once(queue: JobQueue, engine: Engine):
     run_id = enqueue_many(queue, 1)[0]
     [job] = claim(queue, worker="w-old")

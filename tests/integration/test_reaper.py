@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import Engine, text
 
 from reaper.service import Reaper, ReaperConfig, ReapResult
+from runyard.db import DbTimeouts, make_engine
 from runyard.metrics import Metrics
 from runyard.queue import JobQueue, NewRun
 
@@ -58,6 +59,38 @@ def test_run_once__prunes_after_retention(queue: JobQueue, engine: Engine):
     reaper = Reaper(queue, ReaperConfig(retention_seconds=86400))
     assert reaper.run_once(now=T0 + timedelta(hours=23)).pruned == 0
     assert reaper.run_once(now=T0 + timedelta(hours=25)).pruned == 2
+
+
+def test_run_once__prune_past_the_statement_timeout_halves_its_batch(
+    queue: JobQueue, engine: Engine, database_url: str
+):
+    enqueue(queue, 10)
+    for job in queue.claim(worker_id="w", engine_id="e", limit=10, lease_seconds=30, now=T0):
+        queue.cancel(job.run_id, now=T0)
+        queue.requeue(job.job_id, job.lease_token, error_code="x", error="x", now=T0)
+    with engine.begin() as conn:
+        # Each deleted job costs 0.3 s, as a run with a great many events would.
+        conn.execute(
+            text(
+                "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN PERFORM pg_sleep(0.3); RETURN OLD; END $$"
+            )
+        )
+        conn.execute(
+            text(
+                "CREATE TRIGGER slow BEFORE DELETE ON tool_run_jobs "
+                "FOR EACH ROW EXECUTE FUNCTION slow()"
+            )
+        )
+    timed = make_engine(database_url, timeouts=DbTimeouts(statement_seconds=1))
+    try:
+        reaper = Reaper(JobQueue(timed), ReaperConfig(batch_size=8, retention_seconds=86400))
+        assert reaper.run_once(now=T0 + timedelta(hours=25)).pruned == 10
+    finally:
+        timed.dispose()
+    assert statuses(engine) == {"cancelled": 10}  # the runs stay; their jobs are gone
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM tool_run_jobs")).scalar_one() == 0
 
 
 def test_cli_once__runs_a_pass_and_exits(database_url: str):

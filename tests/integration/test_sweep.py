@@ -13,9 +13,9 @@ from runyard.docker_runner import DockerRunner
 from runyard.models import RunStatus
 from runyard.queue import JobQueue, NewRun
 from runyard.runner import AttemptControl, AttemptResult, AttemptSpec, ContainerState
+from runyard.sweep import Sweeper
 from runyard.testing import FakeRunner
 from runyard.tools import ToolRegistry
-from worker.sweep import Sweeper
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 

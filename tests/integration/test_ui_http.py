@@ -97,6 +97,25 @@ def test_no_session__pages_go_to_login_and_fragments_answer_401(app_client: Test
     assert app_client.get("/ui/runs").status_code == 303
 
 
+def test_run_events__resume_from_last_event_id_not_the_urls_after(
+    app_client: TestClient, engine: Engine
+):
+    run_id = submit(app_client, engine, "acme")
+    log_in(app_client, create_api_key(engine, "acme"))
+    token = csrf(app_client, f"/ui/runs/{run_id}")
+    assert app_client.post(f"/ui/runs/{run_id}/cancel", data={"csrf_token": token}).is_redirect
+    with engine.connect() as conn:
+        queued, cancelled = conn.execute(
+            text("SELECT id FROM tool_run_events WHERE run_id = :id ORDER BY xact_id, id"),
+            {"id": run_id},
+        ).scalars()
+    url = f"/ui/runs/{run_id}/events?after={cancelled}"
+    resumed = app_client.get(url, headers={"Last-Event-ID": str(queued)})
+    assert resumed.status_code == 200
+    assert re.findall(r"^id: (\d+)$", resumed.text, re.M) == [str(cancelled)]
+    assert app_client.get(url).status_code == 204
+
+
 def test_revoked_key__ends_its_sessions_at_once(app_client: TestClient, engine: Engine):
     log_in(app_client, create_api_key(engine, "acme"))
     assert app_client.get("/ui/runs").status_code == 200

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
+
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, inspect, text
 
 from runyard.db import alembic_config
+from runyard.runs import RunReader
 from runyard.settings import normalize_database_url
 
 TABLES = {
@@ -82,3 +85,43 @@ def test_tenant_run_counts__backfilled_from_the_runs_already_there(database_url:
     finally:
         engine.dispose()
     assert [tuple(row) for row in rows] == [("a", 2, 1), ("b", 0, 1)]
+
+
+def test_event_xact_id__rows_from_before_keep_their_order_and_ids_still_resume(database_url: str):
+    config = alembic_config(database_url)
+    assert isinstance(config, Config)
+    command.downgrade(config, "0006")
+    engine = create_engine(normalize_database_url(database_url))
+    insert = text(
+        "INSERT INTO tool_run_events (run_id, type, data) "
+        "VALUES (:run_id, 'stdout', CAST(:data AS jsonb)) RETURNING id"
+    )
+    try:
+        run_id = uuid.uuid4()
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO tool_runs (id, tenant, tool, spec, input, status) "
+                    "VALUES (:id, 'a', 'echo', '{}', '{}', 'running')"
+                ),
+                {"id": run_id},
+            )
+            old = [
+                conn.execute(insert, {"run_id": run_id, "data": f'{{"text": "{n}"}}'}).scalar_one()
+                for n in range(3)
+            ]
+        command.upgrade(config, "head")
+        with engine.begin() as conn:
+            new = conn.execute(insert, {"run_id": run_id, "data": '{"text": "new"}'}).scalar_one()
+        with engine.connect() as conn:
+            xact_ids = conn.execute(
+                text("SELECT xact_id FROM tool_run_events WHERE run_id = :id ORDER BY id"),
+                {"id": run_id},
+            ).scalars()
+            assert list(xact_ids)[:3] == [0, 0, 0]
+        indexes = {ix["name"] for ix in inspect(engine).get_indexes("tool_run_events")}
+        page = RunReader(engine).status_and_events(run_id, after_id=old[0])
+    finally:
+        engine.dispose()
+    assert indexes == {"ix_tool_run_events_run_id_xact_id_id"}
+    assert [e.id for e in page.events] == [old[1], old[2], new]

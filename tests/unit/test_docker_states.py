@@ -53,7 +53,9 @@ def test_state__maps_docker_statuses(status: str, expected: ContainerState):
 def test_collect__a_container_being_removed_has_no_outputs_to_trust(status: str):
     # Its logs would answer 409 or be cut short; the exit code is the remover's SIGKILL.
     with pytest.raises(RunnerUnavailable, match="disappeared"):
-        runner_seeing(status)._collect("c0ffee", cast(Any, None), None, cast(Any, None))
+        runner_seeing(status)._collect(
+            "c0ffee", cast(Any, None), cast(Any, None), None, cast(Any, None), cast(Any, None)
+        )
 
 
 class StubLogsApi(StubApi):

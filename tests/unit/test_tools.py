@@ -14,11 +14,34 @@ SETTINGS = Settings(database_url="unused")
 BASE = {"image": "img", "command": ["true"]}
 
 
-def test_shipped_registry__loads():
+def test_shipped_registry__loads_and_ships_nothing_arbitrary():
     registry = load_registry(ROOT / "tools" / "tools.toml", SETTINGS)
-    assert {"echo", "sleep", "fail", "shell"} <= set(registry.names())
+    assert set(registry.names()) == {"echo", "sleep", "fail", "wordcount"}
     echo = registry.get("echo")
     assert echo is not None and echo.image == "runyard/toolbox:latest"
+    # Every shipped tool takes a closed input: no tool runs what a caller sends.
+    for name in registry.names():
+        tool = registry.get(name)
+        assert tool is not None and "script" not in str(tool.input_schema)
+
+
+def test_test_registry__is_the_shipped_one_plus_test_tools():
+    shipped = load_registry(ROOT / "tools" / "tools.toml", SETTINGS)
+    tests = load_registry(ROOT / "tests" / "tools.toml", SETTINGS)
+    assert set(tests.names()) == {"echo", "sleep", "fail", "shell", "hostile", "result-bytes"}
+    for name in ("echo", "sleep", "fail"):
+        assert tests.get(name) == shipped.get(name)
+
+
+def test_hostile_tool_limits__have_defaults_and_bounds():
+    tool = parse_registry({"tools": {"t": BASE}}, SETTINGS).get("t")
+    assert tool is not None
+    assert (tool.disk_mb, tool.idle_timeout_seconds, tool.result_max_depth) == (1024, None, 64)
+    for key, value in (("result_max_depth", 129), ("disk_mb", 0), ("idle_timeout_seconds", 1)):
+        with pytest.raises(RegistryError, match=key):
+            parse_registry({"tools": {"t": {**BASE, key: value}}}, SETTINGS)
+    with pytest.raises(RegistryError, match="disk_mb 20000 > 10240"):
+        parse_registry({"tools": {"t": {**BASE, "disk_mb": 20000}}}, SETTINGS)
 
 
 def test_unknown_key__is_an_error_naming_tool_and_key():

@@ -122,11 +122,11 @@ function liveRunPage(page) {
     if (atBottom) pre.scrollTop = pre.scrollHeight;
   }
 
-  function fresh(event) {
+  function remember(event) {
+    // Events come in commit order, so an id may be smaller than the one before: resume from
+    // the last id received, never the largest. The server sends each event once.
     const id = Number(event.lastEventId || "0");
-    if (id && id <= lastId) return false;  // a reconnect may resend what we have
     if (id) lastId = id;
-    return true;
   }
 
   async function finish() {
@@ -149,7 +149,7 @@ function liveRunPage(page) {
     source.addEventListener("open", () => { retryDelay = 1000; });
     for (const stream of ["stdout", "stderr"]) {
       source.addEventListener(stream, (event) => {
-        if (!fresh(event)) return;
+        remember(event);
         const data = JSON.parse(event.data);
         if (data.attempt > attempt) {
           // A new attempt starts with empty streams; the timeline says why.
@@ -162,7 +162,7 @@ function liveRunPage(page) {
     }
     for (const type of TIMELINE_EVENTS) {
       source.addEventListener(type, (event) => {
-        if (!fresh(event)) return;
+        remember(event);
         const data = JSON.parse(event.data);
         if (type === "status" && TERMINAL.has(data.status)) {
           finish();

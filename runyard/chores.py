@@ -1,0 +1,77 @@
+"""Periodic background chores on a thread of their own, each on its own schedule.
+
+A chore that fails is logged and runs again at its next turn; it never stops the others,
+and none of them runs on a thread that renews anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+
+from runyard.runner import RunnerUnavailable
+
+logger = logging.getLogger(__name__)
+
+# Expected when the database or the engine is sick: a line in the log, no traceback.
+_SICK = (DBAPIError, PoolTimeoutError, RunnerUnavailable)
+
+
+@dataclass(frozen=True)
+class Chore:
+    """``run`` every ``interval_seconds``, first at once."""
+
+    name: str
+    interval_seconds: float
+    run: Callable[[], object]
+
+
+class Chores:
+    """Runs each due chore in turn on one daemon thread until ``stop()``."""
+
+    def __init__(self, chores: Sequence[Chore], *, thread_name: str = "runyard-chores") -> None:
+        self._chores = list(chores)
+        self._due = [0.0 for _ in self._chores]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=thread_name, daemon=True)
+
+    def run_due(self) -> float:
+        """Run every chore that is due; the seconds until the next one is."""
+        for index, chore in enumerate(self._chores):
+            if self._stop.is_set():
+                break
+            if time.monotonic() < self._due[index]:
+                continue
+            self._due[index] = time.monotonic() + chore.interval_seconds
+            try:
+                chore.run()
+            except _SICK as exc:
+                logger.warning(
+                    "%s failed; trying again at its next turn",
+                    chore.name,
+                    extra={"chore": chore.name, "error": f"{type(exc).__name__}: {exc}"[:300]},
+                )
+            except Exception:
+                logger.exception("%s crashed", chore.name, extra={"chore": chore.name})
+        return max(0.0, min(self._due, default=60.0) - time.monotonic())
+
+    def start(self) -> None:
+        """Start the thread (nothing to do without chores)."""
+        if self._chores:
+            self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ask the thread to return and wait for the chore in progress, up to ``timeout``."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._stop.wait(self.run_due())

@@ -1,0 +1,80 @@
+"""The disk measure and the idle rule of a running attempt."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from runyard.attempt_watch import AttemptWatch, IdleAction, IdleClock, measure
+from runyard.outcomes import StopReason, ToolLimits
+
+
+def test_measure__counts_allocated_bytes_without_following_links(tmp_path: Path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "a").write_bytes(b"x" * 100_000)
+    with (tmp_path / "out" / "sparse").open("wb") as handle:
+        handle.truncate(1 << 30)  # 1 GiB apparent, nothing allocated
+    os.symlink("/", tmp_path / "out" / "root-link")
+    use = measure(tmp_path)
+    assert use is not None
+    assert 100_000 <= use.bytes < 200_000
+    assert use.entries == 4
+    assert not use.too_many_entries
+
+
+def test_measure__stops_counting_past_the_entry_cap(tmp_path: Path):
+    for index in range(101):
+        (tmp_path / str(index)).touch()
+    use = measure(tmp_path, max_entries=100)
+    assert use is not None and use.too_many_entries
+    under = measure(tmp_path, max_entries=101)
+    assert under is not None and not under.too_many_entries and under.entries == 101
+
+
+def test_measure__a_missing_directory_is_none(tmp_path: Path):
+    assert measure(tmp_path / "gone") is None
+
+
+def test_idle_clock__warns_once_at_half_then_stops():
+    clock = IdleClock(limit_seconds=10.0, last_output=100.0)
+    assert clock.check(104.9) is IdleAction.NONE
+    assert clock.check(105.0) is IdleAction.WARN
+    assert clock.check(107.0) is IdleAction.NONE
+    clock.output_seen(108.0)
+    assert clock.check(112.9) is IdleAction.NONE
+    assert clock.check(113.0) is IdleAction.WARN
+    assert clock.check(118.0) is IdleAction.STOP
+    clock.output_seen(90.0)  # an older sighting never moves the clock back
+    assert clock.check(118.0) is IdleAction.STOP
+
+
+def _watch(
+    tmp_path: Path, markers: list[object], now: list[float], notes: list[str]
+) -> AttemptWatch:
+    return AttemptWatch(
+        ToolLimits(timeout_seconds=60, memory_mb=64, disk_mb=1, idle_timeout_seconds=8),
+        workdir=lambda: tmp_path,
+        output_marker=lambda: markers[0],
+        note=lambda kind, data: notes.append(kind),
+        log_extra={},
+        clock=lambda: now[0],
+    )
+
+
+def test_attempt_watch__output_resets_idle_and_a_fill_stops(tmp_path: Path):
+    markers: list[object] = [("log", 1)]
+    now: list[float] = [0.0]
+    notes: list[str] = []
+    watch = _watch(tmp_path, markers, now, notes)
+    assert watch.check() is None
+    now[0] = 4.0
+    assert watch.check() is None and notes == ["stale"]
+    markers[0] = ("log", 2)  # the tool printed
+    now[0] = 11.0
+    assert watch.check() is None
+    now[0] = 15.0
+    assert watch.check() is None and notes == ["stale", "stale"]
+    now[0] = 19.0
+    assert watch.check() is StopReason.IDLE
+    (tmp_path / "fill").write_bytes(b"x" * (1 << 20))
+    assert watch.check() is StopReason.DISK
