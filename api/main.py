@@ -14,6 +14,7 @@ from sqlalchemy import Engine
 
 import runyard
 from api.deps import Services
+from api.docs_pages import install_docs
 from api.guard import RequestGuard
 from api.openapi import install_openapi
 from api.problems import install_problem_handlers
@@ -164,6 +165,8 @@ def create_app(
         version=runyard.__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
     install_problem_handlers(app, db_retry_after_seconds=settings.db_retry_after_seconds)
     app.add_middleware(
@@ -180,4 +183,5 @@ def create_app(
     if settings.ui_enabled:
         install_ui(app, settings)
     install_openapi(app)
+    install_docs(app)
     return app

@@ -24,10 +24,11 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,14 +61,17 @@ def base_parser(name: str, doc: str | None) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--database-url",
-        default=os.environ.get("RUNYARD_DATABASE_URL") or None,
+        default=None,
         help="database to use as it is (default: $RUNYARD_DATABASE_URL, else a fresh database "
-        f"bench_{name}_* created on {LOOPBACK_SERVER} and dropped at the end)",
+        f"bench_{name}_* made on --server-url, or on an embedded Postgres when that is not "
+        "given either; dropped at the end)",
     )
     parser.add_argument(
         "--server-url",
-        default=LOOPBACK_SERVER,
-        help="the Postgres server on which the fresh database is created",
+        default=None,
+        help=f"a Postgres server on which to make the fresh database (e.g. {LOOPBACK_SERVER}); "
+        "default: an embedded one (pgserver, the 'embedded' extra) in a temporary directory, "
+        "removed at the end",
     )
     parser.add_argument("--keep-db", action="store_true", help="do not drop the fresh database")
     parser.add_argument(
@@ -134,44 +138,104 @@ def check_loopback(url: str, allow_remote: bool) -> None:
         )
 
 
+@dataclass(frozen=True)
+class DatabaseChoice:
+    """Where a benchmark's database comes from: ``url`` is the database itself (given), the
+    server to make a fresh one on (server), or None (embedded: a Postgres of its own)."""
+
+    kind: Literal["given", "server", "embedded"]
+    url: str | None
+
+
+def choose_database(
+    database_url: str | None, server_url: str | None, env: Mapping[str, str]
+) -> DatabaseChoice:
+    """``--database-url``, else ``$RUNYARD_DATABASE_URL``, else a fresh database on
+    ``--server-url``, else an embedded Postgres: a benchmark run with no flags needs no
+    server of its own."""
+    given = database_url or env.get("RUNYARD_DATABASE_URL") or None
+    if given:
+        return DatabaseChoice("given", given)
+    if server_url:
+        return DatabaseChoice("server", server_url)
+    return DatabaseChoice("embedded", None)
+
+
+def start_embedded_postgres() -> tuple[str, Callable[[], None]]:
+    """A throwaway Postgres (pgserver) in a temporary directory: its URL and how to remove it."""
+    try:
+        with warnings.catch_warnings():  # its import warns when XDG_RUNTIME_DIR is unset
+            warnings.simplefilter("ignore")
+            from pgserver.postgres_server import get_server
+    except ImportError as exc:
+        raise SystemExit(
+            "no database given and no embedded Postgres to start: install the 'embedded' extra "
+            "(pip install -e '.[embedded]'), or pass --server-url or --database-url"
+        ) from exc
+    parent = Path(tempfile.mkdtemp(prefix="runyard-bench-pg-"))
+    note(f"no database given: starting an embedded Postgres in {parent}")
+    server = get_server(parent / "pgdata", cleanup_mode="delete")
+
+    def remove() -> None:
+        server.cleanup()
+        shutil.rmtree(parent, ignore_errors=True)
+
+    return str(server.get_uri()), remove
+
+
+def _fresh_database(server_url: str, bench: str) -> tuple[str, str]:
+    """Create ``bench_<bench>_<stamp>`` on the server; its name and URL."""
+    import psycopg
+
+    name = f"bench_{bench}_{time.strftime('%Y%m%d%H%M%S')}_{os.getpid()}"
+    with psycopg.connect(libpq(server_url), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    parts = urlsplit(libpq(server_url))
+    return name, urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, ""))
+
+
 @dataclass
 class BenchDatabase:
     """The database a benchmark writes to: given, or created fresh and dropped at the end."""
 
     url: str
     owned: bool
-    server_url: str = LOOPBACK_SERVER
+    server_url: str = ""
     name: str = ""
+    stop_server: Callable[[], None] | None = None
 
     @classmethod
     def open(cls, args: argparse.Namespace, bench: str) -> BenchDatabase:
-        """Use ``--database-url`` as it is, or create ``bench_<bench>_<stamp>``; migrate it."""
+        """The database ``choose_database`` picks (a fresh one is made); migrated."""
         from runyard.db import migrate
 
-        if args.database_url:
-            check_loopback(args.database_url, args.allow_remote)
-            db = cls(url=libpq(args.database_url), owned=False)
+        choice = choose_database(args.database_url, args.server_url, os.environ)
+        stop_server: Callable[[], None] | None = None
+        if choice.kind == "given":
+            assert choice.url is not None
+            check_loopback(choice.url, args.allow_remote)
+            db = cls(url=libpq(choice.url), owned=False)
         else:
-            check_loopback(args.server_url, args.allow_remote)
-            import psycopg
-
-            name = f"bench_{bench}_{time.strftime('%Y%m%d%H%M%S')}_{os.getpid()}"
-            with psycopg.connect(libpq(args.server_url), autocommit=True) as conn:
-                conn.execute(f'CREATE DATABASE "{name}"')
-            parts = urlsplit(libpq(args.server_url))
-            url = urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, ""))
-            db = cls(url=url, owned=True, server_url=libpq(args.server_url), name=name)
+            if choice.url is not None:
+                check_loopback(choice.url, args.allow_remote)
+                server_url = libpq(choice.url)
+            else:
+                server_url, stop_server = start_embedded_postgres()
+            name, url = _fresh_database(server_url, bench)
+            db = cls(url, owned=True, server_url=server_url, name=name, stop_server=stop_server)
             note(f"created database {name}")
         migrate(db.url)
         return db
 
     def close(self, keep: bool = False) -> None:
-        """Drop the database if this benchmark created it."""
+        """Drop the database if this benchmark created it; stop an embedded server."""
         if not self.owned:
             return
-        if keep:
+        if keep and self.stop_server is None:
             note(f"kept database {self.name}: {self.url}")
             return
+        if keep:
+            note("--keep-db: the embedded Postgres is removed all the same (use --server-url)")
         import psycopg
 
         try:
@@ -179,6 +243,8 @@ class BenchDatabase:
                 conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
         except psycopg.Error as exc:
             note(f"could not drop database {self.name}: {exc}")
+        if self.stop_server is not None:
+            self.stop_server()
 
     def sqlalchemy_url(self) -> str:
         """The same database with the psycopg 3 driver named."""

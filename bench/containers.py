@@ -740,15 +740,15 @@ def report(
                 keys = rounds[0].cpu.keys()
                 per_run[side] = {k: sum(r.cpu[k] for r in rounds) * 1000 / runs for k in keys}
         if len(per_run) == 2:
-            ours, raw = per_run["runyard"], per_run["raw"]
+            ours_cpu, raw_cpu = per_run["runyard"], per_run["raw"]
             cpu_rows.append(
                 [
                     str(c),
-                    f"{ours['machine']:.0f}",
-                    f"{raw['machine']:.0f}",
-                    f"{ours['machine'] - raw['machine']:+.0f}",
-                    f"{ours['worker']:.1f}",
-                    f"{ours['api']:.1f}",
+                    f"{ours_cpu['machine']:.0f}",
+                    f"{raw_cpu['machine']:.0f}",
+                    f"{ours_cpu['machine'] - raw_cpu['machine']:+.0f}",
+                    f"{ours_cpu['worker']:.1f}",
+                    f"{ours_cpu['api']:.1f}",
                 ]
             )
     if cpu_rows:

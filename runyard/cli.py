@@ -10,18 +10,47 @@ import importlib
 import json
 import os
 import sys
+import uuid
 from collections.abc import Callable, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any, cast
 
-from runyard.client import (
-    EXIT_CODES,
-    ClientError,
-    RunyardClient,
-    follow_logs,
-    wait_with_progress,
-)
+import runyard
+from runyard.client import ClientError, RunyardClient, follow_logs
 from runyard.settings import Settings
+from runyard.spinner import Spinner
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_TIMED_OUT = 3
+EXIT_CANCELLED = 4
+EXIT_API_ERROR = 5
+EXIT_UNREACHABLE = 6
+EXIT_INTERRUPTED = 130
+OUTCOME_EXIT = {
+    "succeeded": EXIT_OK,
+    "failed": EXIT_FAILED,
+    "timed_out": EXIT_TIMED_OUT,
+    "cancelled": EXIT_CANCELLED,
+}
+EXIT_CODES_HELP = f"""\
+exit codes:
+  {EXIT_OK}    success; with --wait or logs --follow: the run succeeded
+  {EXIT_FAILED}    the run failed
+  {EXIT_USAGE}    usage error (bad arguments, --input that is not JSON)
+  {EXIT_TIMED_OUT}    the run timed out
+  {EXIT_CANCELLED}    the run was cancelled
+  {EXIT_API_ERROR}    the API answered with an error (HTTP 4xx/5xx: unknown run, bad key, ...)
+  {EXIT_UNREACHABLE}    the API could not be reached (connection refused, reset, timed out)
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)
+"""
+
+
+class UsageError(Exception):
+    """An argument the parser accepted but the command cannot use."""
+
 
 SERVICES = {
     "api": ("api.__main__", "serve the HTTP API"),
@@ -52,8 +81,8 @@ def _keys_create(args: argparse.Namespace) -> int:
     try:
         key = create_api_key(engine, args.tenant, admin=args.admin, name=args.name)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)  # noqa: T201
-        return 2
+        _status(f"runyard: error: {exc}")
+        return EXIT_USAGE
     finally:
         engine.dispose()
     print(key)  # noqa: T201
@@ -70,32 +99,57 @@ def _emit(args: argparse.Namespace, value: Any, human: str) -> None:
 
 def _run_line(run: dict[str, Any]) -> str:
     extra = f" exit={run['exit_code']}" if run.get("exit_code") is not None else ""
-    error = f" {run['error_code']}: {run['error']}" if run.get("error_code") else ""
+    error = f" {run['error_code']}" if run.get("error_code") else ""
+    error += f": {run['error']}" if error and run.get("error") else ""
     return f"{run['id']}  {run['tool']}  {run['status']}{extra}{error}"
 
 
 def _read_input(raw: str) -> Any:
     if raw.startswith("@"):
-        raw = Path(raw[1:]).read_text(encoding="utf-8")
+        try:
+            raw = Path(raw[1:]).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read --input file: {exc}") from exc
     try:
         return json.loads(raw)
     except ValueError as exc:
-        raise ClientError(f"--input is not valid JSON: {exc}") from exc
+        raise UsageError(f"--input is not valid JSON: {exc}") from exc
+
+
+def _status(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)  # noqa: T201
 
 
 def _submit(args: argparse.Namespace) -> int:
+    """Without --wait, stdout is the run id; with it, the result (--json: the run)."""
+    value = _read_input(args.input)
     client = _client(args)
-    run = client.submit(args.tool, _read_input(args.input))
     if not args.wait:
-        _emit(args, run, f"submitted {run['id']} ({run['status']})")
-        return 0
-    interactive = sys.stderr.isatty() and not args.json
-    run = wait_with_progress(client, run["id"], sys.stderr, interactive=interactive)
-    human = _run_line(run)
-    if run.get("result") is not None:
-        human += "\n" + json.dumps(run["result"], indent=2)
-    _emit(args, run, human)
-    return EXIT_CODES.get(run["status"], 1)
+        run = client.submit(args.tool, value, idempotency_key=args.idempotency_key)
+        _status(_run_line(run))
+        _emit(args, run, str(run["id"]))
+        return EXIT_OK
+    key = args.idempotency_key or f"cli-{uuid.uuid4()}"
+    spinner = Spinner(sys.stderr, enabled=sys.stderr.isatty() and not args.json)
+    seen: list[str] = []
+
+    def on_update(run: dict[str, Any]) -> None:
+        seen.append(str(run["id"]))
+        spinner.update(str(run["status"]))
+
+    try:
+        with spinner:
+            run = client.submit_and_wait(args.tool, value, key, on_update=on_update)
+    except KeyboardInterrupt:
+        if seen:
+            _status(f"interrupted while waiting for run {seen[0]} (runyard get {seen[0]})")
+        raise
+    _status(_run_line(run))
+    if args.json:
+        _emit(args, run, "")
+    elif run.get("result") is not None:
+        print(json.dumps(run["result"], indent=2))  # noqa: T201
+    return OUTCOME_EXIT.get(run["status"], EXIT_FAILED)
 
 
 def _get(args: argparse.Namespace) -> int:
@@ -121,10 +175,14 @@ def _ls(args: argparse.Namespace) -> int:
 def _logs(args: argparse.Namespace) -> int:
     client = _client(args)
     if args.follow:
-        status = follow_logs(client, args.run_id)
-        return EXIT_CODES.get(status, 1)
+        status, skipped = follow_logs(client, args.run_id, sys.stdout, sys.stderr)
+        if skipped or client.dropped_events:
+            _status(
+                f"note: skipped {skipped} malformed and {client.dropped_events} oversized events"
+            )
+        return OUTCOME_EXIT.get(status, EXIT_FAILED)
     sys.stdout.write(client.logs(args.run_id, args.stream))
-    return 0
+    return EXIT_OK
 
 
 def _cancel(args: argparse.Namespace) -> int:
@@ -148,10 +206,27 @@ def _add_client_commands(sub: Any) -> None:
     common.add_argument("--url", default=os.environ.get("RUNYARD_URL", "http://127.0.0.1:8000"))
     common.add_argument("--api-key", default=os.environ.get("RUNYARD_API_KEY"))
     common.add_argument("--json", action="store_true", help="machine-readable output")
-    submit = sub.add_parser("submit", parents=[common], help="submit a run of a tool")
+    submit = sub.add_parser(
+        "submit",
+        parents=[common],
+        help="submit a run of a tool",
+        description="Submit a run. stdout: the run id; with --wait, the run's result "
+        "(JSON, nothing if it has none); with --json, the run. The run's status goes to stderr.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     submit.add_argument("tool")
     submit.add_argument("--input", default="{}", help="JSON, or @file with JSON")
-    submit.add_argument("--wait", action="store_true", help="wait; exit code tells the outcome")
+    submit.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for the end (long-polls the API); the exit code tells the outcome",
+    )
+    submit.add_argument(
+        "--idempotency-key",
+        help="retries with the same key and input return the first run (default with --wait: "
+        "a fresh key)",
+    )
     submit.set_defaults(func=_submit)
     get = sub.add_parser("get", parents=[common], help="show a run")
     get.add_argument("run_id")
@@ -161,7 +236,15 @@ def _add_client_commands(sub: Any) -> None:
     ls.add_argument("--tool")
     ls.add_argument("--limit", type=int, default=20)
     ls.set_defaults(func=_ls)
-    logs = sub.add_parser("logs", parents=[common], help="show (or --follow) a run's output")
+    logs = sub.add_parser(
+        "logs",
+        parents=[common],
+        help="show (or --follow) a run's output",
+        description="Print a run's stdout and stderr. With --follow, stream them live until "
+        "the run ends; the exit code then tells the outcome.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     logs.add_argument("run_id")
     logs.add_argument("--follow", "-f", action="store_true", help="stream live until the end")
     logs.add_argument("--stream", choices=["stdout", "stderr", "both"], default="both")
@@ -175,7 +258,13 @@ def _add_client_commands(sub: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand that is not a service."""
-    parser = argparse.ArgumentParser(prog="runyard", description="runyard tool execution platform")
+    parser = argparse.ArgumentParser(
+        prog="runyard",
+        description="runyard tool execution platform",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"runyard {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (_, help_text) in SERVICES.items():
         sub.add_parser(name, help=help_text, add_help=False)
@@ -193,19 +282,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def package_version() -> str:
+    """The installed distribution's version (the source tree's when it is not installed)."""
+    try:
+        return metadata.version("runyard")
+    except metadata.PackageNotFoundError:
+        return runyard.__version__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Dispatch to a service's ``main`` or run a management command."""
+    """Dispatch to a service's ``main`` or run a management command; returns the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list and args_list[0] in SERVICES:
         module, _ = SERVICES[args_list[0]]
         return _service_main(module)(args_list[1:])
-    args = build_parser().parse_args(args_list)
-    func = cast(Callable[[argparse.Namespace], int], args.func)
     try:
+        args = build_parser().parse_args(args_list)
+        func = cast(Callable[[argparse.Namespace], int], args.func)
         return func(args)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except UsageError as exc:
+        _status(f"runyard: error: {exc}")
+        return EXIT_USAGE
     except ClientError as exc:
-        print(f"error: {exc}", file=sys.stderr)  # noqa: T201
-        return 2
+        _status(f"error: {exc}")
+        return EXIT_UNREACHABLE if exc.unreachable else EXIT_API_ERROR
 
 
 if __name__ == "__main__":

@@ -2,35 +2,34 @@
 
 from __future__ import annotations
 
-import json
-import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 import httpx2
 
+from runyard.sse import SseEvent, SseParser
+
 TERMINAL = ("succeeded", "failed", "timed_out", "cancelled")
-EXIT_CODES = {"succeeded": 0, "failed": 1, "timed_out": 3, "cancelled": 4}
-SPINNER = "|/-\\"
+# Each long-poll asks the API to hold the answer this long (it caps it at its own
+# RUNYARD_MAX_WAIT_SECONDS); short enough for proxies that cut idle connections.
+WAIT_SLICE_SECONDS = 30.0
+# How long a wait or a follow keeps retrying while the API cannot be reached.
+RECONNECT_SECONDS = 60.0
+RETRYABLE_STATUS = (502, 503, 504)
 
 
 class ClientError(Exception):
-    """The API answered with an error, or could not be reached."""
+    """The API answered with an error (``status``), or could not be reached (no status)."""
 
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
 
-
-@dataclass(frozen=True)
-class SseEvent:
-    """One server-sent event."""
-
-    id: str
-    type: str
-    data: dict[str, Any]
+    @property
+    def unreachable(self) -> bool:
+        """No HTTP answer at all (connection refused, reset, timed out)."""
+        return self.status is None
 
 
 class RunyardClient:
@@ -39,6 +38,9 @@ class RunyardClient:
     def __init__(self, url: str, api_key: str | None, timeout: float = 30.0) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx2.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+        self._timeout = timeout
+        # Events the SSE parser dropped for their size, over every stream followed.
+        self.dropped_events = 0
 
     def close(self) -> None:
         """Close the connection pool."""
@@ -50,20 +52,69 @@ class RunyardClient:
         except httpx2.HTTPError as exc:
             raise ClientError(f"cannot reach the runyard API: {exc}") from exc
         if response.status_code >= 400:
-            try:
-                problem = response.json()
-                detail = problem.get("detail") or problem.get("title")
-                message = f"{response.status_code} {problem.get('code', '')}: {detail}"
-            except ValueError:
-                message = f"{response.status_code}: {response.text[:200]}"
-            raise ClientError(message, response.status_code)
+            raise _problem(response)
         return response
 
-    def submit(self, tool: str, value: Any, *, wait: float = 0) -> dict[str, Any]:
-        """POST a run; with ``wait`` the API holds the answer up to that many seconds."""
+    def submit(
+        self,
+        tool: str,
+        value: Any,
+        *,
+        wait: float = 0,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """POST a run; with ``wait`` the API holds the answer up to that many seconds.
+
+        No read timeout: in sync mode the answer comes when the run ends, and hanging up
+        would cancel it.
+        """
         params = {"wait": wait} if wait else {}
-        body = self._call("POST", "/v1/runs", json={"tool": tool, "input": value}, params=params)
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        body = self._call(
+            "POST",
+            "/v1/runs",
+            json={"tool": tool, "input": value},
+            params=params,
+            headers=headers,
+            timeout=httpx2.Timeout(self._timeout, read=None),
+        )
         return dict(body.json())
+
+    def submit_and_wait(
+        self,
+        tool: str,
+        value: Any,
+        idempotency_key: str,
+        *,
+        on_update: Callable[[dict[str, Any]], None] = lambda run: None,
+        wait_slice: float = WAIT_SLICE_SECONDS,
+        reconnect_seconds: float = RECONNECT_SECONDS,
+    ) -> dict[str, Any]:
+        """Submit, then long-poll until the run is terminal; returns the final run.
+
+        Every poll after the first answer is the same POST with the same ``Idempotency-Key``
+        and ``?wait=``: the API answers with the run the key already names and holds the
+        answer until the run ends or the wait is over. The key also makes a retry after a
+        dropped connection safe.
+        """
+        # The first answer comes at once, so the caller knows the run id while it waits.
+        run = self.submit(tool, value, idempotency_key=idempotency_key)
+        on_update(run)
+        trouble_since: float | None = None
+        while run["status"] not in TERMINAL:
+            try:
+                run = self.submit(tool, value, wait=wait_slice, idempotency_key=idempotency_key)
+            except ClientError as exc:
+                if not (exc.unreachable or exc.status in RETRYABLE_STATUS):
+                    raise
+                trouble_since = trouble_since or time.monotonic()
+                if time.monotonic() - trouble_since > reconnect_seconds:
+                    raise
+                time.sleep(1.0)
+                continue
+            trouble_since = None
+            on_update(run)
+        return run
 
     def get(self, run_id: str) -> dict[str, Any]:
         """One run."""
@@ -87,75 +138,95 @@ class RunyardClient:
         tools: list[dict[str, Any]] = self._call("GET", "/v1/tools").json()
         return tools
 
-    def events(self, run_id: str) -> Iterator[SseEvent]:
-        """Follow the run's event stream until it ends, reconnecting with Last-Event-ID."""
-        last_id: str | None = None
+    def events(
+        self, run_id: str, *, reconnect_seconds: float = RECONNECT_SECONDS
+    ) -> Iterator[SseEvent]:
+        """Follow the run's event stream until it ends, reconnecting with Last-Event-ID.
+
+        Gives up with a ``ClientError`` once the API has been unreachable for
+        ``reconnect_seconds`` in a row.
+        """
+        last_id = ""
+        retry_seconds = 1.0
+        trouble_since: float | None = None
         while True:
             headers = {"Last-Event-ID": last_id} if last_id else {}
+            parser = SseParser()
             try:
                 with self._http.stream(
                     "GET", f"/v1/runs/{run_id}/events", headers=headers, timeout=None
                 ) as response:
                     if response.status_code >= 400:
                         response.read()
-                        self._call("GET", f"/v1/runs/{run_id}")  # raises the problem
-                        raise ClientError(f"event stream refused: {response.status_code}")
-                    for event in _parse_sse(response.iter_lines()):
-                        last_id = event.id or last_id
-                        yield event
-                        if event.type == "status" and event.data.get("status") in TERMINAL:
-                            return
-            except httpx2.TransportError:
-                time.sleep(1.0)  # the stream dropped: resume where it stopped
-                continue
-            if self.get(run_id)["status"] in TERMINAL:
-                return
+                        raise _problem(response)
+                    trouble_since = None
+                    for chunk in _chunks(response, parser):
+                        self.dropped_events += parser.dropped
+                        parser.dropped = 0
+                        for event in chunk:
+                            last_id = event.id or last_id
+                            yield event
+                            if _is_terminal(event):
+                                return
+            except httpx2.TransportError as exc:
+                trouble_since = trouble_since or time.monotonic()
+                if time.monotonic() - trouble_since > reconnect_seconds:
+                    raise ClientError(f"cannot reach the runyard API: {exc}") from exc
+            else:
+                # The stream ended without the terminal event (streams are bounded in time).
+                if self.get(run_id)["status"] in TERMINAL:
+                    return
+            if parser.retry_ms is not None:
+                retry_seconds = min(max(parser.retry_ms / 1000, 0.1), 30.0)
+            time.sleep(retry_seconds)
 
 
-def _parse_sse(lines: Iterator[str]) -> Iterator[SseEvent]:
-    event_id, event_type = "", "message"
-    data: list[str] = []
-    for line in lines:
-        if not line:
-            if data:
-                yield SseEvent(event_id, event_type, json.loads("\n".join(data)))
-            event_id, event_type, data = "", "message", []
-        elif line.startswith("id:"):
-            event_id = line[3:].strip()
-        elif line.startswith("event:"):
-            event_type = line[6:].strip()
-        elif line.startswith("data:"):
-            data.append(line[5:].lstrip())
+def _chunks(response: httpx2.Response, parser: SseParser) -> Iterator[list[SseEvent]]:
+    for data in response.iter_bytes():
+        yield parser.feed(data)
+    yield parser.close()
 
 
-def follow_logs(client: RunyardClient, run_id: str, out: TextIO = sys.stdout) -> str:
-    """Print stdout/stderr chunks as they arrive; return the final status."""
+def _is_terminal(event: SseEvent) -> bool:
+    if event.type != "status":
+        return False
+    payload = event.payload()
+    return payload is not None and payload.get("status") in TERMINAL
+
+
+def _problem(response: httpx2.Response) -> ClientError:
+    """The error an answer of 400 or more stands for."""
+    try:
+        problem = response.json()
+        detail = problem.get("detail") or problem.get("title")
+        message = f"{response.status_code} {problem.get('code', '')}: {detail}"
+    except (ValueError, AttributeError):
+        message = f"{response.status_code}: {response.text[:200]}"
+    return ClientError(message, response.status_code)
+
+
+def follow_logs(client: RunyardClient, run_id: str, out: TextIO, err: TextIO) -> tuple[str, int]:
+    """Write stdout/stderr chunks as they arrive; the final status and events skipped.
+
+    Events of other types, and events whose data is not what a log or status event
+    carries, are passed over.
+    """
     status = str(client.get(run_id)["status"])
+    skipped = 0
     for event in client.events(run_id):
+        payload = event.payload()
         if event.type in ("stdout", "stderr"):
-            target = out if event.type == "stdout" else sys.stderr
-            target.write(str(event.data.get("text", "")))
+            text = None if payload is None else payload.get("text")
+            if not isinstance(text, str):
+                skipped += 1
+                continue
+            target = out if event.type == "stdout" else err
+            target.write(text)
             target.flush()
         elif event.type == "status":
-            status = str(event.data.get("status", status))
-    return status
-
-
-def wait_with_progress(
-    client: RunyardClient, run_id: str, out: TextIO, *, interactive: bool
-) -> dict[str, Any]:
-    """Poll until the run is terminal, showing a spinner on a terminal."""
-    started = time.monotonic()
-    tick = 0
-    while True:
-        run = client.get(run_id)
-        if run["status"] in TERMINAL:
-            if interactive:
-                out.write("\r\033[K")
-            return run
-        if interactive:
-            elapsed = time.monotonic() - started
-            out.write(f"\r{SPINNER[tick % 4]} {run['status']} {elapsed:5.1f}s")
-            out.flush()
-        tick += 1
-        time.sleep(0.25)
+            value = None if payload is None else payload.get("status")
+            if isinstance(value, str):
+                status = value
+            else:
+                skipped += 1
+    return status, skipped

@@ -99,7 +99,8 @@ def test_dev__echo_run_succeeds_with_embedded_postgres(tmp_path: Path):
             text=True,
             timeout=90,
         )
-        assert failed.returncode == 1 and "exit=3" in failed.stdout
+        # The outcome is the exit code; the status line goes to stderr, stdout is the result.
+        assert failed.returncode == 1 and "exit=3" in failed.stderr and failed.stdout == ""
 
         submitted = subprocess.run(
             [*cli, "submit", "sleep", "--input", '{"seconds": 2}', "--json"],
