@@ -10,9 +10,10 @@ from datetime import datetime
 import psycopg.errors
 from sqlalchemy.exc import OperationalError
 
+from runyard.adoption import AdoptionFacts, decide
 from runyard.metrics import Metrics
-from runyard.queue import JobQueue
-from runyard.runner import ErrorCode
+from runyard.models import RunStatus
+from runyard.queue import JobQueue, OrphanedJob
 from runyard.sync_mode import SyncOrphanSettler
 
 logger = logging.getLogger(__name__)
@@ -84,28 +85,50 @@ class Reaper:
     def _settle_orphans(self, now: datetime | None) -> tuple[int, int]:
         requeued = failed = 0
         while True:
-            ids = self._queue.select_orphaned(
+            orphans = self._queue.select_orphaned(
                 dead_after_seconds=self._config.engine_dead_after_seconds,
                 batch=self._config.batch_size,
                 now=now,
             )
-            for job_id in ids:
-                result = self._queue.requeue_unstarted(job_id, None, now=now)
-                if not result.owned:
-                    result = self._queue.requeue(
-                        job_id,
-                        None,
-                        error_code=ErrorCode.CONTAINER_LOST,
-                        error="no live worker on the engine that held the container",
-                        now=now,
-                    )
-                if result.owned and result.status is not None:
-                    if result.status.value == "queued":
-                        requeued += 1
-                    else:
-                        failed += 1
-            if len(ids) < self._config.batch_size:
+            settled = [self._settle_orphan(orphan, now) for orphan in orphans]
+            requeued += sum(1 for status in settled if status is RunStatus.QUEUED)
+            failed += sum(1 for status in settled if status not in (None, RunStatus.QUEUED))
+            # A full batch that settled nothing would come back the same: leave it to the next pass.
+            if len(orphans) < self._config.batch_size or not any(settled):
                 return requeued, failed
+
+    def _settle_orphan(self, orphan: OrphanedJob, now: datetime | None) -> RunStatus | None:
+        """The engine is given up: its container, if any, counts as lost (``decide``)."""
+        verdict = decide(
+            AdoptionFacts(
+                container=None,
+                container_requested=orphan.container_requested,
+                cancel_requested=orphan.cancel_requested,
+                deadline_passed=orphan.deadline_passed,
+                attempts_left=orphan.attempts_left,
+                engine_dead=True,
+                can_wait=False,
+            )
+        )
+        result = self._queue.put_back(
+            orphan.job_id,
+            None,
+            charged=verdict.charged,
+            error="no live worker on the engine that held the container",
+            now=now,
+        )
+        if not result.owned:
+            return None  # adopted, settled or changed since the select: the next pass looks
+        logger.info(
+            "run of a dead engine settled",
+            extra={
+                "run_id": str(orphan.run_id),
+                "action": verdict.action.value,
+                "charged": verdict.charged,
+                "status": str(result.status),
+            },
+        )
+        return result.status
 
     def _prune(self, now: datetime | None) -> int:
         """Delete old runs batch by batch; a batch that runs past the statement timeout (runs

@@ -141,6 +141,13 @@ class DockerRunner:
         """The id kept in the engine's marker (``runyard.engine_marker``), made on first use."""
         return self._marker.engine_id()
 
+    def ping(self) -> None:
+        """Ask the engine for ``/_ping``: the cheapest call that proves it answers."""
+        try:
+            self._api.ping()
+        except _TRANSPORT_ERRORS as exc:
+            raise RunnerUnavailable(f"the Docker engine does not answer: {exc}") from exc
+
     # --- lookup ---
 
     def _inspect(self, ref: str) -> dict[str, Any] | None:

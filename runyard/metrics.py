@@ -136,6 +136,12 @@ class Metrics:
         )
         self.slots_busy = Gauge("runyard_worker_slots_busy", "Slots running an attempt", registry=r)
         self.slots_total = Gauge("runyard_worker_slots", "Slots of this worker", registry=r)
+        self.engine_up = Gauge(
+            "runyard_worker_engine_up", "1 while this worker's engine answers", registry=r
+        )
+        self.engine_probe_failures = Counter(
+            "runyard_worker_engine_probe_failures", "Engine probes that got no answer", registry=r
+        )
         self.reaper_actions = Counter(
             "runyard_reaper_actions", "What the reaper did", ["action"], registry=r
         )

@@ -41,7 +41,9 @@ from runyard.queue_sql import (
     QUEUE_DEPTH,
     RECORD_EVENT,
     RELEASE,
+    RELEASE_LATER,
     REQUEUE,
+    REQUEUE_NEVER_STARTED,
     REQUEUE_UNSTARTED,
     RUN_STATUS,
     SELECT_EXPIRED,
@@ -67,6 +69,7 @@ from runyard.queue_values import (
     Heartbeat,
     IdempotencyConflict,
     NewRun,
+    OrphanedJob,
     RequeueResult,
     SyncOrphan,
     SyncStart,
@@ -74,7 +77,7 @@ from runyard.queue_values import (
     enqueue_params,
     outcome_params,
 )
-from runyard.runner import AttemptResult
+from runyard.runner import AttemptResult, ErrorCode
 
 __all__ = [
     "AdmissionCaps",
@@ -87,6 +90,7 @@ __all__ = [
     "IdempotencyConflict",
     "JobQueue",
     "NewRun",
+    "OrphanedJob",
     "RequeueResult",
     "SyncOrphan",
     "SyncStart",
@@ -340,7 +344,25 @@ class JobQueue:
         self, job_id: uuid.UUID, token: uuid.UUID | None, *, now: datetime | None = None
     ) -> RequeueResult:
         """Put back an attempt whose container was never asked for, without charging it."""
-        row = self._first(REQUEUE_UNSTARTED, {"job_id": job_id, "token": token, "now": now})
+        return self._uncharged(
+            REQUEUE_UNSTARTED, {"job_id": job_id, "token": token, "delay": 0.0, "now": now}
+        )
+
+    def requeue_never_started(
+        self,
+        job_id: uuid.UUID,
+        token: uuid.UUID,
+        *,
+        delay_seconds: float,
+        now: datetime | None = None,
+    ) -> RequeueResult:
+        """Put back, uncharged and due after ``delay_seconds``, an attempt whose container
+        may have been created but was never started (the lease holder knows)."""
+        params = {"job_id": job_id, "token": token, "delay": max(delay_seconds, 0.0), "now": now}
+        return self._uncharged(REQUEUE_NEVER_STARTED, params)
+
+    def _uncharged(self, statement: TextClause, params: dict[str, Any]) -> RequeueResult:
+        row = self._first(statement, params)
         if row is None:
             return RequeueResult(owned=False)
         return RequeueResult(
@@ -353,6 +375,43 @@ class JobQueue:
     def release(self, job_id: uuid.UUID, token: uuid.UUID, *, now: datetime | None = None) -> bool:
         """Give the lease back and keep the job running, so another worker adopts it at once."""
         return self._first(RELEASE, {"job_id": job_id, "token": token, "now": now}) is not None
+
+    def release_later(
+        self,
+        job_id: uuid.UUID,
+        token: uuid.UUID,
+        *,
+        delay_seconds: float,
+        reason: str,
+        now: datetime | None = None,
+    ) -> bool:
+        """Give the lease back; the job stays running, adoptable after ``delay_seconds``."""
+        params = {
+            "job_id": job_id,
+            "token": token,
+            "delay": max(delay_seconds, 0.0),
+            "reason": reason,
+            "now": now,
+        }
+        return self._first(RELEASE_LATER, params) is not None
+
+    def put_back(
+        self,
+        job_id: uuid.UUID,
+        token: uuid.UUID | None,
+        *,
+        charged: bool,
+        error: str,
+        now: datetime | None = None,
+    ) -> RequeueResult:
+        """An attempt no container will finish goes back to the queue (or ends cancelled or
+        failed): ``charged`` as a lost container (``requeue``), else uncharged
+        (``requeue_unstarted``, which applies only if no container was ever requested)."""
+        if not charged:
+            return self.requeue_unstarted(job_id, token, now=now)
+        return self.requeue(
+            job_id, token, error_code=ErrorCode.CONTAINER_LOST, error=error, now=now
+        )
 
     def append_log(
         self,
@@ -423,15 +482,24 @@ class JobQueue:
 
     def select_orphaned(
         self, *, dead_after_seconds: float, batch: int, now: datetime | None = None
-    ) -> list[uuid.UUID]:
+    ) -> list[OrphanedJob]:
         """Adoptable jobs whose engine has had no live worker for ``dead_after_seconds``."""
         with self._engine.connect() as conn:
-            return list(
-                conn.execute(
-                    SELECT_ORPHANED,
-                    {"dead_after": dead_after_seconds, "batch": batch, "now": now},
-                ).scalars()
+            rows = conn.execute(
+                SELECT_ORPHANED,
+                {"dead_after": dead_after_seconds, "batch": batch, "now": now},
+            ).all()
+        return [
+            OrphanedJob(
+                job_id=row.id,
+                run_id=row.run_id,
+                container_requested=bool(row.container_requested),
+                cancel_requested=bool(row.cancel_requested),
+                attempts_left=bool(row.attempts_left),
+                deadline_passed=bool(row.deadline_passed),
             )
+            for row in rows
+        ]
 
     def prune(self, *, retention_seconds: float, batch: int, now: datetime | None = None) -> int:
         """Delete the job rows and events of runs terminal for longer than the retention."""

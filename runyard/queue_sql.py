@@ -101,15 +101,17 @@ FIND_IDEMPOTENT = _sql(
 )
 
 
-# Adoption first (same engine, lease cleared), then queued work. Both selections are
-# MATERIALIZED so the planner cannot re-run them and lock more rows than the limit. The
-# picked ids reach the UPDATEs and the final join as arrays and primary-key lookups, and one
-# queue is an equality, so the plan reads the partial indexes in order and stays flat
-# however deep the backlog is (a hash join over whole tables otherwise).
+# Adoption first (same engine, lease cleared, not held back by RELEASE_LATER), then queued
+# work. Both selections are MATERIALIZED so the planner cannot re-run them and lock more
+# rows than the limit. The picked ids reach the UPDATEs and the final join as arrays and
+# primary-key lookups, and one queue is an equality, so the plan reads the partial indexes
+# in order and stays flat however deep the backlog is (a hash join over whole tables
+# otherwise).
 _CLAIM_CTES: LiteralString = """
     adoptable AS MATERIALIZED (
         SELECT id FROM tool_run_jobs
         WHERE status = 'running' AND locked_until IS NULL AND engine_id = :engine_id
+          AND available_at <= {NOW}
         ORDER BY priority DESC, created_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
@@ -345,20 +347,20 @@ MARK_CONTAINER_REQUESTED = _sql(
 )
 
 
-# The attempt never began (no container was ever asked for): back to the queue at once,
-# and the attempt it was charged is given back, so a crash before the start costs nothing.
-REQUEUE_UNSTARTED = _sql(
-    """
+# An attempt whose tool never ran goes back to the queue, and the attempt it was charged is
+# given back (its number is reused: a container left ``created`` under it is removed and made
+# anew by the next owner, never adopted as a running twin). ``{WHICH}`` says who may know.
+_REQUEUE_UNCHARGED: LiteralString = """
     WITH job AS (
         UPDATE tool_run_jobs
         SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
                           ELSE 'queued' END::run_status,
-            attempts = attempts - 1, available_at = {NOW},
+            attempts = attempts - 1,
+            available_at = {NOW} + make_interval(secs => CAST(:delay AS double precision)),
             locked_by = NULL, locked_until = NULL, lease_token = NULL, engine_id = NULL,
-            deadline_at = NULL, updated_at = {NOW},
+            deadline_at = NULL, container_requested_at = NULL, updated_at = {NOW},
             finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN {NOW} END
-        WHERE id = :job_id AND status = 'running' AND container_requested_at IS NULL
-          AND (lease_token = :token OR (CAST(:token AS uuid) IS NULL AND locked_until IS NULL))
+        WHERE id = :job_id AND status = 'running' AND {WHICH}
         RETURNING run_id, status, attempts, available_at
     ), run AS (
         UPDATE tool_runs r
@@ -377,8 +379,21 @@ REQUEUE_UNSTARTED = _sql(
     SELECT run_id, CAST(status AS text) AS status, attempts, available_at,
            pg_notify('runyard_jobs', CAST(run_id AS text))
     FROM job
-    """
+"""
+
+# No container was ever asked for (a crash before the start): the lease holder, or the
+# reaper once the lease is cleared, puts the run back at once (``:delay`` 0).
+REQUEUE_UNSTARTED = _sql(
+    _REQUEUE_UNCHARGED.replace(
+        "{WHICH}",
+        """container_requested_at IS NULL
+          AND (lease_token = :token OR (CAST(:token AS uuid) IS NULL AND locked_until IS NULL))""",
+    )
 )
+
+# The container was asked for, but its start never was (the runner asks its owner before
+# each): only the lease holder knows that, so only it may give the attempt back.
+REQUEUE_NEVER_STARTED = _sql(_REQUEUE_UNCHARGED.replace("{WHICH}", "lease_token = :token"))
 
 
 RELEASE = _sql(
@@ -391,6 +406,29 @@ RELEASE = _sql(
     )
     INSERT INTO tool_run_events (run_id, at, type, data)
     SELECT run_id, {NOW}, 'released', jsonb_build_object('attempt', attempts) FROM job
+    RETURNING run_id
+    """
+)
+
+
+# Engine trouble: the lease goes back, but no worker adopts the run before :delay seconds
+# (``available_at`` of a running job means "adoptable from"), so a worker whose engine keeps
+# failing writes one release per delay, not a release and an adoption per poll.
+RELEASE_LATER = _sql(
+    """
+    WITH job AS (
+        UPDATE tool_run_jobs
+        SET locked_by = NULL, locked_until = NULL, lease_token = NULL,
+            available_at = {NOW} + make_interval(secs => CAST(:delay AS double precision)),
+            updated_at = {NOW}
+        WHERE id = :job_id AND lease_token = :token AND status = 'running'
+        RETURNING run_id, attempts, available_at
+    )
+    INSERT INTO tool_run_events (run_id, at, type, data)
+    SELECT run_id, {NOW}, 'released',
+           jsonb_build_object('attempt', attempts, 'reason', CAST(:reason AS text),
+                              'adoptable_at', available_at)
+    FROM job
     RETURNING run_id
     """
 )
@@ -491,10 +529,15 @@ CLEAR_EXPIRED = _sql(
 )
 
 
-# Adoptable jobs whose engine has had no live worker for :dead_after seconds.
+# Adoptable jobs whose engine has had no live worker for :dead_after seconds, with the facts
+# the adoption rule needs (``runyard.adoption``).
 SELECT_ORPHANED = _sql(
     """
-    SELECT j.id FROM tool_run_jobs j
+    SELECT j.id, j.run_id, j.container_requested_at IS NOT NULL AS container_requested,
+           j.cancel_requested_at IS NOT NULL AS cancel_requested,
+           j.attempts < j.max_attempts AS attempts_left,
+           coalesce(j.deadline_at <= {NOW}, false) AS deadline_passed
+    FROM tool_run_jobs j
     WHERE j.status = 'running' AND j.locked_until IS NULL
       AND j.updated_at < {NOW} - make_interval(secs => CAST(:dead_after AS double precision))
       AND NOT EXISTS (

@@ -72,6 +72,18 @@ class ClaimedJob:
 
 
 @dataclass(frozen=True)
+class OrphanedJob:
+    """An adoptable job of an engine with no live worker, with what adoption must know."""
+
+    job_id: uuid.UUID
+    run_id: uuid.UUID
+    container_requested: bool
+    cancel_requested: bool
+    attempts_left: bool
+    deadline_passed: bool
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     """Outcome of a lease renewal."""
 

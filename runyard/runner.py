@@ -141,6 +141,10 @@ class Runner(Protocol):
         """A stable id unique to this engine (not ``docker info``'s ID)."""
         ...
 
+    def ping(self) -> None:
+        """A cheap call that raises ``RunnerUnavailable`` unless the engine answers."""
+        ...
+
     def state(self, run_id: uuid.UUID, attempt: int) -> ContainerState:
         """What the engine knows of the attempt's container."""
         ...

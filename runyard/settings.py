@@ -37,6 +37,10 @@ class Settings(BaseSettings):
     reaper_metrics_port: int = Field(default=0, ge=0, le=65535)
     metrics_host: str = "127.0.0.1"
     sweep_grace_seconds: float = Field(default=60.0, ge=0)
+    # A worker whose engine stops answering probes it again after a capped exponential
+    # backoff (equal jitter) from base to max; released runs wait as long before re-adoption.
+    engine_backoff_base_seconds: float = Field(default=1.0, gt=0)
+    engine_backoff_max_seconds: float = Field(default=30.0, gt=0)
 
     tools_file: Path = Path("tools/tools.toml")
     api_host: str = "127.0.0.1"

@@ -8,11 +8,13 @@ from collections.abc import Callable
 
 from runyard.models import RunStatus
 from runyard.runner import (
+    AttemptAbandoned,
     AttemptControl,
     AttemptResult,
     AttemptSpec,
     ContainerState,
     ManagedAttempt,
+    RunnerUnavailable,
 )
 
 Handler = Callable[[AttemptSpec, AttemptControl], AttemptResult]
@@ -33,13 +35,21 @@ class FakeRunner:
         self.containers: dict[tuple[uuid.UUID, int], ContainerState] = {}
         self.started: list[tuple[uuid.UUID, int]] = []
         self.discarded: list[tuple[uuid.UUID, int]] = []
+        # Set: the engine answers nothing (ping, state and run raise RunnerUnavailable).
+        self.unreachable = threading.Event()
 
     def engine_id(self) -> str:
         """The fake engine's id."""
         return self._engine_id
 
+    def ping(self) -> None:
+        """Raise while ``unreachable`` is set."""
+        if self.unreachable.is_set():
+            raise RunnerUnavailable("the fake engine is unreachable")
+
     def state(self, run_id: uuid.UUID, attempt: int) -> ContainerState:
         """The remembered state, MISSING for unknown attempts."""
+        self.ping()
         with self._lock:
             return self.containers.get((run_id, attempt), ContainerState.MISSING)
 
@@ -47,7 +57,20 @@ class FakeRunner:
         """Record the start, call the handler, mark the container exited."""
         key = (spec.run_id, spec.attempt)
         with self._lock:
-            if key not in self.containers:
+            # A container left ``created`` is made anew, as the Docker adapter does.
+            known = self.containers.get(key, ContainerState.CREATED) is not ContainerState.CREATED
+        if not known:
+            # Like the Docker adapter: ask the owner before the create and before the start.
+            if not control.still_owner():
+                raise AttemptAbandoned(spec.container_name)
+            self.ping()
+            with self._lock:
+                self.containers[key] = ContainerState.CREATED
+            if not control.still_owner():
+                raise AttemptAbandoned(spec.container_name)
+        self.ping()
+        with self._lock:
+            if not known:
                 self.started.append(key)
             self.containers[key] = ContainerState.RUNNING
         result = self._handler(spec, control)

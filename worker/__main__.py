@@ -95,6 +95,8 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
         sweep_interval_seconds=settings.sweep_interval_seconds,
         heartbeat_timeout_seconds=settings.heartbeat_round_timeout,
         statement_timeout_seconds=settings.db_statement_timeout_seconds,
+        engine_backoff_base_seconds=settings.engine_backoff_base_seconds,
+        engine_backoff_max_seconds=settings.engine_backoff_max_seconds,
     )
     queue = JobQueue(
         engine,

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from runyard.adoption import Action, AdoptionFacts, Verdict, decide
 from runyard.db_errors import Failure, classify, describe
 from runyard.faults import (
     BEFORE_CREATE,
@@ -43,6 +44,7 @@ from runyard.workers import WorkerRegistry
 from worker.bounded import OneAtATime
 from worker.cleanup import Cleaner
 from worker.connection_watch import ConnectionWatch
+from worker.engine_health import EngineHealth
 from worker.fallbacks import crashed_outcome, unstorable_outcomes
 from worker.sweep import Sweeper
 
@@ -81,6 +83,10 @@ class WorkerConfig:
         room = min(self.heartbeat_seconds, self.lease_seconds - self.heartbeat_seconds)
         return max(room / 2, 0.1)
 
+    # While the engine does not answer: probes (and re-adoptions) back off from base to max.
+    engine_backoff_base_seconds: float = 1.0
+    engine_backoff_max_seconds: float = 30.0
+
 
 @dataclass
 class InFlight:
@@ -97,6 +103,19 @@ class InFlight:
     finalizing: bool = False
     # The job this slot's finalize claimed, to run next in the same thread.
     next_job: ClaimedJob | None = None
+    # How often the runner asked before touching the engine: once before the create, again
+    # before the start. At most once means the tool never started (see ``_release``).
+    engine_asks: int = 0
+
+
+def _counting(flight: InFlight, ask: Callable[[], bool]) -> Callable[[], bool]:
+    """``ask``, counting its calls in ``flight.engine_asks``."""
+
+    def still_owner() -> bool:
+        flight.engine_asks += 1
+        return ask()
+
+    return still_owner
 
 
 class QueueLogSink:
@@ -186,6 +205,15 @@ class Worker:
         self._stop = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
         self._engine_id: str | None = None
+        self._health = EngineHealth(
+            runner.ping,
+            worker_id=config.worker_id,
+            base_seconds=config.engine_backoff_base_seconds,
+            max_seconds=config.engine_backoff_max_seconds,
+            metrics=self._metrics,
+            on_change=self._engine_changed,
+        )
+        self._forever = False
         # Under ``run_forever`` a slot's finalize also claims its next job (see ``_finalize``).
         self._chain = False
         self.finalized = 0
@@ -207,6 +235,11 @@ class Worker:
     def worker_id(self) -> str:
         """This process's worker id."""
         return self._config.worker_id
+
+    @property
+    def engine_healthy(self) -> bool:
+        """False from a failed engine probe until one succeeds: no claims, no liveness."""
+        return self._health.healthy
 
     def _log(self, job: ClaimedJob, **more: object) -> dict[str, object]:
         return {
@@ -241,6 +274,9 @@ class Worker:
         free = self.free_slots()
         if free <= 0 or self._stop.is_set() or self._sick.is_set():
             return ClaimRound(claimed=0, adopted=0, free_slots=max(free, 0))
+        # A claim charges an attempt: make it only when the engine has just answered.
+        if not self._health.check():
+            return ClaimRound(claimed=0, adopted=0, free_slots=free)
         jobs = self._claim(free)
         for job in jobs:
             flight = self._take(job)
@@ -308,22 +344,42 @@ class Worker:
             time.sleep(0.05)
 
     def run_forever(self) -> None:
-        """Claim whenever slots are free until ``stop()``; then hand over and exit."""
+        """Claim for free slots while the engine answers (else probe it with backoff)."""
         self.start()
-        self._chain = True
+        self._forever = True
+        self._chain = self._health.healthy
         while not self._stop.is_set():
+            if not self._health.healthy:
+                # New-job wake-ups do not cut a backoff short: only stop() does.
+                if self._stop.wait(self._health.next_delay()) or not self._health.check():
+                    continue
             try:
                 self.run_once()
-                self._maybe_sweep()
+                if self._health.healthy:
+                    self._maybe_sweep()
             except _DB_ERRORS as exc:
                 logger.warning("claim failed; retrying", extra={"error": str(exc)})
             except RunnerUnavailable as exc:
-                logger.warning("engine unavailable; backing off", extra={"error": str(exc)})
+                self._health.trouble(str(exc))
             except Exception:
                 self._loop_failed()
+            if not self._health.healthy:
+                continue
             # Polling is the source of truth; a notification or a freed slot cuts it short.
             self._wake.wait(self._config.poll_seconds * random.uniform(0.8, 1.2))
             self._wake.clear()
+
+    def _engine_changed(self, healthy: bool) -> None:
+        """Chain claims and report liveness only while the engine answers."""
+        answers = self._health.healthy  # the latest word, whichever thread reported last
+        self._chain = self._forever and answers
+        if answers and self._registry is not None:
+            # At once: a reaper must not find the engine dead in the gap before a heartbeat.
+            try:
+                self._registry.seen(self.worker_id)
+            except _DB_ERRORS:
+                logger.warning("could not record worker liveness", exc_info=True)
+        self._wake.set()
 
     def notify_job(self) -> None:
         """A job may be waiting: claim now rather than at the next poll."""
@@ -387,7 +443,8 @@ class Worker:
         for flight in flights:
             if not flight.settled and not flight.control.abandon.is_set():
                 answered = self._renew(flight) and answered
-        if self._registry is not None:
+        # Not seen while the engine does not answer: the reaper may then move its runs on.
+        if self._registry is not None and self.engine_healthy:
             try:
                 asked = datetime.now(UTC)
                 seen_at = self._registry.seen(self.worker_id)
@@ -646,7 +703,8 @@ class Worker:
             valid = flight.lease_valid_until - margin
         with self._lock:
             flight.lease_valid_until = min(flight.lease_valid_until, valid)
-        control.still_owner = functools.partial(self._still_owner, flight)
+        # Counted: an attempt given back before its first start was asked for is not charged.
+        control.still_owner = _counting(flight, functools.partial(self._still_owner, flight))
         control.clock = self._db_now
         control.note = functools.partial(self._note, flight)
         if control.logs is not None and not isinstance(control.logs, FencedLogSink):
@@ -699,7 +757,7 @@ class Worker:
             if flight.settled or flight.control.abandon.is_set():
                 return
             if isinstance(exc, RunnerUnavailable) or classify(exc) is Failure.TRANSIENT:
-                self._release(flight, describe(exc))
+                self._release(flight, describe(exc), engine=isinstance(exc, RunnerUnavailable))
             else:
                 self._finalize(flight, crashed_outcome(exc))
         except Exception:
@@ -746,28 +804,17 @@ class Worker:
                 self._release(flight, f"engine unavailable: {exc}")
                 return
             self._metrics.adoptions.labels(outcome=state.value).inc()
-            if state is ContainerState.MISSING and not job.container_requested:
-                self._metrics.requeues.labels(reason="unstarted").inc()
-                result = self._queue.requeue_unstarted(job.job_id, job.lease_token)
-                logger.info(
-                    "attempt never began; requeued without charge",
-                    extra=self._log(job, action="requeued", status=str(result.status)),
+            verdict = decide(
+                AdoptionFacts(
+                    container=state,
+                    container_requested=job.container_requested,
+                    cancel_requested=job.cancel_requested,
+                    deadline_passed=flight.control.clock() >= job.deadline_at,
+                    attempts_left=job.attempt < job.max_attempts,
                 )
-                return
-            if state in (ContainerState.MISSING, ContainerState.CREATED):
-                self._metrics.requeues.labels(reason=ErrorCode.CONTAINER_LOST.value).inc()
-                if state is ContainerState.CREATED:
-                    self._runner.discard(job.run_id, job.attempt)
-                result = self._queue.requeue(
-                    job.job_id,
-                    job.lease_token,
-                    error_code=ErrorCode.CONTAINER_LOST,
-                    error=f"the container of attempt {job.attempt} was {state.value}",
-                )
-                logger.warning(
-                    "container lost",
-                    extra=self._log(job, action="requeued", status=str(result.status)),
-                )
+            )
+            if verdict.action not in (Action.FINALIZE, Action.RESUME):
+                self._settle_adopted(flight, state, verdict)
                 return
         elif job.cancel_requested:
             self._finalize(
@@ -837,7 +884,7 @@ class Worker:
                         "could not record the start", extra=self._log(job, error=describe(exc))
                     )
                     if self._owns(flight):
-                        self._release(flight, "the start could not be recorded")
+                        self._release(flight, "the start could not be recorded", engine=False)
                     return False
                 flight.control.abandon.wait(delay)
                 delay = min(delay * 2, 2.0)
@@ -859,11 +906,66 @@ class Worker:
             )
         return None
 
-    def _release(self, flight: InFlight, why: str) -> None:
-        """Decide nothing: give the lease back so adoption looks again later."""
-        logger.warning("engine trouble; releasing lease: %s", why, extra=self._log(flight.job))
+    def _settle_adopted(self, flight: InFlight, state: ContainerState, verdict: Verdict) -> None:
+        """No container will finish the adopted attempt: put it back, charged or not."""
+        job = flight.job
+        if verdict.action is Action.LOOK_LATER:
+            self._release(
+                flight, f"nothing to decide with the container {state.value}", engine=False
+            )
+            return
+        reason = ErrorCode.CONTAINER_LOST.value if verdict.charged else "unstarted"
+        self._metrics.requeues.labels(reason=reason).inc()
+        if verdict.discard:
+            self._runner.discard(job.run_id, job.attempt)
+        result = self._queue.put_back(
+            job.job_id,
+            job.lease_token,
+            charged=verdict.charged,
+            error=f"the container of attempt {job.attempt} was {state.value}",
+        )
+        extra = self._log(job, action="requeued", status=str(result.status))
+        if verdict.charged:
+            logger.warning("container lost", extra=extra)
+        else:
+            logger.info("attempt never began; requeued without charge", extra=extra)
+
+    def _release(self, flight: InFlight, why: str, *, engine: bool = True) -> None:
+        """Decide nothing: give the lease back. For engine trouble (``engine``), adoptable
+        again after a backoff step; for database trouble, at once."""
+        job = flight.job
+        if not engine:
+            logger.warning("releasing lease: %s", why, extra=self._log(job, action="released"))
+            try:
+                self._queue.release(job.job_id, job.lease_token)
+            except _DB_ERRORS:
+                logger.warning("release failed; the reaper will clear the lease", exc_info=True)
+            return
+        # The worker claims nothing until a probe, a backoff step later, finds the engine
+        # answering; and no one adopts the run before then: a failing engine costs each run
+        # one release per backoff step, not an adoption and a release per poll.
+        self._health.trouble(why)
+        delay = self._health.next_delay()
+        extra = self._log(job, delay=round(delay, 2))
         try:
-            self._queue.release(flight.job.job_id, flight.job.lease_token)
+            if not job.adopted and flight.engine_asks == 1:
+                # A fresh attempt whose start was never asked for: its tool never ran.
+                self._metrics.requeues.labels(reason="unstarted").inc()
+                result = self._queue.requeue_never_started(
+                    job.job_id, job.lease_token, delay_seconds=delay
+                )
+                logger.warning(
+                    "engine trouble before the start; requeued without charge: %s",
+                    why,
+                    extra={**extra, "action": "requeued", "status": str(result.status)},
+                )
+                return
+            logger.warning(
+                "engine trouble; releasing lease: %s", why, extra={**extra, "action": "released"}
+            )
+            self._queue.release_later(
+                job.job_id, job.lease_token, delay_seconds=delay, reason="engine_trouble"
+            )
         except _DB_ERRORS:
             logger.warning("release failed; the reaper will clear the lease", exc_info=True)
 
@@ -947,7 +1049,9 @@ class Worker:
                             extra=self._log(job, error=describe(exc)),
                         )
                         if self._owns(flight):
-                            self._release(flight, "the outcome could not be committed")
+                            self._release(
+                                flight, "the outcome could not be committed", engine=False
+                            )
                         return None
                     flight.control.abandon.wait(delay)
                     delay = min(delay * 2, 2.0)
@@ -970,5 +1074,5 @@ class Worker:
                 return None
             return candidate
         logger.critical("no outcome could be stored; releasing the lease", extra=self._log(job))
-        self._release(flight, "no outcome could be stored")
+        self._release(flight, "no outcome could be stored", engine=False)
         return None

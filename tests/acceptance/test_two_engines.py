@@ -2,113 +2,32 @@
 
 from __future__ import annotations
 
-import functools
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import docker
-import docker.errors
 import pytest
 
 from runyard.docker_runner import DockerRunner
 from tests.acceptance.cluster import Cluster, Expected
-from tests.integration.conftest import _quietly
-
-sys.path.insert(0, "/tmp")
+from tests.acceptance.second_engine import SecondEngine
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(240)]
 
-B_SOCKET = "/var/run/runyard-engine-b.sock"
-B_HOST = f"unix://{B_SOCKET}"
-B_DATA = Path("/var/lib/runyard-engine-b")
-B_EXEC = Path("/var/run/runyard-engine-b")
-B_PIDFILE = Path("/var/run/runyard-engine-b.pid")
-B_NETNS = "runyard-engine-b"
-
-
-def _can_run_second_daemon() -> bool:
-    return os.geteuid() == 0 and all(shutil.which(b) for b in ("dockerd", "ip", "nsenter"))
+B_NAME = "runyard-engine-b"
+B_HOST = f"unix:///var/run/{B_NAME}.sock"
 
 
 @pytest.fixture
 def engine_b(tmp_path: Path) -> Iterator[docker.DockerClient]:
-    """A second dockerd with its own data root, exec root and socket, in a network namespace
-    of its own so that its bridge is its own: beside the first daemon in one namespace, a
-    second one was seen to delete the first daemon's ``docker0``."""
-    if not _can_run_second_daemon():
-        pytest.skip("a second dockerd needs root, dockerd, ip and nsenter")
-    first = docker.from_env(timeout=60)
-    driver = first.info()["Driver"]
-    subprocess.run(["ip", "netns", "del", B_NETNS], capture_output=True, check=False)
-    subprocess.run(["ip", "netns", "add", B_NETNS], check=True)
-    config = tmp_path / "daemon-b.json"
-    config.write_text("{}")
-    log = (tmp_path / "dockerd-b.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            # nsenter switches only the network namespace (ip netns exec would hide cgroups).
-            "nsenter",
-            f"--net=/var/run/netns/{B_NETNS}",
-            "dockerd",
-            "--config-file",
-            str(config),
-            "--host",
-            B_HOST,
-            "--data-root",
-            str(B_DATA),
-            "--exec-root",
-            str(B_EXEC),
-            "--pidfile",
-            str(B_PIDFILE),
-            "--storage-driver",
-            driver,
-        ],
-        stdout=log,
-        stderr=log,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 60
-    client: docker.DockerClient | None = None
+    """A second dockerd of this test's own (see ``tests/acceptance/second_engine.py``)."""
+    engine = SecondEngine(B_NAME, tmp_path)
     try:
-        while not Path(B_SOCKET).exists():
-            assert proc.poll() is None, (tmp_path / "dockerd-b.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "second dockerd did not create its socket"
-            time.sleep(0.2)
-        client = docker.DockerClient(base_url=B_HOST, timeout=60, version="1.41")
-        while True:
-            try:
-                client.ping()
-                break
-            except docker.errors.APIError:
-                assert time.monotonic() < deadline, "second dockerd did not answer"
-                time.sleep(0.3)
-        image = first.images.get("runyard/toolbox:latest")
-        client.images.load(b"".join(image.save(named=True)))
-        yield client
+        engine.start()
+        assert engine.host == B_HOST
+        yield engine.client
     finally:
-        if client is not None:
-            # A worker of the test may be removing its own container right now (404/409).
-            for container in client.containers.list(all=True, sparse=True):
-                _quietly(functools.partial(container.remove, force=True))
-            client.close()
-        first.close()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        shutil.rmtree(B_EXEC, ignore_errors=True)
-        subprocess.run(["ip", "netns", "del", B_NETNS], capture_output=True, check=False)
-        docker0 = subprocess.run(["ip", "link", "show", "docker0"], capture_output=True)
-        assert docker0.returncode == 0, "the first daemon lost its bridge"
+        engine.close()
 
 
 def test_two_engines__no_cross_adoption_and_dead_engine_runs_requeue_to_b(

@@ -105,11 +105,19 @@ def test_missing_container__requeued_charged_only_if_it_was_requested(
     assert (row.status, row.attempts, row.finals) == ("succeeded", 2 if requested else 1, 1)
 
 
+@pytest.mark.parametrize("requested", [True, False])
 def test_created_never_started__removed_and_requeued(
-    queue: JobQueue, engine: Engine, registry: ToolRegistry, docker_client: docker.DockerClient
+    queue: JobQueue,
+    engine: Engine,
+    registry: ToolRegistry,
+    docker_client: docker.DockerClient,
+    requested: bool,
 ):
     runner = DockerRunner(docker_client)
+    runner.ping()  # the engine answers
     run_id, job = orphan(queue, registry, runner.engine_id(), "echo", {"a": 1})
+    if requested:  # as a worker does before it creates the container
+        assert queue.mark_container_requested(job.job_id, job.lease_token)
     docker_client.containers.create(
         "runyard/toolbox:latest",
         ["true"],
@@ -118,7 +126,9 @@ def test_created_never_started__removed_and_requeued(
     )
     release(queue, job)
     adopt_with_new_worker(queue, docker_client)
-    assert run_row(engine, run_id).status == "failed"  # echo has max_attempts = 1
+    row = run_row(engine, run_id)
+    # Charged only if it was requested (the adoption rule); echo has max_attempts = 1.
+    assert (row.status, row.attempts) == (("failed", 1) if requested else ("queued", 0))
     assert runner.state(run_id, 1) is ContainerState.MISSING
 
 
@@ -134,6 +144,8 @@ def test_docker_unreachable__decides_nothing():
 def _unreachable_engine_raises() -> None:
     client = docker.DockerClient(base_url="unix:///nonexistent/docker.sock", version="1.41")
     runner = DockerRunner(client)
+    with pytest.raises(RunnerUnavailable):
+        runner.ping()
     with pytest.raises(RunnerUnavailable):
         runner.state(uuid.uuid4(), 1)
     with pytest.raises(RunnerUnavailable):

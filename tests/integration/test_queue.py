@@ -526,8 +526,13 @@ def test_orphans_on_dead_engine__requeued_or_failed(queue: JobQueue, engine: Eng
     later = at + timedelta(seconds=61)
     orphans = queue.select_orphaned(dead_after_seconds=60, batch=10, now=later)
     assert len(orphans) == 2
-    for job_id in orphans:
-        queue.requeue(job_id, None, error_code="container_lost", error="engine gone", now=later)
+    for orphan in orphans:
+        assert orphan.container_requested is False and orphan.attempts_left is (
+            orphan.run_id == retry
+        )
+        queue.requeue(
+            orphan.job_id, None, error_code="container_lost", error="engine gone", now=later
+        )
     assert row(engine, retry)["run_status"] == "queued"
     assert row(engine, final)["run_status"] == "failed"
 
@@ -574,6 +579,93 @@ def test_release__makes_the_job_adoptable_at_once(queue: JobQueue, engine: Engin
     assert state["job_status"] == "running" and state["locked_until"] is None
     [again] = claim(queue, worker="w-new", now=T0)
     assert again.adopted and again.attempt == 1
+
+
+def test_release_later__adoptable_only_after_the_delay(queue: JobQueue, engine: Engine):
+    run_id = enqueue_many(queue, 1)[0]
+    [job] = claim(queue, worker="w-old")
+    assert queue.release_later(
+        job.job_id, job.lease_token, delay_seconds=5, reason="engine_down", now=T0
+    )
+    assert not queue.release_later(
+        job.job_id, job.lease_token, delay_seconds=5, reason="engine_down", now=T0
+    )  # fenced: the token is gone
+    state = row(engine, run_id)
+    assert state["job_status"] == "running" and state["locked_until"] is None
+    assert claim(queue, worker="w-new", now=T0 + timedelta(seconds=4.9)) == []
+    [again] = claim(queue, worker="w-new", now=T0 + timedelta(seconds=5))
+    assert again.adopted and again.attempt == 1
+    released = [data for kind, data in events(engine, run_id) if kind == "released"]
+    assert released == [
+        {"attempt": 1, "reason": "engine_down", "adoptable_at": "2030-01-01T00:00:05+00:00"}
+    ]
+
+
+def test_release_later__held_back_run_still_settles_when_its_engine_dies(
+    queue: JobQueue, engine: Engine
+):
+    enqueue_many(queue, 1)
+    [job] = claim(queue)
+    queue.release_later(job.job_id, job.lease_token, delay_seconds=3600, reason="x", now=T0)
+    later = T0 + timedelta(seconds=61)
+    [orphan] = queue.select_orphaned(dead_after_seconds=60, batch=10, now=later)
+    assert orphan.job_id == job.job_id
+
+
+def test_put_back__uncharged_only_if_no_container_was_requested(queue: JobQueue, engine: Engine):
+    marked, unmarked = enqueue_many(queue, 2, max_attempts=2)
+    jobs = {j.run_id: j for j in claim(queue, limit=2)}
+    assert queue.mark_container_requested(jobs[marked].job_id, jobs[marked].lease_token, now=T0)
+    refused = queue.put_back(
+        jobs[marked].job_id, jobs[marked].lease_token, charged=False, error="x", now=T0
+    )
+    assert not refused.owned  # a container may exist: never given back for free
+    charged = queue.put_back(
+        jobs[marked].job_id, jobs[marked].lease_token, charged=True, error="lost", now=T0
+    )
+    assert charged.status == RunStatus.QUEUED and charged.attempts == 1
+    assert row(engine, marked)["available_at"] != T0  # with backoff
+    free = queue.put_back(
+        jobs[unmarked].job_id, jobs[unmarked].lease_token, charged=False, error="x", now=T0
+    )
+    assert free.status == RunStatus.QUEUED and free.attempts == 0
+    assert row(engine, unmarked)["available_at"] == T0  # at once
+
+
+def test_requeue_never_started__only_the_lease_holder_gives_a_marked_attempt_back(
+    queue: JobQueue, engine: Engine
+):
+    run_id = enqueue_many(queue, 1, max_attempts=1)[0]
+    [job] = claim(queue)
+    queue.mark_container_requested(job.job_id, job.lease_token, now=T0)
+    assert not queue.requeue_never_started(job.job_id, uuid.uuid4(), delay_seconds=0).owned
+    result = queue.requeue_never_started(job.job_id, job.lease_token, delay_seconds=2, now=T0)
+    assert (result.status, result.attempts) == (RunStatus.QUEUED, 0)
+    assert result.available_at == T0 + timedelta(seconds=2)
+    assert claim(queue, now=T0 + timedelta(seconds=1)) == []
+    [again] = claim(queue, now=T0 + timedelta(seconds=2))
+    assert again.attempt == 1 and not again.container_requested  # same number, no charge
+    assert events(engine, run_id)[-4:-2] == [
+        ("requeued", {"attempt": 1, "unstarted": True}),
+        ("status", {"status": "queued"}),
+    ]
+
+
+def test_orphans__carry_the_facts_adoption_needs(queue: JobQueue, engine: Engine):
+    marked, cancelled = enqueue_many(queue, 2, max_attempts=2)
+    jobs = {j.run_id: j for j in claim(queue, limit=2)}
+    queue.mark_container_requested(jobs[marked].job_id, jobs[marked].lease_token, now=T0)
+    queue.cancel(cancelled, now=T0)
+    for job in jobs.values():
+        queue.release(job.job_id, job.lease_token, now=T0)
+    later = T0 + timedelta(seconds=LEASE + 61)
+    found = {o.run_id: o for o in queue.select_orphaned(dead_after_seconds=60, batch=10, now=later)}
+    assert (found[marked].container_requested, found[marked].cancel_requested) == (True, False)
+    assert (found[cancelled].container_requested, found[cancelled].cancel_requested) == (
+        False,
+        True,
+    )
+    assert all(o.attempts_left and o.deadline_passed for o in found.values())
 
 
 # --- cancel ------------------------------------------------------------------------------
