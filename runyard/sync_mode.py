@@ -22,6 +22,9 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
+from runyard.adoption import Action, AdoptionFacts, decide
+from runyard.db_errors import Failure, classify, describe
+from runyard.fallbacks import crashed_outcome, unstorable_outcomes
 from runyard.models import RunStatus
 from runyard.queue import ApiQueue, JobQueue, SyncOrphan
 from runyard.runner import (
@@ -247,32 +250,42 @@ class SyncExecutor:
                 error_code=ErrorCode.INFRASTRUCTURE,
                 error="the container engine failed while running the tool",
             )
-        except Exception:
+        except Exception as exc:
             logger.exception("sync attempt crashed in the API", extra=log)
-            outcome = AttemptResult(
-                status=RunStatus.FAILED,
-                error_code=ErrorCode.INFRASTRUCTURE,
-                error="internal error while running the tool",
-            )
+            outcome = crashed_outcome(exc)
         self._finish(run_id, outcome, discard=True)
 
     def _finish(self, run_id: uuid.UUID, outcome: AttemptResult, *, discard: bool) -> None:
         log = {"run_id": str(run_id), "api_id": self.owner_id}
         delay = 0.1
         deadline = time.monotonic() + self._lease
+        # The outcome, then (if the database refuses it) safer replacements, each tried once.
+        current, fallbacks = outcome, None
         while True:
             try:
-                owned = self._queue.finalize_sync(run_id, outcome, owner=self.owner_id)
+                owned = self._queue.finalize_sync(run_id, current, owner=self.owner_id)
                 break
-            except _DB_ERRORS as exc:
+            except Exception as exc:
+                if classify(exc) is Failure.DETERMINISTIC:
+                    logger.error(
+                        "the database refused the sync outcome",
+                        extra={**log, "error": describe(exc)},
+                    )
+                    if fallbacks is None:
+                        fallbacks = unstorable_outcomes(outcome, exc)
+                    if not fallbacks:
+                        return
+                    current = fallbacks.pop(0)
+                    continue
                 if time.monotonic() + delay >= deadline:
                     logger.warning(
                         "sync finalize gave up; the run will be settled from its container",
-                        extra={**log, "error": str(exc)},
+                        extra={**log, "error": describe(exc)},
                     )
                     return
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
+        outcome = current
         if not owned:
             logger.warning("sync run taken over before finalize", extra=log)
             return
@@ -401,21 +414,30 @@ class SyncOrphanSettler:
         if orphan.status is RunStatus.QUEUED:
             return self._fail_lost(orphan, "the API process stopped before the tool started", now)
         state = self._engine_state(orphan)
-        if state is None:
-            if clock < deadline + timedelta(seconds=self._grace):
-                return False
-            return self._fail_lost(
-                orphan, "the API process running the tool stopped; its container is unknown", now
+        verdict = decide(
+            AdoptionFacts(
+                container=state,
+                container_requested=True,
+                cancel_requested=False,
+                deadline_passed=clock >= deadline,
+                # Sync runs are never retried: nothing waits in a queue in this mode.
+                attempts_left=False,
+                # An engine out of reach past the deadline and a grace is given up on.
+                engine_dead=state is None and clock >= deadline + timedelta(seconds=self._grace),
+                # The settler does not wait on a container still within its time.
+                can_wait=False,
             )
-        if state in (ContainerState.MISSING, ContainerState.CREATED):
+        )
+        if verdict.action is Action.LOOK_LATER:
+            return False
+        if verdict.action not in (Action.FINALIZE, Action.RESUME):
+            where = "its container is unknown" if state is None else "its container is gone"
             settled = self._fail_lost(
-                orphan, "the API process running the tool stopped; its container is gone", now
+                orphan, f"the API process running the tool stopped; {where}", now
             )
-            if settled and state is ContainerState.CREATED:
+            if settled and verdict.discard:
                 self._discard(orphan)
             return settled
-        if state is ContainerState.RUNNING and clock < deadline:
-            return False  # still within its time: look again on a later pass
         if not self._take_over(orphan, now):
             return False
         assert self._runner is not None

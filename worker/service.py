@@ -18,6 +18,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from runyard.adoption import Action, AdoptionFacts, Verdict, decide
 from runyard.db_errors import Failure, classify, describe
+from runyard.fallbacks import crashed_outcome, unstorable_outcomes
 from runyard.faults import (
     BEFORE_CREATE,
     BEFORE_FINALIZE,
@@ -45,7 +46,6 @@ from worker.bounded import OneAtATime
 from worker.cleanup import Cleaner
 from worker.connection_watch import ConnectionWatch
 from worker.engine_health import EngineHealth
-from worker.fallbacks import crashed_outcome, unstorable_outcomes
 from worker.sweep import Sweeper
 
 logger = logging.getLogger(__name__)

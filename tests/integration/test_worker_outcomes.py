@@ -116,7 +116,7 @@ def test_worker__a_crashing_runner_fails_the_run_instead_of_looping(
 
     row = run_one(engine, FakeRunner(crash))
     assert (row.status, row.error_code, row.result) == ("failed", "internal_error", None)
-    assert row.error.startswith("the worker could not run or collect the attempt: ")
+    assert row.error.startswith("the attempt could not be run or collected: ")
     assert type(error).__name__ in row.error
     assert row.finals == 1
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import psycopg
 from sqlalchemy import exc as sa
 
+from runyard.fallbacks import ERROR_CAP, crashed_outcome, storable_text, unstorable_outcomes
 from runyard.models import RunStatus
 from runyard.runner import AttemptResult, ErrorCode
-from worker.fallbacks import ERROR_CAP, crashed_outcome, storable_text, unstorable_outcomes
 
 OUTCOME = AttemptResult(
     status=RunStatus.SUCCEEDED,
@@ -43,7 +43,7 @@ def test_crashed_outcome__class_and_message_capped():
     outcome = crashed_outcome(KeyError("State" * 1000))
     assert outcome.status is RunStatus.FAILED and outcome.error_code == ErrorCode.INTERNAL
     assert outcome.error is not None and len(outcome.error) <= ERROR_CAP
-    assert outcome.error.startswith("the worker could not run or collect the attempt: KeyError:")
+    assert outcome.error.startswith("the attempt could not be run or collected: KeyError:")
     assert outcome.result is None
 
 

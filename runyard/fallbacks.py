@@ -1,4 +1,4 @@
-"""What the worker stores when it cannot store what the runner gave it (rules, no I/O)."""
+"""What an owner stores when it cannot store what the runner gave it (rules, no I/O)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def crashed_outcome(exc: BaseException) -> AttemptResult:
     return AttemptResult(
         status=RunStatus.FAILED,
         error_code=ErrorCode.INTERNAL,
-        error=_cap(f"the worker could not run or collect the attempt: {describe(exc)}"),
+        error=_cap(f"the attempt could not be run or collected: {describe(exc)}"),
     )
 
 
