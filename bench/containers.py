@@ -89,7 +89,7 @@ def noop_tool() -> dict[str, Any]:
 def raw_create_kwargs(
     tool: dict[str, Any], name: str, image_id: str, labels: dict[str, str]
 ) -> dict[str, Any]:
-    """The hardening flags of runyard's Docker runner (DESIGN §5), written out for docker-py."""
+    """The hardening flags of runyard's Docker runner, written out for docker-py."""
     from docker.types import LogConfig, Mount, Ulimit
 
     memory = f"{int(tool['memory_mb'])}m"

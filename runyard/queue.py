@@ -515,7 +515,7 @@ def run_mode_is_queue(mode: str) -> bool:
     return mode == RunMode.QUEUE.value
 
 
-# --- sync mode and admission (ADR-0016) ---
+# --- sync mode and admission ---
 #
 # The API's own transitions: submits that pass admission caps, and runs executed inline by an
 # API process (``mode='sync'``, no job row). A sync run is fenced by ``sync_owner`` the way a

@@ -1,4 +1,4 @@
-"""Sync fallback mode (ADR-0016): the API runs a tool inline, under a global cap.
+"""Sync fallback mode: the API runs a tool inline, under a global cap.
 
 A sync run has no job row. The API process that runs it owns it through
 ``tool_runs.sync_owner`` and renews ``sync_owner_until`` while the tool runs, the way a worker
