@@ -19,7 +19,7 @@ from api.guard import RequestGuard
 from api.openapi import install_openapi
 from api.problems import install_problem_handlers
 from api.routes import events, health, metrics, runs, tools
-from api.ui.context import install_ui
+from api.ui.install import install_ui
 from runyard.chores import Chore, Chores
 from runyard.db import DbTimeouts, make_engine
 from runyard.docker_runner import DockerRunner
