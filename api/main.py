@@ -22,7 +22,7 @@ from api.routes import events, health, metrics, runs, tools
 from api.ui.install import install_ui
 from runyard.chores import Chore, Chores
 from runyard.db import DbTimeouts, make_engine
-from runyard.docker_runner import DockerRunner
+from runyard.docker.runner import DockerRunner
 from runyard.notify import RunNotifier
 from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.runner import Runner

@@ -16,18 +16,18 @@ import docker.errors
 import requests.exceptions
 from docker.types import DriverConfig, LogConfig, Mount, Ulimit
 
-from runyard.attempt_watch import AttemptWatch
 from runyard.capture import HeadTailBuffer
-from runyard.docker_outputs import (
+from runyard.docker.engine_marker import EngineMarker
+from runyard.docker.host_workdirs import HostWorkdirs
+from runyard.docker.live_logs import LogFollower, timestamp_key
+from runyard.docker.outputs import (
     ContainerLogs,
     parse_result_archive,
     stored_logs,
     workdir_archive,
 )
-from runyard.engine_marker import EngineMarker
+from runyard.docker.watch import AttemptWatch
 from runyard.faults import AFTER_CREATE, crash_point
-from runyard.host_workdirs import HostWorkdirs
-from runyard.live_logs import LogFollower, timestamp_key
 from runyard.models import RunStatus
 from runyard.outcomes import ExitFacts, StopReason, ToolLimits, decide_exit, decide_result
 from runyard.runner import (
@@ -138,7 +138,7 @@ class DockerRunner:
     # --- identity ---
 
     def engine_id(self) -> str:
-        """The id kept in the engine's marker (``runyard.engine_marker``), made on first use."""
+        """The id kept in the engine's marker (``engine_marker``), made on first use."""
         return self._marker.engine_id()
 
     def ping(self) -> None:
