@@ -114,6 +114,7 @@ class ToolOut(BaseModel):
                     "cpus": 0.5,
                     "pids_limit": 64,
                     "max_attempts": 1,
+                    "network": "none",
                     "input_schema": {"type": "object"},
                 }
             ]
@@ -128,6 +129,9 @@ class ToolOut(BaseModel):
     cpus: float
     pids_limit: int
     max_attempts: int
+    network: str = Field(
+        description="'none' (no network), 'bridge' or the name of an operator's network"
+    )
     input_schema: dict[str, Any] | None
 
 

@@ -72,8 +72,8 @@ def test_keys_api__create_use_list_revoke_refused(
             ("POST", "/v1/keys"),
             ("DELETE", f"/v1/keys/{prefix}"),
         ]:
-            kwargs = {"json": {"tenant": "acme"}} if method == "POST" else {}
-            answer = client.request(method, path, headers=_auth(key), **kwargs)
+            body = {"tenant": "acme"} if method == "POST" else None
+            answer = client.request(method, path, headers=_auth(key), json=body)
             assert answer.status_code == 403, (method, answer.text)
             assert answer.json()["code"] == "forbidden"
 
