@@ -658,8 +658,9 @@ class DockerRunner:
             result, problem = self._read_result(container_id, spec, attrs, result_cap, depth)
             verdict = decide_result(problem)
             common["result"] = live.redactor.json(result) if problem is None else None
+        error = None if verdict.error is None else live.redactor.text(verdict.error)
         return AttemptResult(
-            status=verdict.status, error_code=verdict.error_code, error=verdict.error, **common
+            status=verdict.status, error_code=verdict.error_code, error=error, **common
         )
 
     def _read_result(
