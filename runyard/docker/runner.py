@@ -6,6 +6,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -589,12 +590,7 @@ class DockerRunner:
     def _stop(self, container_id: str) -> None:
         """SIGTERM, the grace period, then SIGKILL (Docker's stop does exactly that)."""
         grace = int(self._limits.stop_grace_seconds)
-        try:
-            self._api.stop(container_id, timeout=grace)
-        except docker.errors.NotFound:
-            pass
-        except _TRANSPORT_ERRORS as exc:
-            raise RunnerUnavailable(f"cannot stop {container_id}: {exc}") from exc
+        _unless_gone(lambda: self._api.stop(container_id, timeout=grace), f"stop {container_id}")
 
     def _kill(self, container_id: str) -> None:
         """SIGKILL at once; a container that has just exited is fine."""
@@ -682,23 +678,13 @@ class DockerRunner:
     # --- cleanup ---
 
     def _remove(self, ref: str) -> None:
-        try:
-            self._api.remove_container(ref, force=True)
-        except docker.errors.NotFound:
-            pass
-        except _TRANSPORT_ERRORS as exc:
-            raise RunnerUnavailable(f"cannot remove {ref}: {exc}") from exc
+        _unless_gone(lambda: self._api.remove_container(ref, force=True), f"remove {ref}")
 
     def discard(self, run_id: uuid.UUID, attempt: int) -> None:
         """Remove the attempt's container and volume (after the terminal commit)."""
         name = container_name(run_id, attempt)
         self._remove(name)
-        try:
-            self._api.remove_volume(name, force=True)
-        except docker.errors.NotFound:
-            pass
-        except _TRANSPORT_ERRORS as exc:
-            raise RunnerUnavailable(f"cannot remove volume {name}: {exc}") from exc
+        _unless_gone(lambda: self._api.remove_volume(name, force=True), f"remove volume {name}")
         if self._workdirs is not None:
             self._workdirs.remove(name)
 
@@ -787,6 +773,16 @@ def _unsupported(error: str) -> AttemptResult:
     return AttemptResult(
         status=RunStatus.FAILED, error_code=ErrorCode.ENGINE_UNSUPPORTED, error=error
     )
+
+
+def _unless_gone(call: Callable[[], object], what: str) -> None:
+    """Make an engine call for which an object already gone is as good as done."""
+    try:
+        call()
+    except docker.errors.NotFound:
+        pass
+    except _TRANSPORT_ERRORS as exc:
+        raise RunnerUnavailable(f"cannot {what}: {exc}") from exc
 
 
 def _fence(control: AttemptControl, spec: AttemptSpec) -> None:
