@@ -40,11 +40,22 @@ class NewRun:
 
 
 @dataclass(frozen=True)
+class InlineClaim:
+    """Who claims a sync run in its insert: the API process, its engine and the lease."""
+
+    owner: str
+    engine_id: str
+    lease_seconds: float
+
+
+@dataclass(frozen=True)
 class EnqueueResult:
-    """The run id and whether this call created it (False: an idempotent replay)."""
+    """The run id and whether this call created it (False: an idempotent replay); a sync
+    run created with an ``InlineClaim`` comes with its claimed job."""
 
     run_id: uuid.UUID
     created: bool
+    job: ClaimedJob | None = None
 
 
 class IdempotencyConflict(Exception):
@@ -120,9 +131,13 @@ def enqueue_params(
     job_id: uuid.UUID,
     request_hash: str | None,
     now: datetime | None,
+    inline: InlineClaim | None = None,
 ) -> dict[str, Any]:
     """The bind parameters of ENQUEUE, shared by the plain and the admission-checked submit."""
     return {
+        "owner": None if inline is None else inline.owner,
+        "engine_id": None if inline is None else inline.engine_id,
+        "lease": None if inline is None else inline.lease_seconds,
         "run_id": run_id,
         "job_id": job_id,
         "tenant": run.tenant,
@@ -155,6 +170,25 @@ def claimed_job(row: Any) -> ClaimedJob:
         input=row.input,
         container_requested=row.container_requested_at is not None,
         requested_at=row.requested_at,
+        started_at=row.started_at,
+    )
+
+
+def claimed_at_insert(row: Any, run: NewRun) -> ClaimedJob:
+    """The ClaimedJob of a sync run, from the row ``SUBMIT`` returned when it claimed it."""
+    return ClaimedJob(
+        job_id=row.job_id,
+        run_id=row.id,
+        attempt=row.attempts,
+        max_attempts=row.max_attempts,
+        lease_token=row.lease_token,
+        locked_until=row.locked_until,
+        deadline_at=row.deadline_at,
+        cancel_requested=False,
+        adopted=False,
+        spec=run.spec,
+        input=run.input,
+        container_requested=row.container_requested_at is not None,
         started_at=row.started_at,
     )
 
@@ -192,31 +226,11 @@ class AdmissionRefused(Exception):
             "queue_full": f"the queue holds {limit} runs, its maximum; retry later",
             "tenant_queued": f"this tenant already has {limit} queued runs, its maximum",
             "tenant_running": f"this tenant already has {limit} running runs, its maximum",
+            "sync_capacity_full": f"all {limit} inline slots are busy; retry later",
         }
         super().__init__(messages[reason])
         self.reason = reason
         self.limit = limit
-
-
-@dataclass(frozen=True)
-class SyncStart:
-    """A sync run now running: its start time and deadline (database clock)."""
-
-    started_at: datetime
-    deadline_at: datetime
-
-
-@dataclass(frozen=True)
-class SyncOrphan:
-    """A sync run whose API process stopped renewing it."""
-
-    run_id: uuid.UUID
-    status: RunStatus
-    spec: dict[str, Any]
-    input: Any
-    started_at: datetime | None
-    deadline_at: datetime | None
-    engine_id: str | None
 
 
 class DepthEstimate:

@@ -1,18 +1,11 @@
-"""Turning a caller's request into a ``NewRun`` (tool lookup, input validation, snapshot),
-and the quick read of a run the submit answers with."""
+"""Turning a caller's request into a ``NewRun`` (tool lookup, input validation, snapshot)."""
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import jsonschema
-from sqlalchemy import Engine, text
 
-from runyard.db import autocommit
-from runyard.models import RunStatus
 from runyard.queue import NewRun
 from runyard.tools import ToolRegistry
 
@@ -58,48 +51,3 @@ def prepare_run(
         priority=priority,
         idempotency_key=idempotency_key,
     )
-
-
-# What the API shows of a run, read in one autocommit round trip (no ORM, no transaction);
-# ``tenant`` NULL means any tenant (admins).
-RUN_VIEW = text(
-    """
-    SELECT id, tool, status, mode, input, result, exit_code, attempts, max_attempts,
-           error_code, error, stdout_truncated, stderr_truncated, requested_at, started_at,
-           finished_at
-    FROM tool_runs
-    WHERE id = :id AND (CAST(:tenant AS text) IS NULL OR tenant = CAST(:tenant AS text))
-    """
-)
-
-
-@dataclass(frozen=True)
-class RunView:
-    """The public fields of a run, as ``RUN_VIEW`` reads them."""
-
-    id: uuid.UUID
-    tool: str
-    status: RunStatus
-    mode: str
-    input: Any
-    result: Any
-    exit_code: int | None
-    attempts: int
-    max_attempts: int
-    error_code: str | None
-    error: str | None
-    stdout_truncated: bool
-    stderr_truncated: bool
-    requested_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-
-
-def read_run_view(engine: Engine, run_id: uuid.UUID, tenant: str | None) -> RunView | None:
-    """The run's public fields if ``tenant`` may see it (None: any tenant), else None."""
-    rows = autocommit(engine, RUN_VIEW, {"id": run_id, "tenant": tenant})
-    if not rows:
-        return None
-    row = rows[0]._asdict()
-    row["status"] = RunStatus(row["status"])
-    return RunView(**row)
