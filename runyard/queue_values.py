@@ -39,6 +39,10 @@ class NewRun:
         return hashlib.sha256(body.encode()).hexdigest()
 
 
+# The queue of sync jobs: no worker claims from it and nothing ever waits in it.
+SYNC_QUEUE = "sync"
+
+
 @dataclass(frozen=True)
 class InlineClaim:
     """Who claims a sync run in its insert: the API process, its engine and the lease."""
@@ -46,6 +50,7 @@ class InlineClaim:
     owner: str
     engine_id: str
     lease_seconds: float
+    queue: str = SYNC_QUEUE
 
 
 @dataclass(frozen=True)
@@ -146,7 +151,7 @@ def enqueue_params(
         "input": json.dumps(run.input),
         "max_attempts": run.max_attempts,
         "timeout_seconds": run.timeout_seconds,
-        "queue": run.queue,
+        "queue": run.queue if inline is None else inline.queue,
         "priority": run.priority,
         "idempotency_key": run.idempotency_key,
         "request_hash": request_hash,

@@ -40,6 +40,7 @@ from runyard.queue import (
     InlineClaim,
     NewRun,
 )
+from runyard.queue_values import SYNC_QUEUE
 from runyard.runner import (
     AttemptAbandoned,
     AttemptControl,
@@ -55,8 +56,6 @@ logger = logging.getLogger(__name__)
 
 # A pool with no connection to give within its timeout counts as a database error too.
 _DB_ERRORS = (DBAPIError, PoolTimeoutError)
-# The queue of sync jobs: no worker claims from it and nothing ever waits in it.
-SYNC_QUEUE = "sync"
 
 
 def new_owner_id(kind: str) -> str:
