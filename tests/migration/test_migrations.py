@@ -125,3 +125,73 @@ def test_event_xact_id__rows_from_before_keep_their_order_and_ids_still_resume(d
         engine.dispose()
     assert indexes == {"ix_tool_run_events_run_id_xact_id_id"}
     assert [e.id for e in page.events] == [old[1], old[2], new]
+
+
+def test_sync_runs_are_jobs__runs_in_flight_become_adoptable_jobs_and_come_back(
+    database_url: str,
+):
+    config = alembic_config(database_url)
+    assert isinstance(config, Config)
+    command.downgrade(config, "0007")
+    engine = create_engine(normalize_database_url(database_url))
+    running, queued, done = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    """
+                    INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode,
+                                           started_at, attempts, sync_owner, sync_owner_until)
+                    VALUES (:running, 'a', 'echo', '{"timeout_seconds": 30}', '{}',
+                            'running', 'sync', now(), 1, 'api-1', now()),
+                           (:queued, 'a', 'echo', '{"timeout_seconds": 30}', '{}',
+                            'queued', 'sync', NULL, 0, 'api-1', now()),
+                           (:done, 'a', 'echo', '{"timeout_seconds": 30}', '{}',
+                            'succeeded', 'sync', now(), 1, 'api-1', NULL)
+                    """
+                ),
+                {"running": running, "queued": queued, "done": done},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO tool_run_events (run_id, type, data) VALUES "
+                    '(:id, \'claimed\', \'{"attempt": 1, "engine_id": "engine-a"}\')'
+                ),
+                {"id": running},
+            )
+        command.upgrade(config, "head")
+        with engine.connect() as conn:
+            jobs = conn.execute(
+                text(
+                    "SELECT run_id, CAST(status AS text) AS status, queue, engine_id,"
+                    " lease_token, locked_until, attempts, max_attempts,"
+                    " container_requested_at IS NOT NULL AS requested,"
+                    " deadline_at - started_at AS timeout FROM tool_run_jobs"
+                )
+            ).all()
+            lost = conn.execute(
+                text("SELECT CAST(status AS text), error_code FROM tool_runs WHERE id = :id"),
+                {"id": queued},
+            ).one()
+            counts = conn.execute(
+                text("SELECT sum(queued), sum(running) FROM tenant_run_counts WHERE tenant = 'a'")
+            ).one()
+        columns = {c["name"] for c in inspect(engine).get_columns("tool_runs")}
+        command.downgrade(config, "0007")
+        with engine.connect() as conn:
+            left = conn.execute(text("SELECT count(*) FROM tool_run_jobs")).scalar_one()
+            owner = conn.execute(
+                text("SELECT sync_owner, sync_owner_until <= now() FROM tool_runs WHERE id = :id"),
+                {"id": running},
+            ).one()
+        command.upgrade(config, "head")
+    finally:
+        engine.dispose()
+    assert [tuple(j)[:9] for j in jobs] == [
+        (running, "running", "sync", "engine-a", None, None, 1, 1, True)
+    ]
+    assert jobs[0].timeout.total_seconds() == 30
+    assert tuple(lost) == ("failed", "api_lost")
+    assert tuple(counts) == (0, 1)
+    assert not {"sync_owner", "sync_owner_until"} & columns
+    assert left == 0 and tuple(owner) == ("migration", True)
