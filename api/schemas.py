@@ -8,6 +8,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from runyard.runs import RunView
+from runyard.submit import RunRequest
 from runyard.tools import TOOL_NAME_PATTERN
 
 RUN_EXAMPLE: dict[str, Any] = {
@@ -56,6 +57,10 @@ class RunCreate(BaseModel):
     priority: int = Field(
         default=0, ge=-100, le=100, description="Higher runs first; queue mode only"
     )
+
+    def request(self, tenant: str, idempotency_key: str | None) -> RunRequest:
+        """The core's request for ``tenant``."""
+        return RunRequest(tenant, self.tool, self.input, self.priority, idempotency_key)
 
 
 @pydantic.dataclasses.dataclass(

@@ -64,7 +64,6 @@ from runyard.queue_values import (
     NewRun,
     OrphanedJob,
     RequeueResult,
-    claimed_at_insert,
     claimed_job,
     enqueue_params,
     outcome_params,
@@ -173,9 +172,14 @@ class JobQueue:
         limit: int,
         lease_seconds: float,
         queues: Sequence[str] = ("default",),
+        adopt_only: bool = False,
         now: datetime | None = None,
     ) -> list[ClaimedJob]:
-        """Claim up to ``limit`` jobs: adoptable ones of this engine first, then queued."""
+        """Claim up to ``limit`` jobs: adoptable ones of this engine first, then queued.
+
+        ``adopt_only`` (sync mode, one queue): only running jobs whose lease was cleared or
+        ran out; nothing queued is ever claimed.
+        """
         if limit <= 0:
             return []
         params: dict[str, Any] = {
@@ -186,34 +190,10 @@ class JobQueue:
             "now": now,
         }
         if len(queues) == 1:
-            rows = self._run(CLAIM, {**params, "queue": queues[0]})
+            rows = self._run(ADOPT if adopt_only else CLAIM, {**params, "queue": queues[0]})
         else:
             rows = self._run(CLAIM_ANY_QUEUE, {**params, "queues": list(queues)})
         return [claimed_job(row) for row in rows]
-
-    def adopt(
-        self,
-        *,
-        worker_id: str,
-        engine_id: str,
-        limit: int,
-        lease_seconds: float,
-        queue: str,
-        now: datetime | None = None,
-    ) -> list[ClaimedJob]:
-        """Adopt up to ``limit`` running jobs of ``queue`` on this engine whose lease was
-        cleared or ran out; nothing queued is ever claimed."""
-        if limit <= 0:
-            return []
-        params = {
-            "worker_id": worker_id,
-            "engine_id": engine_id,
-            "limit": limit,
-            "lease": lease_seconds,
-            "queue": queue,
-            "now": now,
-        }
-        return [claimed_job(row) for row in self._run(ADOPT, params)]
 
     def heartbeat(
         self,
@@ -595,11 +575,11 @@ class ApiQueue(JobQueue):
             },
         )
         assert row is not None
-        if row.id is not None:
+        if row.run_id is not None:
             if inline is None:
                 self._depth.admitted()
-                return EnqueueResult(run_id=row.id, created=True)
-            return EnqueueResult(run_id=row.id, created=True, job=claimed_at_insert(row, run))
+                return EnqueueResult(run_id=row.run_id, created=True)
+            return EnqueueResult(run_id=row.run_id, created=True, job=claimed_job(row))
         if row.refused is not None and not row.replayed:
             limit = (
                 caps.tenant_max_queued

@@ -114,9 +114,9 @@ _ADMISSION_CTES: LiteralString = """
     )
 """
 
-# ENQUEUE with admission: ``id`` is the new run's; else ``replayed`` or ``refused`` says why.
-# A sync run (``:owner`` set) comes back claimed, with its job's lease; only queued work
-# wakes the workers.
+# ENQUEUE with admission: ``run_id`` is the new run's; else ``replayed`` or ``refused`` says
+# why. A sync run (``:owner`` set) comes back claimed, its job's row shaped like CLAIM's; only
+# queued work wakes the workers.
 SUBMIT = _sql(
     "WITH "
     + _ADMISSION_CTES
@@ -124,9 +124,11 @@ SUBMIT = _sql(
     + _CLAIM_AT_INSERT
     + _ENQUEUE_CTES
     + """
-    SELECT job.run_id AS id, d.replayed, d.refused, job.id AS job_id, job.attempts,
-           job.max_attempts, job.lease_token, job.locked_until, job.deadline_at,
-           job.started_at, job.container_requested_at,
+    SELECT job.run_id, d.replayed, d.refused, job.id, job.attempts, job.max_attempts,
+           job.lease_token, job.locked_until, job.deadline_at, job.started_at,
+           job.started_at AS requested_at, job.container_requested_at,
+           CAST(NULL AS timestamptz) AS cancel_requested_at, false AS adopted,
+           CAST(:spec AS jsonb) AS spec, CAST(:input AS jsonb) AS input,
            CASE WHEN job.run_id IS NOT NULL AND NOT claim.by_api
                 THEN pg_notify('runyard_jobs', CAST(:queue AS text)) END AS notified
     FROM decision d CROSS JOIN claim LEFT JOIN job ON true

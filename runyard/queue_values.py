@@ -179,25 +179,6 @@ def claimed_job(row: Any) -> ClaimedJob:
     )
 
 
-def claimed_at_insert(row: Any, run: NewRun) -> ClaimedJob:
-    """The ClaimedJob of a sync run, from the row ``SUBMIT`` returned when it claimed it."""
-    return ClaimedJob(
-        job_id=row.job_id,
-        run_id=row.id,
-        attempt=row.attempts,
-        max_attempts=row.max_attempts,
-        lease_token=row.lease_token,
-        locked_until=row.locked_until,
-        deadline_at=row.deadline_at,
-        cancel_requested=False,
-        adopted=False,
-        spec=run.spec,
-        input=run.input,
-        container_requested=row.container_requested_at is not None,
-        started_at=row.started_at,
-    )
-
-
 def outcome_params(outcome: AttemptResult) -> dict[str, Any]:
     """The bind parameters of a terminal outcome, shared by every finalize statement."""
     return {

@@ -14,28 +14,15 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 
 from runyard.notify import RunNotifier
 from runyard.queue import AdmissionCaps, ApiQueue, EnqueueResult
 from runyard.runs import RunReader, RunView
-from runyard.submit import prepare_run
+from runyard.submit import RunRequest
 from runyard.sync_mode import SyncExecutor
 from runyard.tools import ToolRegistry
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    """What a caller asks for, already parsed (types and bounds) but not yet checked against
-    the tool registry."""
-
-    tenant: str
-    tool: str
-    input: Any
-    priority: int = 0
-    idempotency_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -102,14 +89,7 @@ class Submissions:
 
         Raises ``UnknownTool``, ``InvalidInput``, ``AdmissionRefused``, ``IdempotencyConflict``.
         """
-        run = prepare_run(
-            self._registry,
-            tenant=request.tenant,
-            tool_name=request.tool,
-            input_value=request.input,
-            priority=request.priority,
-            idempotency_key=request.idempotency_key,
-        )
+        run = request.prepare(self._registry)
         if self._sync is not None:
             result = self._sync.claim_new(run, self._caps)
         else:

@@ -18,7 +18,6 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,21 +28,20 @@ from runyard.adoption import Action, AdoptionFacts, decide
 from runyard.db_errors import Failure, classify, describe
 from runyard.fallbacks import crashed_outcome, unstorable_outcomes
 from runyard.faults import BEFORE_FINALIZE, crash_point
-from runyard.lease_logs import QueueLogSink
+from runyard.held import Held, QueueLogSink
 from runyard.models import RunStatus
-from runyard.queue import (
+from runyard.queue import ApiQueue
+from runyard.queue_values import (
+    SYNC_QUEUE,
     AdmissionCaps,
     AdmissionRefused,
-    ApiQueue,
     ClaimedJob,
     EnqueueResult,
     InlineClaim,
     NewRun,
 )
-from runyard.queue_values import SYNC_QUEUE
 from runyard.runner import (
     AttemptAbandoned,
-    AttemptControl,
     AttemptResult,
     AttemptSpec,
     ErrorCode,
@@ -61,18 +59,6 @@ _DB_ERRORS = (DBAPIError, PoolTimeoutError)
 def new_owner_id(kind: str) -> str:
     """A process-unique owner id: kind, host, pid and a random suffix (pids are reused)."""
     return f"{kind}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-
-@dataclass
-class Flight:
-    """A sync job this process holds, and the controls of its attempt."""
-
-    job: ClaimedJob
-    control: AttemptControl = field(default_factory=AttemptControl)
-    # Monotonic time until which the lease is known to hold.
-    valid_until: float = 0.0
-    # Set while the outcome is committed: a renewal that misses the job sees that commit.
-    finalizing: bool = False
 
 
 class SyncExecutor:
@@ -109,7 +95,7 @@ class SyncExecutor:
         self._margin = lease_seconds / 6
         self.owner_id = owner_id or new_owner_id("api")
         self._lock = threading.Lock()
-        self._flights: dict[uuid.UUID, Flight] = {}
+        self._flights: dict[uuid.UUID, Held] = {}
         self._busy = 0
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -231,12 +217,13 @@ class SyncExecutor:
         jobs: list[ClaimedJob] = []
         try:
             if slots and not self._stop.is_set():
-                jobs = self._queue.adopt(
+                jobs = self._queue.claim(
                     worker_id=self.owner_id,
                     engine_id=self.engine_id,
                     limit=slots,
                     lease_seconds=self._lease,
-                    queue=SYNC_QUEUE,
+                    queues=(SYNC_QUEUE,),
+                    adopt_only=True,
                 )
         finally:
             for _ in range(slots - len(jobs)):
@@ -248,8 +235,8 @@ class SyncExecutor:
 
     # --- one attempt, in its slot's thread ---
 
-    def _take(self, job: ClaimedJob) -> Flight:
-        flight = Flight(job=job, valid_until=time.monotonic() + self._lease - self._margin)
+    def _take(self, job: ClaimedJob) -> Held:
+        flight = Held(job=job, lease_valid_until=time.monotonic() + self._lease - self._margin)
         if job.cancel_requested:
             flight.control.cancel.set()
         control = flight.control
@@ -264,7 +251,7 @@ class SyncExecutor:
     def _log(self, job: ClaimedJob) -> dict[str, object]:
         return {"run_id": str(job.run_id), "attempt": job.attempt, "worker_id": self.owner_id}
 
-    def _execute(self, flight: Flight) -> None:
+    def _execute(self, flight: Held) -> None:
         job = flight.job
         try:
             outcome = self._adopted(flight) if job.adopted else self._fresh(flight)
@@ -280,7 +267,7 @@ class SyncExecutor:
                 self._flights.pop(job.job_id, None)
             self.release()
 
-    def _fresh(self, flight: Flight) -> AttemptResult | None:
+    def _fresh(self, flight: Held) -> AttemptResult | None:
         """The attempt this process claimed at the submit: run the tool, unless cancelled."""
         if flight.control.cancel.is_set():
             return AttemptResult(
@@ -300,7 +287,7 @@ class SyncExecutor:
                 error=f"the container engine failed while running the tool: {exc}"[:300],
             )
 
-    def _adopted(self, flight: Flight) -> AttemptResult | None:
+    def _adopted(self, flight: Held) -> AttemptResult | None:
         """A run whose owner is gone: the adoption rule says what becomes of it."""
         job = flight.job
         try:
@@ -337,7 +324,7 @@ class SyncExecutor:
         )
         return None
 
-    def _run(self, flight: Flight) -> AttemptResult | None:
+    def _run(self, flight: Held) -> AttemptResult | None:
         """Start or resume the container, wait for it; None if the attempt was left."""
         job = flight.job
         spec = AttemptSpec(
@@ -353,7 +340,7 @@ class SyncExecutor:
             logger.warning("sync attempt left to its next owner", extra=self._log(job))
             return None
 
-    def _finish(self, flight: Flight, outcome: AttemptResult) -> None:
+    def _finish(self, flight: Held, outcome: AttemptResult) -> None:
         """FINALIZE under the lease; a refused outcome falls back to safer ones, a passing
         error is retried while the lease holds."""
         job = flight.job
@@ -381,6 +368,7 @@ class SyncExecutor:
             if not owned:
                 logger.warning("lease lost before finalize", extra=self._log(job))
                 return
+            flight.settled = True
             logger.info(
                 "sync run finalized",
                 extra={**self._log(job), "action": "finalized", "status": current.status.value},
@@ -393,7 +381,7 @@ class SyncExecutor:
         logger.warning("sync outcome not stored; left to adoption", extra=self._log(job))
         self._give_back(flight, "the outcome could not be stored")
 
-    def _give_back(self, flight: Flight, why: str) -> None:
+    def _give_back(self, flight: Held, why: str) -> None:
         """Release the lease so the run is adoptable at once."""
         job = flight.job
         try:
@@ -404,11 +392,11 @@ class SyncExecutor:
 
     # --- the owner's hooks ---
 
-    def _owns(self, flight: Flight) -> bool:
+    def _owns(self, flight: Held) -> bool:
         """Whether this process may still act as the attempt's owner (no database asked)."""
-        return not flight.control.abandon.is_set() and time.monotonic() < flight.valid_until
+        return not flight.control.abandon.is_set() and time.monotonic() < flight.lease_valid_until
 
-    def _still_owner(self, flight: Flight) -> bool:
+    def _still_owner(self, flight: Held) -> bool:
         """Asked before each Docker action: the database's word, the lease clock's if it
         cannot answer."""
         if not self._owns(flight):
@@ -424,7 +412,7 @@ class SyncExecutor:
     def _db_now(self) -> datetime:
         return datetime.now(UTC) + timedelta(seconds=self._db_offset)
 
-    def _note(self, flight: Flight, kind: str, data: dict[str, Any]) -> None:
+    def _note(self, flight: Held, kind: str, data: dict[str, Any]) -> None:
         """Record a run event under the lease; never raises into the runner."""
         if not self._owns(flight):
             return
@@ -441,7 +429,11 @@ class SyncExecutor:
         """Renew every lease in flight (HEARTBEAT): a lost lease abandons its attempt, a
         cancel request reaches it; and tell the reaper this engine has a live owner."""
         with self._lock:
-            flights = [f for f in self._flights.values() if not f.control.abandon.is_set()]
+            flights = [
+                f
+                for f in self._flights.values()
+                if not f.settled and not f.control.abandon.is_set()
+            ]
         for flight in flights:
             self._renew(flight)
         if self._registry is not None:
@@ -450,7 +442,7 @@ class SyncExecutor:
             except _DB_ERRORS as exc:
                 logger.warning("could not record liveness", extra={"error": describe(exc)})
 
-    def _renew(self, flight: Flight) -> None:
+    def _renew(self, flight: Held) -> None:
         job = flight.job
         sent, asked = time.monotonic(), datetime.now(UTC)
         try:
@@ -469,7 +461,7 @@ class SyncExecutor:
             return
         if beat.db_now is not None:
             self._db_offset = (beat.db_now - asked).total_seconds()
-        flight.valid_until = max(flight.valid_until, sent + self._lease - self._margin)
+        flight.lease_valid_until = max(flight.lease_valid_until, sent + self._lease - self._margin)
         if beat.cancel_requested and not flight.control.cancel.is_set():
             logger.info("sync cancel requested", extra=self._log(job))
             flight.control.cancel.set()

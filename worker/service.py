@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,13 +27,12 @@ from runyard.faults import (
     pause_point,
     raise_point,
 )
-from runyard.lease_logs import QueueLogSink
+from runyard.held import Held, QueueLogSink
 from runyard.metrics import Metrics
 from runyard.models import RunStatus
 from runyard.queue import ClaimedJob, JobQueue
 from runyard.runner import (
     AttemptAbandoned,
-    AttemptControl,
     AttemptResult,
     AttemptSpec,
     ContainerState,
@@ -90,18 +89,9 @@ class WorkerConfig:
 
 
 @dataclass
-class InFlight:
-    """A job this process holds, with the controls of its running attempt."""
+class InFlight(Held):
+    """A job a worker slot holds, with what the slot itself keeps of it."""
 
-    job: ClaimedJob
-    control: AttemptControl = field(default_factory=AttemptControl)
-    # Monotonic time until which our lease is known to hold; past it we are not the owner.
-    lease_valid_until: float = 0.0
-    # Set once the outcome is committed: the lease is gone on purpose, heartbeats stop.
-    settled: bool = False
-    # Set while the outcome is being committed: a heartbeat that finds the job no longer
-    # running is then seeing that commit, and the finalize's own answer tells a loss.
-    finalizing: bool = False
     # The job this slot's finalize claimed, to run next in the same thread.
     next_job: ClaimedJob | None = None
     # How often the runner asked before touching the engine: once before the create, again

@@ -19,8 +19,8 @@ from runyard.auth import Principal
 from runyard.models import RunMode, RunStatus, ToolRun
 from runyard.queue import AdmissionRefused, IdempotencyConflict
 from runyard.runs import LOG_STREAMS, BadCursor, RunFilter, RunReader, RunView
-from runyard.submission import Caller, RunRequest, Submitted
-from runyard.submit import InvalidInput, UnknownTool
+from runyard.submission import Caller, Submitted
+from runyard.submit import InvalidInput, RunRequest, UnknownTool
 from runyard.tools import TOOL_NAME_PATTERN
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=COMMON_ERRORS)
@@ -164,14 +164,9 @@ async def post_run(
     ] = None,
 ) -> Response:
     """Validate the tool and input, then enqueue (queue mode) or run inline (sync mode)."""
-    run_request = RunRequest(
-        tenant=principal.tenant,
-        tool=body.tool,
-        input=body.input,
-        priority=body.priority,
-        idempotency_key=idempotency_key,
+    submitted = await submit(
+        request, services, body.request(principal.tenant, idempotency_key), wait
     )
-    submitted = await submit(request, services, run_request, wait)
     run = submitted.run
     headers = {"Location": f"/v1/runs/{run.id}"}
     if not submitted.created:

@@ -38,7 +38,6 @@ from runyard.dashboard import (
 )
 from runyard.models import TERMINAL_STATUSES, RunStatus, ToolRun
 from runyard.runs import BadCursor, RunFilter, RunReader
-from runyard.submission import RunRequest
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -384,14 +383,11 @@ async def submit(
         where = ".".join(str(part) for part in first["loc"])
         return again(f"{where}: {first['msg']}", 422)
     form_key = fields.get("form_key", "")
-    run_request = RunRequest(
-        tenant=session.principal.tenant,
-        tool=body.tool,
-        input=body.input,
-        idempotency_key=form_key if FORM_KEY.fullmatch(form_key) else None,
-    )
+    key = form_key if FORM_KEY.fullmatch(form_key) else None
     try:
-        submitted = await run_routes.submit(request, services, run_request)
+        submitted = await run_routes.submit(
+            request, services, body.request(session.principal.tenant, key)
+        )
     except Problem as exc:
         return again(exc.detail, exc.status)
     return RedirectResponse(f"/ui/runs/{submitted.run.id}", status_code=303)

@@ -25,6 +25,7 @@ from runyard.queue import (
 )
 from runyard.runner import AttemptResult
 from tests.integration.test_queue import new_run
+from tests.integration.test_sync_jobs import adopt
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = 30.0
@@ -262,21 +263,7 @@ def test_counts__equal_a_real_count_after_every_transition(engine: Engine):
     synced = api.submit(new_run(tenant="a"), caps, inline=INLINE, now=T0)
     step("sync submit: inserted claimed", lambda: synced.job)
     adopted: list[ClaimedJob] = []
-
-    def adopt() -> bool:
-        adopted.extend(
-            api.adopt(
-                worker_id="api-2",
-                engine_id="engine-a",
-                limit=2,
-                lease_seconds=LEASE,
-                queue="sync",
-                now=later,
-            )
-        )
-        return len(adopted) == 1
-
-    step("sync adopt", adopt)
+    step("sync adopt", lambda: adopted.__iadd__(adopt(api, now=later)))
     step("sync finish", lambda: api.finalize(adopted[0].job_id, adopted[0].lease_token, SUCCESS))
     lost = api.submit(new_run(tenant="b"), caps, inline=INLINE, now=T0).job
     assert lost is not None

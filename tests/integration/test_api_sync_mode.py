@@ -45,6 +45,7 @@ from tests.integration.test_api_helpers import (
     run_status,
     wait_until,
 )
+from tests.integration.test_sync_jobs import adopt
 
 SYNC = {"queue_enabled": False}
 
@@ -312,14 +313,7 @@ def test_sync__an_owner_that_lost_its_lease_walks_away_and_writes_nothing(engine
         done = executor.start_job(job)
         assert gate.started.acquire(timeout=10)
         far = _db_now(engine) + timedelta(seconds=301)
-        adopted = ApiQueue(engine).adopt(
-            worker_id="api-2",
-            engine_id="fake-engine",
-            limit=1,
-            lease_seconds=30,
-            queue="sync",
-            now=far,
-        )
+        adopted = adopt(ApiQueue(engine), engine_id="fake-engine", now=far)
         assert [a.run_id for a in adopted] == [submitted.run_id]
         executor.heartbeat_once()
         done.result(timeout=10)  # the attempt was abandoned, not finalized

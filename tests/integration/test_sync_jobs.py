@@ -22,12 +22,13 @@ def sync_job(api: ApiQueue, **overrides: object) -> ClaimedJob:
 
 
 def adopt(api: ApiQueue, *, engine_id: str = ENGINE, now: object = None) -> list[ClaimedJob]:
-    return api.adopt(
+    return api.claim(
         worker_id="api-2",
         engine_id=engine_id,
         limit=10,
         lease_seconds=LEASE,
-        queue="sync",
+        queues=("sync",),
+        adopt_only=True,
         now=now,  # type: ignore[arg-type]
     )
 

@@ -1,17 +1,35 @@
-"""Live log chunks of an attempt, stored in the run's events under the attempt's lease."""
+"""An attempt a process holds under its job's lease (a worker's slot, a sync-mode API's), and
+its live log chunks, stored in the run's events under that lease."""
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from runyard.queue import ClaimedJob, JobQueue
+from runyard.runner import AttemptControl
 
 logger = logging.getLogger(__name__)
 
 _DB_ERRORS = (OperationalError, DBAPIError)
+
+
+@dataclass
+class Held:
+    """A job this process holds, with the controls of its running attempt."""
+
+    job: ClaimedJob
+    control: AttemptControl = field(default_factory=AttemptControl)
+    # Monotonic time until which our lease is known to hold; past it we are not the owner.
+    lease_valid_until: float = 0.0
+    # Set once the outcome is committed: the lease is gone on purpose, heartbeats stop.
+    settled: bool = False
+    # Set while the outcome is being committed: a heartbeat that finds the job no longer
+    # running is then seeing that commit, and the finalize's own answer tells a loss.
+    finalizing: bool = False
 
 
 class QueueLogSink:
