@@ -26,7 +26,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from runyard.adoption import Action, AdoptionFacts, decide
 from runyard.db_errors import Failure, classify, describe
-from runyard.fallbacks import crashed_outcome, unstorable_outcomes
+from runyard.fallbacks import CANCELLED_BEFORE_START, crashed_outcome, unstorable_outcomes
 from runyard.faults import BEFORE_FINALIZE, crash_point
 from runyard.held import Held, QueueLogSink
 from runyard.models import RunStatus
@@ -270,11 +270,7 @@ class SyncExecutor:
     def _fresh(self, flight: Held) -> AttemptResult | None:
         """The attempt this process claimed at the submit: run the tool, unless cancelled."""
         if flight.control.cancel.is_set():
-            return AttemptResult(
-                status=RunStatus.CANCELLED,
-                error_code=ErrorCode.CANCELLED,
-                error="cancelled before it started",
-            )
+            return CANCELLED_BEFORE_START
         logger.info("sync run started", extra={**self._log(flight.job), "action": "started"})
         try:
             return self._run(flight)

@@ -18,7 +18,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from runyard.adoption import Action, AdoptionFacts, Verdict, decide
 from runyard.db_errors import Failure, classify, describe
-from runyard.fallbacks import crashed_outcome, unstorable_outcomes
+from runyard.fallbacks import CANCELLED_BEFORE_START, crashed_outcome, unstorable_outcomes
 from runyard.faults import (
     BEFORE_CREATE,
     BEFORE_FINALIZE,
@@ -780,14 +780,7 @@ class Worker:
                 self._settle_adopted(flight, state, verdict)
                 return
         elif job.cancel_requested:
-            self._finalize(
-                flight,
-                AttemptResult(
-                    status=RunStatus.CANCELLED,
-                    error_code=ErrorCode.CANCELLED,
-                    error="cancelled before it started",
-                ),
-            )
+            self._finalize(flight, CANCELLED_BEFORE_START)
             return
         if not job.container_requested and not self._mark_container_requested(flight):
             return
@@ -856,11 +849,7 @@ class Worker:
     def _ended_before_start(self, flight: InFlight) -> AttemptResult | None:
         """The outcome of an attempt cancelled or past its deadline before its start."""
         if flight.control.cancel.is_set():
-            return AttemptResult(
-                status=RunStatus.CANCELLED,
-                error_code=ErrorCode.CANCELLED,
-                error="cancelled before it started",
-            )
+            return CANCELLED_BEFORE_START
         if self._db_now() >= flight.job.deadline_at:
             return AttemptResult(
                 status=RunStatus.TIMED_OUT,
