@@ -21,8 +21,9 @@ def _sql(statement: LiteralString) -> TextClause:
 # A run and its job, written together. ``:owner`` NULL: a queued job (queue mode). Else a sync
 # run, claimed in the same statement by the API process ``:owner`` that runs it inline, under
 # the same lease as any claim: attempt 1, a fresh ``lease_token``, its engine, its deadline.
-# Its container counts as requested from the start: nothing waits in a queue in sync mode,
-# so a sync attempt is never given back uncharged (REQUEUE_UNSTARTED never applies to it).
+# It has one attempt, and its container counts as requested from the start: nothing waits in
+# a queue in sync mode, so a sync attempt is never retried nor given back uncharged (REQUEUE
+# fails it, REQUEUE_UNSTARTED never applies to it).
 _ENQUEUE_CTES: LiteralString = """
     run AS (
         INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode, requested_at,
@@ -31,17 +32,18 @@ _ENQUEUE_CTES: LiteralString = """
         SELECT :run_id, :tenant, :tool, CAST(:spec AS jsonb), CAST(:input AS jsonb),
                CASE WHEN claim.by_api THEN 'running' ELSE 'queued' END::run_status,
                CASE WHEN claim.by_api THEN 'sync' ELSE 'queue' END, {NOW},
-               CASE WHEN claim.by_api THEN {NOW} END, CAST(claim.by_api AS integer), :max_attempts,
+               CASE WHEN claim.by_api THEN {NOW} END, CAST(claim.by_api AS integer),
+               CASE WHEN claim.by_api THEN 1 ELSE :max_attempts END,
                :idempotency_key, :request_hash
         FROM admitted, claim
         ON CONFLICT (tenant, idempotency_key) DO NOTHING
-        RETURNING id, status, attempts
+        RETURNING id, status, attempts, max_attempts
     ), job AS (
         INSERT INTO tool_run_jobs (id, run_id, status, queue, priority, attempts, max_attempts,
                                    timeout_seconds, available_at, created_at, updated_at,
                                    started_at, locked_by, locked_until, lease_token, engine_id,
                                    deadline_at, container_requested_at)
-        SELECT :job_id, run.id, run.status, :queue, :priority, run.attempts, :max_attempts,
+        SELECT :job_id, run.id, run.status, :queue, :priority, run.attempts, run.max_attempts,
                :timeout_seconds, {NOW}, {NOW}, {NOW},
                CASE WHEN claim.by_api THEN {NOW} END, CAST(:owner AS text),
                {NOW} + make_interval(secs => CAST(:lease AS double precision)),

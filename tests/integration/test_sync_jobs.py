@@ -133,7 +133,9 @@ def test_adopt__fences_the_old_owner(engine: Engine):
 
 def test_sync_job__cancel_and_a_lost_container_use_the_job_statements(engine: Engine):
     api = ApiQueue(engine)
-    cancelled, lost = sync_job(api), sync_job(api)
+    # A tool allowed retries in queue mode still has one attempt inline: nothing waits.
+    cancelled, lost = sync_job(api), sync_job(api, max_attempts=3)
+    assert lost.max_attempts == 1
     assert api.cancel(cancelled.run_id, now=T0).requested
     beat = api.heartbeat(cancelled.job_id, cancelled.lease_token, lease_seconds=LEASE, now=T0)
     assert beat.cancel_requested
