@@ -276,11 +276,13 @@ class SyncExecutor:
             return self._run(flight)
         except RunnerUnavailable as exc:
             # The caller is waiting for an answer: the run ends here rather than later.
-            logger.warning("container engine failed", extra={**self._log(flight.job)})
+            logger.warning(
+                "container engine failed", extra={**self._log(flight.job), "error": str(exc)}
+            )
             return AttemptResult(
                 status=RunStatus.FAILED,
                 error_code=ErrorCode.INFRASTRUCTURE,
-                error=f"the container engine failed while running the tool: {exc}"[:300],
+                error="the container engine failed while running the tool",
             )
 
     def _adopted(self, flight: Held) -> AttemptResult | None:

@@ -388,6 +388,36 @@ def test_sync_orphan__adopted_by_an_api_of_its_engine_and_settled_by_the_adoptio
     assert _event_types(engine, exited.run_id)[-2:] == ["adopted", "status:succeeded"]
 
 
+def test_sync__an_engine_that_fails_under_the_run_ends_it_at_once(
+    database_url: str, engine: Engine, registry: ToolRegistry, acme
+):
+    runner = FakeRunner()
+    app = make_app(database_url, engine, registry, runner, **SYNC)
+    with TestClient(app) as client:
+        runner.unreachable.set()
+        response = client.post("/v1/runs", json={"tool": "echo"}, headers=acme)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert (body["status"], body["error_code"]) == ("failed", "infrastructure_error")
+
+
+def test_sync_orphan__an_adopter_whose_engine_fails_looks_again_later(engine: Engine):
+    orphan = _orphan(engine)
+    runner = FakeRunner()
+    runner.unreachable.set()
+    executor = _executor(engine, runner, lease_seconds=30)
+    try:
+        assert executor.adopt_once() == 1
+        wait_until(lambda: executor.busy == 0, timeout=10)
+        assert executor.adopt_once() == 0  # held back for a while, not adopted per poll
+    finally:
+        executor.stop()
+    job = _job_row(engine, orphan.run_id)
+    assert job.status == "running" and job.lease_token is None
+    assert job.available_at > _db_now(engine) + timedelta(seconds=20)
+    assert _event_types(engine, orphan.run_id)[-2:] == ["adopted", "released"]
+
+
 def test_sync_orphan__a_live_lease_is_left_alone_and_queued_work_never_adopted(engine: Engine):
     live = _orphan(engine, lease=300)
     ApiQueue(engine).enqueue(_new_run(), now=None)
