@@ -1,4 +1,4 @@
-"""The FastAPI app factory; the object graph is built here and in the CLI, nowhere else."""
+"""The FastAPI app factory: the API process's object graph is built here, at startup."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ from api.guard import RequestGuard
 from api.openapi import install_openapi
 from api.problems import install_problem_handlers
 from api.routes import events, health, metrics, runs, tools
-from api.ui.context import install_ui
+from api.ui.install import install_ui
 from runyard.chores import Chore, Chores
 from runyard.db import DbTimeouts, make_engine
-from runyard.docker_runner import DockerRunner
+from runyard.docker.runner import DockerRunner
 from runyard.notify import RunNotifier
 from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.runner import Runner
@@ -102,10 +102,13 @@ def create_app(
     registry: ToolRegistry | None = None,
     runner: Runner | None = None,
 ) -> FastAPI:
-    """Build the app; ``engine``, ``registry`` and the sync-mode ``runner`` may be injected.
+    """Build the app: routes, request guard, problem handlers, /docs, and /ui when enabled.
 
-    With ``RUNYARD_QUEUE_ENABLED=false`` the app runs tools inline (ADR-0016) with ``runner``,
-    or a Docker runner built from the environment.
+    Nothing connects until startup. The lifespan then builds the engine (unless ``engine`` is
+    given), the queue, the registry (unless ``registry`` is given) and the LISTEN notifier.
+    With ``RUNYARD_QUEUE_ENABLED=false`` it also starts sync mode: the inline executor with
+    ``runner`` (else a Docker runner from ``settings``), its renewal thread, and the orphan
+    settling and sweep chores on a thread of their own.
     """
 
     # No API statement waits for a run (``?wait`` and SSE sleep on LISTEN between short

@@ -89,7 +89,7 @@ def noop_tool() -> dict[str, Any]:
 def raw_create_kwargs(
     tool: dict[str, Any], name: str, image_id: str, labels: dict[str, str]
 ) -> dict[str, Any]:
-    """The hardening flags of runyard's Docker runner (DESIGN §5), written out for docker-py."""
+    """The hardening flags of runyard's Docker runner, written out for docker-py."""
     from docker.types import LogConfig, Mount, Ulimit
 
     memory = f"{int(tool['memory_mb'])}m"
@@ -157,8 +157,8 @@ def check_parity(
 ) -> int:
     """Create one container through runyard's DockerRunner and one with the raw flags, compare
     the hardening fields of their configs, remove both. Returns the number of fields compared."""
-    from runyard.docker_runner import DockerRunner
-    from runyard.host_workdirs import HostWorkdirs
+    from runyard.docker.host_workdirs import HostWorkdirs
+    from runyard.docker.runner import DockerRunner
     from runyard.runner import AttemptSpec
 
     runner = DockerRunner(client, workdirs=HostWorkdirs.from_setting(host_root))
@@ -356,8 +356,8 @@ def docker_breakdown(
     DockerRunner (no database, a null log sink) and of the raw lifecycle, alternating."""
     from collections import defaultdict
 
-    from runyard.docker_runner import DockerRunner
-    from runyard.host_workdirs import HostWorkdirs
+    from runyard.docker.host_workdirs import HostWorkdirs
+    from runyard.docker.runner import DockerRunner
     from runyard.runner import AttemptControl, AttemptSpec, RunnerUnavailable
 
     lost = 0

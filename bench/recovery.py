@@ -60,7 +60,7 @@ def _epoch(value: datetime | None) -> float:
 
 
 def _docker_finished(attrs: dict[str, Any]) -> float:
-    from runyard.docker_runner import _parse_docker_time
+    from runyard.docker.runner import _parse_docker_time
 
     finished = _parse_docker_time(attrs["State"].get("FinishedAt"))
     return finished.timestamp() if finished else float("nan")

@@ -1,4 +1,5 @@
-"""The reaper: clears expired leases, settles runs on dead engines, prunes old rows."""
+"""The reaper: clears expired leases, settles runs on dead engines (sync runs too), prunes
+old rows."""
 
 from __future__ import annotations
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, cast
 
 import runyard
-from runyard.client import ClientError, RunyardClient, follow_logs
+from runyard.client.http import ClientError, RunyardClient, follow_logs
+from runyard.client.spinner import Spinner
 from runyard.settings import Settings
-from runyard.spinner import Spinner
 
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -504,7 +504,7 @@ class JobQueue:
         return len(deleted)
 
 
-# --- admission (ADR-0016) ---
+# --- admission ---
 #
 # The API's own submits: admitted under the caps in the insert's own statement. In sync mode
 # the same statement also claims the new job for the API process that runs it inline.

@@ -1,4 +1,4 @@
-"""Sync fallback mode (ADR-0016): the API runs a tool inline, as a job it claims itself.
+"""Sync fallback mode: the API runs a tool inline, as a job it claims itself.
 
 A sync run is a job like any other. The submit inserts it already claimed by this API process
 (one statement, a fresh ``lease_token``, queue ``sync``); this process renews the lease with

@@ -1,4 +1,11 @@
-"""A callable-backed fake runner for unit tests of the worker loop (never for Postgres)."""
+"""A runner without Docker, for tests and benchmarks that run against real Postgres.
+
+``FakeRunner`` runs each attempt by calling a handler and remembers its containers the way an
+engine would: it asks ``still_owner`` before it creates and starts a container, makes one left
+``created`` anew, and raises ``RunnerUnavailable`` while ``unreachable`` is set. Integration
+tests of the worker, the API (sync mode included) and the sweep use it, and ``bench.queue``
+times the queue alone with it. It stands in for the engine only: the database is always real.
+"""
 
 from __future__ import annotations
 

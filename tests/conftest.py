@@ -110,13 +110,22 @@ def _managed_docker_objects() -> set[str] | None:
     return names - {"volume:runyard-engine-marker"}
 
 
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    # Under pytest-xdist (scripts/test --quick) only the controller sees the whole suite.
+    return hasattr(config, "workerinput")
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Remember which runyard containers and volumes existed before the suite."""
+    if _is_xdist_worker(session.config):
+        return
     session.config.stash[_BEFORE] = _managed_docker_objects()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The suite must leave no labelled container or volume behind."""
+    if _is_xdist_worker(session.config):
+        return
     before = session.config.stash.get(_BEFORE, None)
     after = _managed_docker_objects()
     if before is None or after is None:

@@ -15,7 +15,7 @@ from types import FrameType
 from sqlalchemy import Engine
 
 from runyard.db import DbTimeouts, make_engine
-from runyard.docker_runner import DockerRunner
+from runyard.docker.runner import DockerRunner
 from runyard.logs import configure
 from runyard.metrics import Metrics
 from runyard.queue import JobQueue

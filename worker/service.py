@@ -1,4 +1,5 @@
-"""The worker: claims jobs for free slots, runs each attempt, heartbeats, finalizes once."""
+"""The worker: claims jobs for free slots while its engine answers, runs each attempt,
+renews its leases (handing every run over when it cannot), finalizes once."""
 
 from __future__ import annotations
 
@@ -135,7 +136,8 @@ class ClaimRound:
 
 
 class Worker:
-    """Slots are threads (docker-py blocks); one claim loop, one heartbeat thread."""
+    """Slots are threads (docker-py blocks); one claim loop; one heartbeat supervisor that
+    starts each round on a thread of its own and never waits on the database."""
 
     def __init__(
         self,

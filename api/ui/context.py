@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
-import secrets
 from dataclasses import dataclass
 from typing import Annotated
 from urllib.parse import quote, urlsplit
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.deps import DEV_TENANT, ServicesDep
+from api.deps import ServicesDep
 from api.ui.session import COOKIE_NAME, Session, SessionSigner, load_session, same_token
-from runyard.auth import Principal
-from runyard.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +35,7 @@ SECURITY_HEADERS = [
 
 @dataclass(frozen=True)
 class UiContext:
-    """Built once by ``install_ui``."""
+    """Built once by ``api.ui.install.install_ui``."""
 
     templates: Jinja2Templates
     signer: SessionSigner
@@ -110,7 +105,7 @@ def check_csrf(session: Session, fields: dict[str, str]) -> None:
         )
 
 
-def _login_required(request: Request, exc: Exception) -> Response:
+def login_required_response(request: Request, exc: Exception) -> Response:
     fragment = request.headers.get("x-runyard-fragment") is not None
     if fragment or "text/event-stream" in request.headers.get("accept", ""):
         return PlainTextResponse("log in again", status_code=401)
@@ -124,7 +119,7 @@ def _login_required(request: Request, exc: Exception) -> Response:
     return RedirectResponse(f"/ui/login?next={quote(target)}", status_code=303)
 
 
-def _ui_error(request: Request, exc: Exception) -> Response:
+def ui_error_response(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, UiError)
     ui = get_ui(request)
     return ui.templates.TemplateResponse(
@@ -164,38 +159,3 @@ class UiSecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
-
-
-def install_ui(app: FastAPI, settings: Settings) -> None:
-    """Mount the dashboard (pages, static assets, headers) on the API app."""
-    from fastapi.staticfiles import StaticFiles
-
-    from api.ui.render import STATIC_DIR, make_templates
-    from api.ui.views import router
-
-    if settings.ui_session_secret is not None:
-        secret = settings.ui_session_secret.get_secret_value().encode()
-    else:
-        secret = secrets.token_bytes(32)
-        if not settings.auth_disabled:
-            logger.warning(
-                "RUNYARD_UI_SESSION_SECRET is not set: dashboard sessions end when this "
-                "process restarts and are not shared between API replicas"
-            )
-    app.state.ui = UiContext(
-        templates=make_templates(),
-        signer=SessionSigner(secret, lifetime_seconds=settings.ui_session_hours * 3600),
-        auth_disabled=settings.auth_disabled,
-        cookie_secure=settings.ui_cookie_secure,
-        dev_session=Session(
-            principal=Principal(tenant=DEV_TENANT, admin=True),
-            key_prefix="",
-            # From the secret, so every replica sharing it accepts the same forms.
-            csrf_token=hmac.new(secret, b"runyard-dev-csrf", hashlib.sha256).hexdigest(),
-        ),
-    )
-    app.add_exception_handler(LoginRequired, _login_required)
-    app.add_exception_handler(UiError, _ui_error)
-    app.mount(STATIC_PREFIX.rstrip("/"), StaticFiles(directory=STATIC_DIR), name="ui-static")
-    app.include_router(router)
-    app.add_middleware(UiSecurityHeaders)

@@ -1,4 +1,5 @@
-"""The dashboard's pages: thin handlers over the same core the JSON API uses."""
+"""The dashboard's pages: reads through ``runyard.dashboard`` and ``runyard.runs``; submit,
+cancel and the live stream through the JSON API's own route functions."""
 
 from __future__ import annotations
 

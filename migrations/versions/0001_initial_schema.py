@@ -1,4 +1,4 @@
-"""Initial schema: runs, jobs, events, workers, API keys (DESIGN §3).
+"""Initial schema: runs, jobs, events, workers, API keys.
 
 Revision ID: 0001
 Revises:

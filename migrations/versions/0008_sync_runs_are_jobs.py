@@ -1,7 +1,7 @@
 """Sync runs are jobs: the owner columns only the sync mode's own statements used go.
 
 A sync run now has a job row, claimed by its API process in the insert and fenced by the
-lease token like every job (docs/decisions/0008-sync-mode-on-the-job-lease.md). Sync runs in
+lease token like every job (docs/decisions/0011-sync-mode-on-the-job-lease.md). Sync runs in
 flight at the upgrade get one too: a running one becomes an adoptable job of the engine its
 ``claimed`` event names (an API process of that engine adopts it, or the reaper settles it
 once the engine has no live owner); a queued one never started and fails as ``api_lost``,

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # scripts/lib/debian.sh — helpers for scripts that make a Debian rootfs with debootstrap
-# (DESIGN §7). Source it from bash; it defines functions only and sets nothing else.
+# (for machines that cannot pull images). Source it from bash; it defines functions only
+# and sets nothing else.
 #
 #   debian_mirror SUITE          print the Debian mirror to use for SUITE: RUNYARD_DEBIAN_MIRROR,
 #                                else read at run time from this machine's apt sources

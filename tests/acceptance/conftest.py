@@ -10,7 +10,7 @@ import docker
 import pytest
 from sqlalchemy import Engine
 
-from runyard.docker_runner import LABEL_MANAGED
+from runyard.docker.runner import LABEL_MANAGED
 from runyard.queue import JobQueue
 from runyard.settings import Settings
 from runyard.tools import load_registry

@@ -1,4 +1,4 @@
-"""compose.yaml end to end (issue 7, acceptance 1): ``scripts/compose-smoke`` as a real process.
+"""compose.yaml end to end: ``scripts/compose-smoke`` as a real process.
 
 The script builds or finds the images (no registry needed), brings the stack up under a
 unique project name with the API on a free 127.0.0.1 port, submits an ``echo`` run with a

@@ -142,32 +142,44 @@ def test_sigterm_between_start_mark_and_create_20_times__never_two_containers_of
 ):
     watch = ContainerWatch(cluster.docker_client)
     try:
-        for i in range(20):
-            pause = cluster.logs / f"pause-{i}"
-            pause.touch()
-            run_id = cluster.submit(
-                "sleep", {"seconds": 0}, Expected("succeeded", 0, {"slept": True}, 3, True)
-            )
-            paused, finisher = f"paused-{i}", f"finisher-{i}"
-            cluster.start_worker(
-                paused, concurrency=1, fault=BEFORE_CREATE, RUNYARD_FAULT_PAUSE_FILE=str(pause)
-            )
-            cluster.wait_for(
-                functools.partial(_logged, cluster, paused, "fault injected: pausing"),
-                30,
-                "the start mark",
-            )
-            cluster.signal(paused, signal.SIGTERM)
-            # The lease is released at once: another worker takes the run over while the
-            # stopped one still sits between its start mark and its create.
-            cluster.start_worker(finisher, concurrency=1)
-            cluster.wait_for(
-                functools.partial(_finished, cluster, run_id), 60, "the run to finish elsewhere"
-            )
-            pause.unlink()
-            assert cluster.wait_exit(paused, timeout=30) == 0
-            assert "attempt left to its next owner" in cluster.log_of(paused)
-            assert cluster.container_state(run_id, 1) is None  # the stopped one created nothing
+        # 20 hand-overs in 4 rounds of 5 workers, each paused at its own fault point.
+        for round_ in range(4):
+            names = [f"paused-{round_}-{i}" for i in range(5)]
+            pauses = [cluster.logs / f"pause-{name}" for name in names]
+            for pause in pauses:
+                pause.touch()
+            run_ids = [
+                cluster.submit(
+                    "sleep", {"seconds": 0}, Expected("succeeded", 0, {"slept": True}, 3, True)
+                )
+                for _ in names
+            ]
+            for name, pause in zip(names, pauses, strict=True):
+                cluster.start_worker(
+                    name, concurrency=1, fault=BEFORE_CREATE, RUNYARD_FAULT_PAUSE_FILE=str(pause)
+                )
+            for name in names:
+                cluster.wait_for(
+                    functools.partial(_logged, cluster, name, "fault injected: pausing"),
+                    30,
+                    "the start mark",
+                )
+                cluster.signal(name, signal.SIGTERM)
+            # The leases are released at once: another worker takes the runs over while the
+            # stopped ones still sit between their start marks and their creates.
+            finisher = f"finisher-{round_}"
+            cluster.start_worker(finisher, concurrency=5)
+            for run_id in run_ids:
+                cluster.wait_for(
+                    functools.partial(_finished, cluster, run_id), 60, "the run to finish elsewhere"
+                )
+            for pause in pauses:
+                pause.unlink()
+            for name in names:
+                assert cluster.wait_exit(name, timeout=30) == 0
+                assert "attempt left to its next owner" in cluster.log_of(name)
+            for run_id in run_ids:
+                assert cluster.container_state(run_id, 1) is None  # the stopped ones made none
             cluster.signal(finisher, signal.SIGTERM)
             assert cluster.wait_exit(finisher, timeout=30) == 0
         time.sleep(0.2)  # a last poll or two

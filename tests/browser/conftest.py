@@ -25,7 +25,7 @@ from playwright.sync_api import (
 )
 from sqlalchemy import Engine, text
 
-from runyard.docker_runner import LABEL_MANAGED
+from runyard.docker.runner import LABEL_MANAGED
 from runyard.settings import Settings
 from runyard.tools import load_registry
 from tests.acceptance.cluster import FAST_TIMINGS

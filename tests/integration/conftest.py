@@ -13,7 +13,7 @@ import docker.errors
 import pytest
 from sqlalchemy import Engine
 
-from runyard.docker_runner import LABEL_MANAGED, DockerRunner
+from runyard.docker.runner import LABEL_MANAGED, DockerRunner
 from runyard.queue import JobQueue
 from runyard.settings import Settings
 from runyard.tools import ToolRegistry, load_registry

@@ -11,7 +11,7 @@ import docker
 import pytest
 from sqlalchemy import Engine, text
 
-from runyard.docker_runner import DockerRunner
+from runyard.docker.runner import DockerRunner
 from runyard.queue import ClaimedJob, JobQueue
 from runyard.runner import AttemptControl, AttemptSpec, ContainerState, RunnerUnavailable
 from runyard.submit import prepare_run

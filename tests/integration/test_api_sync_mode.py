@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
 from reaper.service import Reaper, ReaperConfig
-from runyard.docker_runner import DockerRunner
+from runyard.docker.runner import DockerRunner
 from runyard.models import RunStatus
 from runyard.queue import AdmissionCaps, ApiQueue, ClaimedJob, InlineClaim, NewRun
 from runyard.runner import (

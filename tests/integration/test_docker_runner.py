@@ -12,8 +12,8 @@ from typing import Any
 import docker
 import pytest
 
-from runyard.docker_runner import DockerLimits, DockerRunner
-from runyard.host_workdirs import HostWorkdirs
+from runyard.docker.host_workdirs import HostWorkdirs
+from runyard.docker.runner import DockerLimits, DockerRunner
 from runyard.models import RunStatus
 from runyard.runner import (
     AttemptAbandoned,

@@ -11,7 +11,7 @@ from sqlalchemy import Engine, text
 
 from api.main import create_app
 from runyard.auth import create_api_key
-from runyard.docker_runner import DockerRunner
+from runyard.docker.runner import DockerRunner
 from runyard.queue import JobQueue
 from runyard.settings import Settings
 from runyard.tools import ToolRegistry

@@ -10,8 +10,8 @@ from typing import Any
 import docker
 import pytest
 
-from runyard.docker_runner import DockerRunner
-from runyard.host_workdirs import HostWorkdirs
+from runyard.docker.host_workdirs import HostWorkdirs
+from runyard.docker.runner import DockerRunner
 from runyard.models import RunStatus
 from runyard.runner import AttemptControl, ContainerState, container_name
 from runyard.tools import ToolRegistry

@@ -8,8 +8,8 @@ import docker
 import pytest
 from sqlalchemy import Engine, text
 
-from runyard.docker_outputs import ContainerLogs
-from runyard.docker_runner import DockerRunner
+from runyard.docker.outputs import ContainerLogs
+from runyard.docker.runner import DockerRunner
 from runyard.queue import JobQueue
 from runyard.runner import AttemptControl
 from runyard.submit import prepare_run

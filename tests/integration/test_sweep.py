@@ -9,7 +9,7 @@ import docker
 import pytest
 from sqlalchemy import Engine
 
-from runyard.docker_runner import DockerRunner
+from runyard.docker.runner import DockerRunner
 from runyard.models import RunStatus
 from runyard.queue import JobQueue, NewRun
 from runyard.runner import AttemptControl, AttemptResult, AttemptSpec, ContainerState

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from runyard.attempt_watch import AttemptWatch, IdleAction, IdleClock, measure
+from runyard.docker.watch import AttemptWatch, IdleAction, IdleClock, measure
 from runyard.outcomes import StopReason, ToolLimits
 
 

@@ -8,7 +8,7 @@ from typing import Any, cast
 import docker
 import pytest
 
-from runyard.docker_runner import DockerRunner
+from runyard.docker.runner import DockerRunner
 from runyard.runner import ContainerState, RunnerUnavailable
 
 

@@ -1,9 +1,13 @@
-"""The docs match the code: every setting and every CLI command they name exists."""
+"""The docs match the code (settings and CLI commands exist) and stand alone (no outside
+references)."""
 
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from runyard.cli import SERVICES, build_parser
 from runyard.settings import Settings
@@ -13,6 +17,13 @@ DOCS = [ROOT / "README.md", ROOT / "compose.yaml", *sorted((ROOT / "docs").glob(
 VARIABLE = re.compile(r"RUNYARD_[A-Z0-9_]*[A-Z0-9]")
 COMMAND = re.compile(r"(?<![\w/.-])runyard ([a-z][a-z-]+)")
 CODE = re.compile(r"```.*?```|`[^`\n]+`", re.S)
+# Names of documents that live outside the repository (design notes, decision or issue
+# numbers of another tracker): the repository's text must explain itself.
+OUTSIDE = re.compile(
+    r"ADR-\d+|DESIGN\s*(?:§|\.md)|\bissues?\s+#?\d+|\.\./shared|\bseeds/", re.IGNORECASE
+)
+# Folders that are not the project's own text.
+NOT_OURS = {".git", ".venv", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", "var"}
 
 
 def _code_env_names() -> set[str]:
@@ -47,3 +58,57 @@ def test_every_documented_command__exists():
         named = set(COMMAND.findall(code))
         unknown = sorted(named - commands)
         assert not unknown, f"{doc.name} names runyard commands that do not exist: {unknown}"
+
+
+def outside_references(text: str) -> list[str]:
+    """Every mention in ``text`` of a document outside the repository."""
+    return [match.group(0) for match in OUTSIDE.finditer(text)]
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("runs tools inline (ADR-0016)", ["ADR-0016"]),
+        ("the hardening flags (DESIGN §5)", ["DESIGN §"]),
+        ("read DESIGN.md first", ["DESIGN.md"]),
+        ("### Added (issue 9)", ["issue 9"]),
+        ("fixes Issues #12 and 13", ["Issues #12"]),
+        ("see ../shared/notes", ["../shared"]),
+        ("from seeds/003.txt", ["seeds/"]),
+        ("signer.issue(prefix); a seeded soak; the session cookie; an issue with 2 cores", []),
+        ("docs/decisions/0007-event-delivery-order.md, record 0002", []),
+    ],
+)
+def test_outside_references__table(text: str, found: list[str]) -> None:
+    assert outside_references(text) == found
+
+
+def _project_text_files() -> list[Path]:
+    """The tracked files; without git, every file outside caches and virtualenvs.
+
+    This file is left out: its table names the patterns on purpose.
+    """
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True, timeout=30
+        ).stdout.decode()
+        paths = [ROOT / name for name in listed.split("\0") if name]
+    except (OSError, subprocess.SubprocessError):
+        paths = [
+            path
+            for path in ROOT.rglob("*")
+            if path.is_file() and not NOT_OURS & set(path.relative_to(ROOT).parts)
+        ]
+    return [path for path in paths if path.is_file() and path.resolve() != Path(__file__).resolve()]
+
+
+def test_every_tracked_file__names_no_outside_document():
+    offenders = []
+    for path in _project_text_files():
+        data = path.read_bytes()
+        if b"\0" in data:
+            continue  # binary
+        for line_number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
+            for found in outside_references(line):
+                offenders.append(f"{path.relative_to(ROOT)}:{line_number}: {found}")
+    assert not offenders, "references to documents outside the repository:\n" + "\n".join(offenders)

@@ -6,7 +6,7 @@ import tracemalloc
 from collections.abc import Iterator
 from typing import Any
 
-from runyard.live_logs import FLUSH_BYTES, LogFollower
+from runyard.docker.live_logs import FLUSH_BYTES, LogFollower
 
 PIECE = 16 * 1024  # the engine splits output without newlines into 16 KiB entries
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from runyard.sse import MAX_EVENT_BYTES, SseEvent, SseParser
+from runyard.client.sse import MAX_EVENT_BYTES, SseEvent, SseParser
 
 
 def parse(

@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from runyard.docker_outputs import tool_ids
+from runyard.docker.outputs import tool_ids
 from runyard.runner import RunnerUnavailable
 from runyard.tool_json import DEFAULT_MAX_DEPTH, decode_result
 

@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 MARKER_NAME = "runyard-engine-marker"
 MARKER_IMAGE = "runyard/engine-marker:1"
-LABEL_MARKER = "io.runyard.engine_marker"
+LABEL_MARKER = "io.runyard.docker.engine_marker"
 LABEL_ENGINE_ID = "io.runyard.engine_id"
 LABEL_FINGERPRINT = "io.runyard.engine_fingerprint"
 RECHECK_SECONDS = 60.0

@@ -6,6 +6,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,18 +17,18 @@ import docker.errors
 import requests.exceptions
 from docker.types import DriverConfig, LogConfig, Mount, Ulimit
 
-from runyard.attempt_watch import AttemptWatch
 from runyard.capture import HeadTailBuffer
-from runyard.docker_outputs import (
+from runyard.docker.engine_marker import EngineMarker
+from runyard.docker.host_workdirs import HostWorkdirs
+from runyard.docker.live_logs import LogFollower, timestamp_key
+from runyard.docker.outputs import (
     ContainerLogs,
     parse_result_archive,
     stored_logs,
     workdir_archive,
 )
-from runyard.engine_marker import EngineMarker
+from runyard.docker.watch import AttemptWatch
 from runyard.faults import AFTER_CREATE, crash_point
-from runyard.host_workdirs import HostWorkdirs
-from runyard.live_logs import LogFollower, timestamp_key
 from runyard.models import RunStatus
 from runyard.outcomes import ExitFacts, StopReason, ToolLimits, decide_exit, decide_result
 from runyard.runner import (
@@ -138,7 +139,7 @@ class DockerRunner:
     # --- identity ---
 
     def engine_id(self) -> str:
-        """The id kept in the engine's marker (``runyard.engine_marker``), made on first use."""
+        """The id kept in the engine's marker (``engine_marker``), made on first use."""
         return self._marker.engine_id()
 
     def ping(self) -> None:
@@ -536,12 +537,7 @@ class DockerRunner:
     def _stop(self, container_id: str) -> None:
         """SIGTERM, the grace period, then SIGKILL (Docker's stop does exactly that)."""
         grace = int(self._limits.stop_grace_seconds)
-        try:
-            self._api.stop(container_id, timeout=grace)
-        except docker.errors.NotFound:
-            pass
-        except _TRANSPORT_ERRORS as exc:
-            raise RunnerUnavailable(f"cannot stop {container_id}: {exc}") from exc
+        _unless_gone(lambda: self._api.stop(container_id, timeout=grace), f"stop {container_id}")
 
     def _kill(self, container_id: str) -> None:
         """SIGKILL at once; a container that has just exited is fine."""
@@ -628,23 +624,13 @@ class DockerRunner:
     # --- cleanup ---
 
     def _remove(self, ref: str) -> None:
-        try:
-            self._api.remove_container(ref, force=True)
-        except docker.errors.NotFound:
-            pass
-        except _TRANSPORT_ERRORS as exc:
-            raise RunnerUnavailable(f"cannot remove {ref}: {exc}") from exc
+        _unless_gone(lambda: self._api.remove_container(ref, force=True), f"remove {ref}")
 
     def discard(self, run_id: uuid.UUID, attempt: int) -> None:
         """Remove the attempt's container and volume (after the terminal commit)."""
         name = container_name(run_id, attempt)
         self._remove(name)
-        try:
-            self._api.remove_volume(name, force=True)
-        except docker.errors.NotFound:
-            pass
-        except _TRANSPORT_ERRORS as exc:
-            raise RunnerUnavailable(f"cannot remove volume {name}: {exc}") from exc
+        _unless_gone(lambda: self._api.remove_volume(name, force=True), f"remove volume {name}")
         if self._workdirs is not None:
             self._workdirs.remove(name)
 
@@ -723,6 +709,16 @@ class _LiveLogs:
             except Exception:
                 # As for a follower: live chunks are a courtesy, the stored log is the record.
                 logger.warning("could not send the log of a quick attempt", exc_info=True)
+
+
+def _unless_gone(call: Callable[[], object], what: str) -> None:
+    """Make an engine call for which an object already gone is as good as done."""
+    try:
+        call()
+    except docker.errors.NotFound:
+        pass
+    except _TRANSPORT_ERRORS as exc:
+        raise RunnerUnavailable(f"cannot {what}: {exc}") from exc
 
 
 def _fence(control: AttemptControl, spec: AttemptSpec) -> None:

@@ -8,7 +8,7 @@ from typing import Any, TextIO
 
 import httpx2
 
-from runyard.sse import SseEvent, SseParser
+from runyard.client.sse import SseEvent, SseParser
 
 TERMINAL = ("succeeded", "failed", "timed_out", "cancelled")
 # Each long-poll asks the API to hold the answer this long (it caps it at its own
