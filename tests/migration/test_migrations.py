@@ -6,7 +6,7 @@ import uuid
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import Engine, create_engine, inspect, text
 
 from runyard.db import alembic_config
 from runyard.runs import RunReader
@@ -28,6 +28,14 @@ def _tables(url: str) -> set[str]:
         return set(inspect(engine).get_table_names()) - {"alembic_version"}
     finally:
         engine.dispose()
+
+
+def _downgraded(database_url: str, revision: str) -> tuple[Config, Engine]:
+    """The test's database taken down to ``revision``, and an engine on it."""
+    config = alembic_config(database_url)
+    assert isinstance(config, Config)
+    command.downgrade(config, revision)
+    return config, create_engine(normalize_database_url(database_url))
 
 
 def test_upgrade_downgrade_upgrade__round_trips(database_url: str):
@@ -58,10 +66,7 @@ def test_adoptable_partial_index__exists(database_url: str):
 
 
 def test_tenant_run_counts__backfilled_from_the_runs_already_there(database_url: str):
-    config = alembic_config(database_url)
-    assert isinstance(config, Config)
-    command.downgrade(config, "0005")
-    engine = create_engine(normalize_database_url(database_url))
+    config, engine = _downgraded(database_url, "0005")
     try:
         with engine.begin() as conn:
             conn.execute(
@@ -88,10 +93,7 @@ def test_tenant_run_counts__backfilled_from_the_runs_already_there(database_url:
 
 
 def test_event_xact_id__rows_from_before_keep_their_order_and_ids_still_resume(database_url: str):
-    config = alembic_config(database_url)
-    assert isinstance(config, Config)
-    command.downgrade(config, "0006")
-    engine = create_engine(normalize_database_url(database_url))
+    config, engine = _downgraded(database_url, "0006")
     insert = text(
         "INSERT INTO tool_run_events (run_id, type, data) "
         "VALUES (:run_id, 'stdout', CAST(:data AS jsonb)) RETURNING id"
@@ -130,10 +132,7 @@ def test_event_xact_id__rows_from_before_keep_their_order_and_ids_still_resume(d
 def test_sync_runs_are_jobs__runs_in_flight_become_adoptable_jobs_and_come_back(
     database_url: str,
 ):
-    config = alembic_config(database_url)
-    assert isinstance(config, Config)
-    command.downgrade(config, "0007")
-    engine = create_engine(normalize_database_url(database_url))
+    config, engine = _downgraded(database_url, "0007")
     running, queued, done = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     try:
         with engine.begin() as conn:
