@@ -240,6 +240,9 @@ def psycopg_floor_round(url: str, jobs: int, threads: int, deadline: Deadline) -
                     "priority": 0,
                     "idempotency_key": None,
                     "request_hash": None,
+                    "owner": None,  # queue mode: not claimed at the insert
+                    "engine_id": None,
+                    "lease": None,
                     "now": None,
                 },
             )
@@ -679,6 +682,9 @@ def _profile_claim_vs_backlog(url: str, backlogs: list[int], deadline: Deadline)
                             "priority": 0,
                             "idempotency_key": None,
                             "request_hash": None,
+                            "owner": None,  # queue mode: not claimed at the insert
+                            "engine_id": None,
+                            "lease": None,
                             "now": None,
                         },
                     )

@@ -142,23 +142,23 @@ class JobQueue:
     def enqueue(self, run: NewRun, *, now: datetime | None = None) -> EnqueueResult:
         """Write the run, its job, its first event and the NOTIFY in one statement."""
         run_id, job_id = uuid.uuid4(), uuid.uuid4()
-        request_hash = run.request_hash() if run.idempotency_key else None
-        created = self._first(ENQUEUE, enqueue_params(run, run_id, job_id, request_hash, now))
+        created = self._first(ENQUEUE, enqueue_params(run, run_id, job_id, now))
         if created is not None:
             return EnqueueResult(run_id=created.id, created=True)
         # ON CONFLICT waited for the first writer of the key, so its row is committed.
-        replayed = self._replay(run, request_hash)
+        replayed = self._replay(run)
         assert replayed is not None
         return replayed
 
-    def _replay(self, run: NewRun, request_hash: str | None) -> EnqueueResult | None:
-        """The run already made with this request's Idempotency-Key, if any."""
+    def _replay(self, run: NewRun) -> EnqueueResult | None:
+        """The run already made with this request's Idempotency-Key, if any: the one place
+        that tells a replay from a conflict."""
         if run.idempotency_key is None:
             return None
         existing = self._first(FIND_IDEMPOTENT, {"tenant": run.tenant, "key": run.idempotency_key})
         if existing is None:
             return None
-        if existing.request_hash != request_hash:
+        if existing.request_hash != run.key_hash():
             raise IdempotencyConflict(
                 "this Idempotency-Key was already used with a different request"
             )
@@ -542,7 +542,7 @@ class ApiQueue(JobQueue):
     def replay_or_refuse(self, run: NewRun, refusal: AdmissionRefused) -> EnqueueResult:
         """A run this request already made (an idempotent replay is never refused), else
         ``refusal``: for a cap checked before the insert."""
-        replayed = self._replay(run, run.request_hash() if run.idempotency_key else None)
+        replayed = self._replay(run)
         if replayed is None:
             raise refusal
         return replayed
@@ -564,8 +564,7 @@ class ApiQueue(JobQueue):
         """
         if inline is None and self._queue_full(caps.max_queue_depth):
             return self.replay_or_refuse(run, AdmissionRefused("queue_full", caps.max_queue_depth))
-        request_hash = run.request_hash() if run.idempotency_key else None
-        params = enqueue_params(run, uuid.uuid4(), uuid.uuid4(), request_hash, now, inline)
+        params = enqueue_params(run, uuid.uuid4(), uuid.uuid4(), now, inline)
         row = self._first(
             SUBMIT,
             {
@@ -588,6 +587,6 @@ class ApiQueue(JobQueue):
             )
             raise AdmissionRefused(row.refused, limit)
         # The key was used before, or by a concurrent submit that committed first.
-        replayed = self._replay(run, request_hash)
+        replayed = self._replay(run)
         assert replayed is not None
         return replayed

@@ -29,6 +29,10 @@ class NewRun:
     priority: int = 0
     idempotency_key: str | None = None
 
+    def key_hash(self) -> str | None:
+        """``request_hash`` when the request carries an Idempotency-Key (else nothing to tell)."""
+        return self.request_hash() if self.idempotency_key else None
+
     def request_hash(self) -> str:
         """Hash of what the caller asked for, to tell a retry from a different request."""
         body = json.dumps(
@@ -134,7 +138,6 @@ def enqueue_params(
     run: NewRun,
     run_id: uuid.UUID,
     job_id: uuid.UUID,
-    request_hash: str | None,
     now: datetime | None,
     inline: InlineClaim | None = None,
 ) -> dict[str, Any]:
@@ -154,7 +157,7 @@ def enqueue_params(
         "queue": run.queue if inline is None else inline.queue,
         "priority": run.priority,
         "idempotency_key": run.idempotency_key,
-        "request_hash": request_hash,
+        "request_hash": run.key_hash(),
         "now": now,
     }
 
