@@ -416,6 +416,9 @@ def admission_cost(url: str, backlogs: list[int]) -> list[tuple[object, ...]]:
                                 "priority": 0,
                                 "idempotency_key": None,
                                 "request_hash": None,
+                                "owner": None,  # queue mode: not claimed at the insert
+                                "engine_id": None,
+                                "lease": None,
                                 "now": None,
                             },
                         )

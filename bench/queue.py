@@ -240,6 +240,9 @@ def psycopg_floor_round(url: str, jobs: int, threads: int, deadline: Deadline) -
                     "priority": 0,
                     "idempotency_key": None,
                     "request_hash": None,
+                    "owner": None,  # queue mode: not claimed at the insert
+                    "engine_id": None,
+                    "lease": None,
                     "now": None,
                 },
             )
@@ -411,7 +414,7 @@ def _profile_round_trips(url: str, jobs: int, concurrency: int, deadline: Deadli
     from sqlalchemy.engine import Engine
 
     import runyard.queue as queue_module
-    from runyard import queue_sql
+    from runyard.queue import sql as queue_sql
 
     counts: dict[str, int] = defaultdict(int)
     times: dict[str, float] = defaultdict(float)
@@ -679,6 +682,9 @@ def _profile_claim_vs_backlog(url: str, backlogs: list[int], deadline: Deadline)
                             "priority": 0,
                             "idempotency_key": None,
                             "request_hash": None,
+                            "owner": None,  # queue mode: not claimed at the insert
+                            "engine_id": None,
+                            "lease": None,
                             "now": None,
                         },
                     )

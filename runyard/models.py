@@ -132,9 +132,6 @@ class ToolRun(Base):
     error: Mapped[str | None] = mapped_column(Text)
     idempotency_key: Mapped[str | None] = mapped_column(Text)
     request_hash: Mapped[str | None] = mapped_column(Text)
-    # Sync mode only: which API process runs it inline and until when it vouches for it.
-    sync_owner: Mapped[str | None] = mapped_column(Text)
-    sync_owner_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class TenantRunCount(Base):

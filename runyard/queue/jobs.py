@@ -1,0 +1,592 @@
+"""The job and run state machine: the ONLY code that writes job and run status.
+
+Each operation is one named, written-out SQL statement (in ``runyard.queue.sql``) run as its
+own transaction in one round trip (NOTIFYs included), or a short fixed sequence of them in
+one transaction. Every write after a claim is fenced by
+``(job id, lease_token)`` and reports whether it still owned the lease. Every time-based
+statement takes an optional ``now`` so tests move the clock instead of sleeping; production
+passes ``None`` and gets ``now()``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, TextClause, text
+
+from runyard.db import autocommit
+from runyard.models import RunStatus
+from runyard.queue.sql import (
+    ADOPT,
+    APPEND_LOG,
+    CANCEL_QUEUED,
+    CANCEL_RUNNING,
+    CLAIM,
+    CLAIM_ANY_QUEUE,
+    CLEAR_EXPIRED,
+    ENQUEUE,
+    FINALIZE,
+    FINALIZE_AND_CLAIM,
+    FIND_IDEMPOTENT,
+    HEARTBEAT,
+    LAST_LOG_POSITION,
+    LEASE_HELD,
+    MARK_CONTAINER_REQUESTED,
+    PRUNE,
+    QUEUE_DEPTH,
+    RECORD_EVENT,
+    RELEASE,
+    RELEASE_LATER,
+    REQUEUE,
+    REQUEUE_NEVER_STARTED,
+    REQUEUE_UNSTARTED,
+    RUN_STATUS,
+    SELECT_EXPIRED,
+    SELECT_ORPHANED,
+    SUBMIT,
+)
+from runyard.queue.values import (
+    AdmissionCaps,
+    AdmissionRefused,
+    CancelResult,
+    ClaimedJob,
+    DepthEstimate,
+    EnqueueResult,
+    Heartbeat,
+    IdempotencyConflict,
+    InlineClaim,
+    NewRun,
+    OrphanedJob,
+    RequeueResult,
+    claimed_job,
+    enqueue_params,
+    outcome_params,
+)
+from runyard.runner import AttemptResult, ErrorCode
+
+__all__ = [
+    "AdmissionCaps",
+    "AdmissionRefused",
+    "ApiQueue",
+    "CancelResult",
+    "ClaimedJob",
+    "EnqueueResult",
+    "Heartbeat",
+    "IdempotencyConflict",
+    "InlineClaim",
+    "JobQueue",
+    "NewRun",
+    "OrphanedJob",
+    "RequeueResult",
+]
+
+logger = logging.getLogger(__name__)
+
+# Event types the queue's own transitions write: an attempt's note may not forge them.
+RESERVED_EVENT_TYPES = frozenset(
+    {
+        "status",
+        "claimed",
+        "adopted",
+        "released",
+        "requeued",
+        "lease_expired",
+        "lease_lost",
+        "cancel_requested",
+        "stdout",
+        "stderr",
+    }
+)
+_EVENT_TYPE = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+JOBS_CHANNEL = "runyard_jobs"
+CANCEL_CHANNEL = "runyard_cancel"
+RUNS_CHANNEL = "runyard_runs"
+
+
+# --- the queue --------------------------------------------------------------------------
+
+
+class JobQueue:
+    """Every job/run state transition, each a named statement fenced where it must be."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        backoff_base_seconds: float = 2.0,
+        backoff_max_seconds: float = 300.0,
+    ) -> None:
+        self._engine = engine
+        self._backoff_base = backoff_base_seconds
+        self._backoff_max = backoff_max_seconds
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine the queue writes through."""
+        return self._engine
+
+    def _run(self, statement: TextClause, params: dict[str, Any]) -> list[Any]:
+        return autocommit(self._engine, statement, params)
+
+    def _first(self, statement: TextClause, params: dict[str, Any]) -> Any | None:
+        rows = autocommit(self._engine, statement, params)
+        return rows[0] if rows else None
+
+    def enqueue(self, run: NewRun, *, now: datetime | None = None) -> EnqueueResult:
+        """Write the run, its job, its first event and the NOTIFY in one statement."""
+        run_id, job_id = uuid.uuid4(), uuid.uuid4()
+        created = self._first(ENQUEUE, enqueue_params(run, run_id, job_id, now))
+        if created is not None:
+            return EnqueueResult(run_id=created.id, created=True)
+        # ON CONFLICT waited for the first writer of the key, so its row is committed.
+        replayed = self._replay(run)
+        assert replayed is not None
+        return replayed
+
+    def _replay(self, run: NewRun) -> EnqueueResult | None:
+        """The run already made with this request's Idempotency-Key, if any: the one place
+        that tells a replay from a conflict."""
+        if run.idempotency_key is None:
+            return None
+        existing = self._first(FIND_IDEMPOTENT, {"tenant": run.tenant, "key": run.idempotency_key})
+        if existing is None:
+            return None
+        if existing.request_hash != run.key_hash():
+            raise IdempotencyConflict(
+                "this Idempotency-Key was already used with a different request"
+            )
+        return EnqueueResult(run_id=existing.id, created=False)
+
+    def claim(
+        self,
+        *,
+        worker_id: str,
+        engine_id: str,
+        limit: int,
+        lease_seconds: float,
+        queues: Sequence[str] = ("default",),
+        adopt_only: bool = False,
+        now: datetime | None = None,
+    ) -> list[ClaimedJob]:
+        """Claim up to ``limit`` jobs: adoptable ones of this engine first, then queued.
+
+        ``adopt_only`` (sync mode, one queue): only running jobs whose lease was cleared or
+        ran out; nothing queued is ever claimed.
+        """
+        if limit <= 0:
+            return []
+        params: dict[str, Any] = {
+            "worker_id": worker_id,
+            "engine_id": engine_id,
+            "limit": limit,
+            "lease": lease_seconds,
+            "now": now,
+        }
+        if len(queues) == 1:
+            rows = self._run(ADOPT if adopt_only else CLAIM, {**params, "queue": queues[0]})
+        else:
+            rows = self._run(CLAIM_ANY_QUEUE, {**params, "queues": list(queues)})
+        return [claimed_job(row) for row in rows]
+
+    def heartbeat(
+        self,
+        job_id: uuid.UUID,
+        token: uuid.UUID,
+        *,
+        lease_seconds: float,
+        now: datetime | None = None,
+    ) -> Heartbeat:
+        """Extend the lease; reports a cancel request, or that the lease is gone."""
+        row = self._first(
+            HEARTBEAT, {"job_id": job_id, "token": token, "lease": lease_seconds, "now": now}
+        )
+        if row is None:
+            return Heartbeat(owned=False)
+        return Heartbeat(
+            owned=True,
+            locked_until=row.locked_until,
+            cancel_requested=row.cancel_requested_at is not None,
+            db_now=row.db_now,
+        )
+
+    def lease_held(
+        self, job_id: uuid.UUID, token: uuid.UUID, *, now: datetime | None = None
+    ) -> bool:
+        """Whether the lease is still ours and unexpired (nothing is written)."""
+        return self._first(LEASE_HELD, {"job_id": job_id, "token": token, "now": now}) is not None
+
+    def record_event(
+        self,
+        job_id: uuid.UUID,
+        token: uuid.UUID,
+        event_type: str,
+        data: dict[str, Any],
+        *,
+        now: datetime | None = None,
+    ) -> bool:
+        """Record a run event under the lease; False if the lease is gone (nothing written)."""
+        if not _EVENT_TYPE.fullmatch(event_type) or event_type in RESERVED_EVENT_TYPES:
+            raise ValueError(f"not an event type an attempt may record: {event_type!r}")
+        params = {
+            "job_id": job_id,
+            "token": token,
+            "type": event_type,
+            "data": json.dumps(data, allow_nan=False),
+            "now": now,
+        }
+        return self._first(RECORD_EVENT, params) is not None
+
+    def finalize(
+        self,
+        job_id: uuid.UUID,
+        token: uuid.UUID,
+        outcome: AttemptResult,
+        *,
+        now: datetime | None = None,
+    ) -> bool:
+        """Write the terminal outcome of the run; False if the lease was no longer ours."""
+        if not outcome.status.is_terminal:
+            raise ValueError(f"finalize needs a terminal status, not {outcome.status}")
+        row = self._first(
+            FINALIZE, {"job_id": job_id, "token": token, **outcome_params(outcome), "now": now}
+        )
+        return row is not None
+
+    def finalize_and_claim(
+        self,
+        job_id: uuid.UUID,
+        token: uuid.UUID,
+        outcome: AttemptResult,
+        *,
+        worker_id: str,
+        engine_id: str,
+        limit: int,
+        lease_seconds: float,
+        queue: str,
+        now: datetime | None = None,
+    ) -> tuple[bool, list[ClaimedJob]]:
+        """``finalize``, then ``claim`` from one queue, in one statement.
+
+        Returns whether the finalize applied and the jobs claimed (adoptable ones first).
+        """
+        if not outcome.status.is_terminal:
+            raise ValueError(f"finalize needs a terminal status, not {outcome.status}")
+        first, *rows = self._run(
+            FINALIZE_AND_CLAIM,
+            {
+                "job_id": job_id,
+                "token": token,
+                **outcome_params(outcome),
+                "worker_id": worker_id,
+                "engine_id": engine_id,
+                "limit": limit,
+                "lease": lease_seconds,
+                "queue": queue,
+                "now": now,
+            },
+        )
+        return bool(first.finalized), [claimed_job(row) for row in rows]
+
+    def requeue(
+        self,
+        job_id: uuid.UUID,
+        token: uuid.UUID | None,
+        *,
+        error_code: str,
+        error: str,
+        now: datetime | None = None,
+    ) -> RequeueResult:
+        """Give a lost attempt back with backoff, or fail the run when attempts are spent.
+
+        ``token=None`` is the reaper's form: it applies only to a job whose lease is cleared.
+        """
+        row = self._first(
+            REQUEUE,
+            {
+                "job_id": job_id,
+                "token": token,
+                "error_code": error_code,
+                "error": error,
+                "backoff_base": self._backoff_base,
+                "backoff_max": self._backoff_max,
+                "now": now,
+            },
+        )
+        if row is None:
+            return RequeueResult(owned=False)
+        return RequeueResult(
+            owned=True,
+            status=RunStatus(row.status),
+            attempts=row.attempts,
+            available_at=row.available_at,
+        )
+
+    def mark_container_requested(
+        self, job_id: uuid.UUID, token: uuid.UUID, *, now: datetime | None = None
+    ) -> bool:
+        """Record, under the lease, that this attempt's container is about to be created."""
+        row = self._first(MARK_CONTAINER_REQUESTED, {"job_id": job_id, "token": token, "now": now})
+        return row is not None
+
+    def requeue_unstarted(
+        self, job_id: uuid.UUID, token: uuid.UUID | None, *, now: datetime | None = None
+    ) -> RequeueResult:
+        """Put back an attempt whose container was never asked for, without charging it."""
+        return self._uncharged(
+            REQUEUE_UNSTARTED, {"job_id": job_id, "token": token, "delay": 0.0, "now": now}
+        )
+
+    def requeue_never_started(
+        self,
+        job_id: uuid.UUID,
+        token: uuid.UUID,
+        *,
+        delay_seconds: float,
+        now: datetime | None = None,
+    ) -> RequeueResult:
+        """Put back, uncharged and due after ``delay_seconds``, an attempt whose container
+        may have been created but was never started (the lease holder knows)."""
+        params = {"job_id": job_id, "token": token, "delay": max(delay_seconds, 0.0), "now": now}
+        return self._uncharged(REQUEUE_NEVER_STARTED, params)
+
+    def _uncharged(self, statement: TextClause, params: dict[str, Any]) -> RequeueResult:
+        row = self._first(statement, params)
+        if row is None:
+            return RequeueResult(owned=False)
+        return RequeueResult(
+            owned=True,
+            status=RunStatus(row.status),
+            attempts=row.attempts,
+            available_at=row.available_at,
+        )
+
+    def release(self, job_id: uuid.UUID, token: uuid.UUID, *, now: datetime | None = None) -> bool:
+        """Give the lease back and keep the job running, so another worker adopts it at once."""
+        return self._first(RELEASE, {"job_id": job_id, "token": token, "now": now}) is not None
+
+    def release_later(
+        self,
+        job_id: uuid.UUID,
+        token: uuid.UUID,
+        *,
+        delay_seconds: float,
+        reason: str,
+        now: datetime | None = None,
+    ) -> bool:
+        """Give the lease back; the job stays running, adoptable after ``delay_seconds``."""
+        params = {
+            "job_id": job_id,
+            "token": token,
+            "delay": max(delay_seconds, 0.0),
+            "reason": reason,
+            "now": now,
+        }
+        return self._first(RELEASE_LATER, params) is not None
+
+    def put_back(
+        self,
+        job_id: uuid.UUID,
+        token: uuid.UUID | None,
+        *,
+        charged: bool,
+        error: str,
+        error_code: str = ErrorCode.CONTAINER_LOST,
+        now: datetime | None = None,
+    ) -> RequeueResult:
+        """An attempt no container will finish goes back to the queue (or ends cancelled or
+        failed): ``charged`` as a lost container (``requeue``), else uncharged
+        (``requeue_unstarted``, which applies only if no container was ever requested)."""
+        if not charged:
+            return self.requeue_unstarted(job_id, token, now=now)
+        return self.requeue(job_id, token, error_code=error_code, error=error, now=now)
+
+    def append_log(
+        self,
+        job_id: uuid.UUID,
+        token: uuid.UUID,
+        *,
+        stream: str,
+        text_chunk: str,
+        until: str,
+        now: datetime | None = None,
+    ) -> bool:
+        """Append a live log chunk to the run's events; False if the lease is gone."""
+        if stream not in ("stdout", "stderr"):
+            raise ValueError(f"unknown stream {stream!r}")
+        row = self._first(
+            APPEND_LOG,
+            {
+                "job_id": job_id,
+                "token": token,
+                "stream": stream,
+                "text": text_chunk,
+                "until": until,
+                "now": now,
+            },
+        )
+        return row is not None
+
+    def last_log_position(self, run_id: uuid.UUID, attempt: int, stream: str) -> str | None:
+        """Engine timestamp of the last stored chunk of ``stream`` for that attempt."""
+        row = self._first(
+            LAST_LOG_POSITION, {"run_id": run_id, "attempt": attempt, "stream": stream}
+        )
+        return None if row is None or row[0] is None else str(row[0])
+
+    def cancel(self, run_id: uuid.UUID, *, now: datetime | None = None) -> CancelResult:
+        """Cancel a queued run at once; flag a running one so its owner stops it."""
+        with self._engine.begin() as conn:
+            if conn.execute(CANCEL_QUEUED, {"run_id": run_id, "now": now}).first():
+                conn.execute(
+                    text("SELECT pg_notify(:channel, :run_id)"),
+                    {"channel": RUNS_CHANNEL, "run_id": str(run_id)},
+                )
+                return CancelResult(found=True, status=RunStatus.CANCELLED, cancelled_now=True)
+            if conn.execute(CANCEL_RUNNING, {"run_id": run_id, "now": now}).first():
+                return CancelResult(found=True, status=RunStatus.RUNNING, requested=True)
+            status = conn.execute(RUN_STATUS, {"run_id": run_id}).scalar_one_or_none()
+        if status is None:
+            return CancelResult(found=False, status=None)
+        return CancelResult(found=True, status=RunStatus(status))
+
+    # --- reaper operations ---
+
+    def select_expired(self, *, batch: int, now: datetime | None = None) -> list[uuid.UUID]:
+        """Ids of running jobs whose lease has expired (no lock taken)."""
+        with self._engine.connect() as conn:
+            return list(conn.execute(SELECT_EXPIRED, {"batch": batch, "now": now}).scalars())
+
+    def clear_expired(
+        self, job_ids: Sequence[uuid.UUID], *, now: datetime | None = None
+    ) -> list[uuid.UUID]:
+        """Clear the leases of those jobs that are still expired; returns their run ids."""
+        if not job_ids:
+            return []
+        with self._engine.begin() as conn:
+            return list(
+                conn.execute(CLEAR_EXPIRED, {"job_ids": list(job_ids), "now": now}).scalars()
+            )
+
+    def select_orphaned(
+        self, *, dead_after_seconds: float, batch: int, now: datetime | None = None
+    ) -> list[OrphanedJob]:
+        """Adoptable jobs whose engine has had no live worker for ``dead_after_seconds``."""
+        with self._engine.connect() as conn:
+            rows = conn.execute(
+                SELECT_ORPHANED,
+                {"dead_after": dead_after_seconds, "batch": batch, "now": now},
+            ).all()
+        return [
+            OrphanedJob(
+                job_id=row.id,
+                run_id=row.run_id,
+                container_requested=bool(row.container_requested),
+                cancel_requested=bool(row.cancel_requested),
+                attempts_left=bool(row.attempts_left),
+                deadline_passed=bool(row.deadline_passed),
+            )
+            for row in rows
+        ]
+
+    def prune(self, *, retention_seconds: float, batch: int, now: datetime | None = None) -> int:
+        """Delete the job rows and events of runs terminal for longer than the retention."""
+        with self._engine.begin() as conn:
+            deleted = conn.execute(
+                PRUNE, {"retention": retention_seconds, "batch": batch, "now": now}
+            ).all()
+        return len(deleted)
+
+
+# --- admission ---
+#
+# The API's own submits: admitted under the caps in the insert's own statement. In sync mode
+# the same statement also claims the new job for the API process that runs it inline.
+
+EVENTS_CHANNEL = "runyard_events"
+
+
+class ApiQueue(JobQueue):
+    """The queue plus the API's operations: admitted submits, and the sync mode's claims."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        backoff_base_seconds: float = 2.0,
+        backoff_max_seconds: float = 300.0,
+    ) -> None:
+        super().__init__(
+            engine,
+            backoff_base_seconds=backoff_base_seconds,
+            backoff_max_seconds=backoff_max_seconds,
+        )
+        self._depth = DepthEstimate()
+
+    def _queue_full(self, cap: int) -> bool:
+        """Whether the queue holds ``cap`` jobs (counted only when near it; 0: no cap)."""
+        if cap <= 0 or self._depth.far_below(cap):
+            return False
+        row = self._first(QUEUE_DEPTH, {"cap": cap})
+        assert row is not None
+        depth = int(row[0])
+        self._depth.counted(depth)
+        return depth >= cap
+
+    def replay_or_refuse(self, run: NewRun, refusal: AdmissionRefused) -> EnqueueResult:
+        """A run this request already made (an idempotent replay is never refused), else
+        ``refusal``: for a cap checked before the insert."""
+        replayed = self._replay(run)
+        if replayed is None:
+            raise refusal
+        return replayed
+
+    def submit(
+        self,
+        run: NewRun,
+        caps: AdmissionCaps,
+        *,
+        inline: InlineClaim | None = None,
+        now: datetime | None = None,
+    ) -> EnqueueResult:
+        """Enqueue if admitted, or with ``inline`` (sync mode) insert the job claimed by that
+        owner; an idempotent replay returns the first run and skips the caps.
+
+        Exact for the tenant caps in every API process: the statement locks the tenant's row
+        of counts that every submit's insert is counted in until it commits (``SUBMIT``).
+        Raises ``AdmissionRefused`` or ``IdempotencyConflict``.
+        """
+        if inline is None and self._queue_full(caps.max_queue_depth):
+            return self.replay_or_refuse(run, AdmissionRefused("queue_full", caps.max_queue_depth))
+        params = enqueue_params(run, uuid.uuid4(), uuid.uuid4(), now, inline)
+        row = self._first(
+            SUBMIT,
+            {
+                **params,
+                "queued_cap": caps.tenant_max_queued,
+                "running_cap": caps.tenant_max_running,
+            },
+        )
+        assert row is not None
+        if row.run_id is not None:
+            if inline is None:
+                self._depth.admitted()
+                return EnqueueResult(run_id=row.run_id, created=True)
+            return EnqueueResult(run_id=row.run_id, created=True, job=claimed_job(row))
+        if row.refused is not None and not row.replayed:
+            limit = (
+                caps.tenant_max_queued
+                if row.refused == "tenant_queued"
+                else caps.tenant_max_running
+            )
+            raise AdmissionRefused(row.refused, limit)
+        # The key was used before, or by a concurrent submit that committed first.
+        replayed = self._replay(run)
+        assert replayed is not None
+        return replayed

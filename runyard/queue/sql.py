@@ -1,0 +1,633 @@
+"""The named SQL statements of ``runyard.queue``, one per operation (read them there).
+
+``{NOW}`` in a statement stands for the injected clock or, when ``:now`` is NULL, the
+database's ``now()``; every time-based statement takes it so tests move the clock.
+"""
+
+from __future__ import annotations
+
+from typing import LiteralString
+
+from sqlalchemy import TextClause, text
+
+_NOW = "coalesce(CAST(:now AS timestamptz), now())"
+
+
+def _sql(statement: LiteralString) -> TextClause:
+    """Compile a named statement; ``{NOW}`` stands for the injected-or-database clock."""
+    return text(statement.replace("{NOW}", _NOW))
+
+
+# A run and its job, written together. ``:owner`` NULL: a queued job (queue mode). Else a sync
+# run, claimed in the same statement by the API process ``:owner`` that runs it inline, under
+# the same lease as any claim: attempt 1, a fresh ``lease_token``, its engine, its deadline.
+# It has one attempt, and its container counts as requested from the start: nothing waits in
+# a queue in sync mode, so a sync attempt is never retried nor given back uncharged (REQUEUE
+# fails it, REQUEUE_UNSTARTED never applies to it).
+_ENQUEUE_CTES: LiteralString = """
+    run AS (
+        INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode, requested_at,
+                               started_at, attempts, max_attempts, idempotency_key,
+                               request_hash)
+        SELECT :run_id, :tenant, :tool, CAST(:spec AS jsonb), CAST(:input AS jsonb),
+               CASE WHEN claim.by_api THEN 'running' ELSE 'queued' END::run_status,
+               CASE WHEN claim.by_api THEN 'sync' ELSE 'queue' END, {NOW},
+               CASE WHEN claim.by_api THEN {NOW} END, CAST(claim.by_api AS integer),
+               CASE WHEN claim.by_api THEN 1 ELSE :max_attempts END,
+               :idempotency_key, :request_hash
+        FROM admitted, claim
+        ON CONFLICT (tenant, idempotency_key) DO NOTHING
+        RETURNING id, status, attempts, max_attempts
+    ), job AS (
+        INSERT INTO tool_run_jobs (id, run_id, status, queue, priority, attempts, max_attempts,
+                                   timeout_seconds, available_at, created_at, updated_at,
+                                   started_at, locked_by, locked_until, lease_token, engine_id,
+                                   deadline_at, container_requested_at)
+        SELECT :job_id, run.id, run.status, :queue, :priority, run.attempts, run.max_attempts,
+               :timeout_seconds, {NOW}, {NOW}, {NOW},
+               CASE WHEN claim.by_api THEN {NOW} END, CAST(:owner AS text),
+               {NOW} + make_interval(secs => CAST(:lease AS double precision)),
+               CASE WHEN claim.by_api THEN gen_random_uuid() END, CAST(:engine_id AS text),
+               CASE WHEN claim.by_api THEN {NOW} + make_interval(
+                   secs => CAST(:timeout_seconds AS double precision)) END,
+               CASE WHEN claim.by_api THEN {NOW} END
+        FROM run, claim
+        RETURNING id, run_id, attempts, max_attempts, lease_token, locked_until, deadline_at,
+                  started_at, container_requested_at
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT job.run_id, {NOW}, e.type, e.data FROM job, claim
+        CROSS JOIN LATERAL (VALUES
+            (1, 'status', jsonb_build_object('status', 'queued')
+                          || CASE WHEN claim.by_api THEN '{"mode": "sync"}'::jsonb
+                                  ELSE '{}'::jsonb END),
+            (2, 'claimed', CASE WHEN claim.by_api THEN jsonb_build_object(
+                'attempt', 1, 'worker_id', CAST(:owner AS text),
+                'engine_id', CAST(:engine_id AS text)) END),
+            (3, 'status', CASE WHEN claim.by_api THEN jsonb_build_object(
+                'status', 'running', 'attempt', 1) END)
+        ) AS e(n, type, data)
+        WHERE e.data IS NOT NULL
+        ORDER BY e.n
+    )
+"""
+
+_CLAIM_AT_INSERT: LiteralString = "claim AS (SELECT CAST(:owner AS text) IS NOT NULL AS by_api), "
+
+ENQUEUE = _sql(
+    "WITH admitted AS (SELECT 1), "
+    + _CLAIM_AT_INSERT
+    + _ENQUEUE_CTES
+    + "SELECT id, pg_notify('runyard_jobs', CAST(:queue AS text)) FROM run"
+)
+
+
+# Admission of one submit, in the submit's own statement and transaction. ``gate`` locks the
+# tenant's row 0 of tenant_run_counts until the commit and reads its latest committed version
+# (ON CONFLICT DO UPDATE does, whatever the statement's snapshot). Every insert of a run is
+# counted in row 0 by the statement that makes it (migration 0006), so a submit sees every
+# submit of the tenant committed before it, in whatever API process: the N-th submit with N-1
+# queued runs is the last one admitted. The other rows, changed by workers, are read as of
+# the snapshot; with no caps nothing is locked. A key already used is a replay, never
+# refused: no row is written (``replayed``); a concurrent submit of the same key that commits
+# first leaves ``id`` NULL.
+_ADMISSION_CTES: LiteralString = """
+    gate AS MATERIALIZED (
+        INSERT INTO tenant_run_counts AS c (tenant, shard)
+        SELECT :tenant, 0 WHERE :queued_cap > 0 OR :running_cap > 0
+        ON CONFLICT (tenant, shard) DO UPDATE SET queued = c.queued
+        RETURNING queued, running
+    ), active AS MATERIALIZED (
+        SELECT coalesce(sum(queued), 0) AS queued, coalesce(sum(running), 0) AS running
+        FROM (SELECT queued, running FROM gate
+              UNION ALL
+              SELECT queued, running FROM tenant_run_counts
+              WHERE tenant = :tenant AND shard <> 0 AND EXISTS (SELECT 1 FROM gate)) rows
+    ), decision AS MATERIALIZED (
+        SELECT EXISTS (SELECT 1 FROM tool_runs
+                       WHERE tenant = :tenant AND idempotency_key = :idempotency_key)
+                   AS replayed,
+               CASE WHEN 0 < :queued_cap AND :queued_cap <= queued THEN 'tenant_queued'
+                    WHEN 0 < :running_cap AND :running_cap <= running THEN 'tenant_running'
+               END AS refused
+        FROM active
+    ), admitted AS (
+        SELECT 1 FROM decision WHERE NOT replayed AND refused IS NULL
+    )
+"""
+
+# ENQUEUE with admission: ``run_id`` is the new run's; else ``replayed`` or ``refused`` says
+# why. A sync run (``:owner`` set) comes back claimed, its job's row shaped like CLAIM's; only
+# queued work wakes the workers.
+SUBMIT = _sql(
+    "WITH "
+    + _ADMISSION_CTES
+    + ", "
+    + _CLAIM_AT_INSERT
+    + _ENQUEUE_CTES
+    + """
+    SELECT job.run_id, d.replayed, d.refused, job.id, job.attempts, job.max_attempts,
+           job.lease_token, job.locked_until, job.deadline_at, job.started_at,
+           job.started_at AS requested_at, job.container_requested_at,
+           CAST(NULL AS timestamptz) AS cancel_requested_at, false AS adopted,
+           CAST(:spec AS jsonb) AS spec, CAST(:input AS jsonb) AS input,
+           CASE WHEN job.run_id IS NOT NULL AND NOT claim.by_api
+                THEN pg_notify('runyard_jobs', CAST(:queue AS text)) END AS notified
+    FROM decision d CROSS JOIN claim LEFT JOIN job ON true
+    """
+)
+
+
+FIND_IDEMPOTENT = _sql(
+    "SELECT id, request_hash FROM tool_runs WHERE tenant = :tenant AND idempotency_key = :key"
+)
+
+
+# Adoption first (same engine, lease cleared, not held back by RELEASE_LATER), then queued
+# work. Both selections are MATERIALIZED so the planner cannot re-run them and lock more
+# rows than the limit. The picked ids reach the UPDATEs and the final join as arrays and
+# primary-key lookups, and one queue is an equality, so the plan reads the partial indexes
+# in order and stays flat however deep the backlog is (a hash join over whole tables
+# otherwise).
+_CLAIM_CTES: LiteralString = """
+    adoptable AS MATERIALIZED (
+        SELECT id FROM tool_run_jobs
+        WHERE status = 'running' AND {ADOPTABLE} AND engine_id = :engine_id
+          AND available_at <= {NOW}
+        ORDER BY priority DESC, created_at
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    ), fresh AS MATERIALIZED (
+        SELECT id FROM tool_run_jobs
+        WHERE status = 'queued' AND {FRESH} AND available_at <= {NOW}
+          AND attempts < max_attempts
+        ORDER BY priority DESC, created_at
+        LIMIT GREATEST(:limit - (SELECT count(*) FROM adoptable), 0)
+        FOR UPDATE SKIP LOCKED
+    ), claimed AS (
+        -- SET reads the row as it was: only adoptable rows were already running.
+        UPDATE tool_run_jobs j SET
+            status = 'running',
+            attempts = j.attempts + CASE WHEN j.status = 'running' THEN 0 ELSE 1 END,
+            locked_by = :worker_id,
+            locked_until = {NOW} + make_interval(secs => CAST(:lease AS double precision)),
+            lease_token = gen_random_uuid(),
+            engine_id = :engine_id,
+            started_at = CASE WHEN j.status = 'running' THEN j.started_at ELSE {NOW} END,
+            deadline_at = CASE WHEN j.status = 'running' THEN j.deadline_at
+                          ELSE {NOW} + make_interval(secs => j.timeout_seconds) END,
+            container_requested_at = CASE WHEN j.status = 'running'
+                                     THEN j.container_requested_at ELSE NULL END,
+            updated_at = {NOW}
+        WHERE j.id = ANY(ARRAY(SELECT id FROM adoptable UNION ALL SELECT id FROM fresh))
+        RETURNING j.id, j.run_id, j.attempts, j.max_attempts, j.lease_token, j.locked_until,
+                  j.deadline_at, j.started_at, j.cancel_requested_at, j.priority,
+                  j.created_at, j.container_requested_at,
+                  j.id = ANY(ARRAY(SELECT id FROM adoptable)) AS adopted
+    ), claimed_run AS (
+        UPDATE tool_runs r SET status = 'running',
+                               started_at = coalesce(r.started_at, c.started_at),
+                               attempts = c.attempts
+        FROM claimed c
+        WHERE r.id = ANY(ARRAY(SELECT run_id FROM claimed WHERE NOT adopted))
+          AND r.id = c.run_id
+    ), claimed_event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT c.run_id, {NOW}, e.type, e.data
+        FROM claimed c
+        CROSS JOIN LATERAL (VALUES
+            (CASE WHEN c.adopted THEN 'adopted' ELSE 'claimed' END,
+             jsonb_build_object('attempt', c.attempts, 'worker_id', CAST(:worker_id AS text))),
+            ('status', CASE WHEN c.adopted THEN NULL
+                       ELSE jsonb_build_object('status', 'running', 'attempt', c.attempts) END)
+        ) AS e(type, data)
+        WHERE e.data IS NOT NULL
+    )
+"""
+
+_CLAIMED: LiteralString = """
+    SELECT c.id, c.run_id, c.attempts, c.max_attempts, c.lease_token, c.locked_until,
+           c.deadline_at, c.cancel_requested_at, c.container_requested_at, c.adopted,
+           c.started_at, r.requested_at, r.spec, r.input
+    FROM claimed c CROSS JOIN LATERAL (
+        SELECT requested_at, spec, input FROM tool_runs WHERE id = c.run_id
+    ) r
+"""
+
+_ORDER: LiteralString = "ORDER BY c.adopted DESC, c.priority DESC, c.created_at"
+
+
+def _claim_ctes(
+    fresh: LiteralString, adoptable: LiteralString = "locked_until IS NULL"
+) -> LiteralString:
+    """The claim's CTEs: ``adoptable`` picks running jobs of the engine, ``fresh`` queued ones."""
+    return _CLAIM_CTES.replace("{ADOPTABLE}", adoptable).replace("{FRESH}", fresh)
+
+
+_ONE_QUEUE: LiteralString = "queue = :queue"
+
+# A worker of one queue (the usual case): the queued index is read in order from its start.
+CLAIM = _sql("WITH " + _claim_ctes(_ONE_QUEUE) + _CLAIMED + _ORDER)
+
+# A worker of several queues: correct, but Postgres sorts all their queued rows to pick.
+CLAIM_ANY_QUEUE = _sql(
+    "WITH " + _claim_ctes("queue = ANY(CAST(:queues AS text[]))") + _CLAIMED + _ORDER
+)
+
+# Adoption only, of one queue (sync mode: an API process takes over the sync runs of its
+# engine whose owner is gone). A lease that ran out counts as cleared, so no reaper is needed
+# between the dead owner and the adopter; the new token fences the old owner all the same.
+ADOPT = _sql(
+    "WITH "
+    + _claim_ctes("false", "queue = :queue AND (locked_until IS NULL OR locked_until < {NOW})")
+    + _CLAIMED
+    + _ORDER
+)
+
+
+HEARTBEAT = _sql(
+    """
+    UPDATE tool_run_jobs
+    SET locked_until = {NOW} + make_interval(secs => CAST(:lease AS double precision)),
+        updated_at = {NOW}
+    WHERE id = :job_id AND lease_token = :token AND status = 'running'
+    RETURNING locked_until, cancel_requested_at, {NOW} AS db_now
+    """
+)
+
+
+# Asked right before a Docker action: is this lease still ours and unexpired? A plain read
+# takes no row lock, so it never waits behind a writer; the connection's statement timeout
+# bounds it.
+LEASE_HELD = _sql(
+    """
+    SELECT 1 AS held FROM tool_run_jobs
+    WHERE id = :job_id AND lease_token = :token AND status = 'running'
+      AND locked_until > {NOW}
+    """
+)
+
+
+# A run event on behalf of the attempt (``AttemptControl.note``), fenced like every owner
+# write: a worker that lost its lease records nothing.
+RECORD_EVENT = _sql(
+    """
+    INSERT INTO tool_run_events (run_id, at, type, data)
+    SELECT run_id, {NOW}, :type,
+           CAST(:data AS jsonb) || jsonb_build_object('attempt', attempts)
+    FROM tool_run_jobs
+    WHERE id = :job_id AND lease_token = :token AND status = 'running'
+    RETURNING id
+    """
+)
+
+
+_FINALIZE_CTES: LiteralString = """
+    done AS (
+        UPDATE tool_run_jobs
+        SET status = CAST(:status AS run_status), locked_by = NULL, locked_until = NULL,
+            lease_token = NULL, finished_at = {NOW}, updated_at = {NOW}, last_error = :error
+        WHERE id = :job_id AND lease_token = :token AND status = 'running'
+        RETURNING run_id, attempts
+    ), done_run AS (
+        UPDATE tool_runs r
+        SET status = CAST(:status AS run_status), finished_at = {NOW}, attempts = done.attempts,
+            exit_code = :exit_code, result = CAST(:result AS jsonb),
+            stdout = :stdout, stderr = :stderr,
+            stdout_truncated = :stdout_truncated, stderr_truncated = :stderr_truncated,
+            error_code = :error_code, error = :error,
+            image_digest = coalesce(:image_digest, r.image_digest)
+        FROM done WHERE r.id = done.run_id
+    ), done_event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT run_id, {NOW}, 'status',
+               jsonb_build_object('status', CAST(:status AS text), 'attempt', attempts,
+                                  'exit_code', CAST(:exit_code AS integer),
+                                  'error_code', CAST(:error_code AS text))
+        FROM done
+    ), done_notify AS MATERIALIZED (
+        SELECT run_id, pg_notify('runyard_runs', CAST(run_id AS text)) FROM done
+    )
+"""
+
+FINALIZE = _sql("WITH " + _FINALIZE_CTES + "SELECT run_id FROM done_notify")
+
+
+# A slot that finishes an attempt claims its next job (of its one queue) in the same
+# statement: one commit fewer per job. The finalize stays fenced by its own lease token; the
+# first row says whether it applied, the claimed jobs (if any) follow in claim order.
+FINALIZE_AND_CLAIM = _sql(
+    "WITH "
+    + _FINALIZE_CTES
+    + ", "
+    + _claim_ctes(_ONE_QUEUE)
+    + """
+    SELECT * FROM (
+        SELECT 0 AS part, (SELECT count(*) FROM done_notify) = 1 AS finalized,
+               NULL::uuid AS id, NULL::uuid AS run_id, NULL::integer AS attempts,
+               NULL::integer AS max_attempts, NULL::uuid AS lease_token,
+               NULL::timestamptz AS locked_until, NULL::timestamptz AS deadline_at,
+               NULL::timestamptz AS cancel_requested_at,
+               NULL::timestamptz AS container_requested_at, NULL::boolean AS adopted,
+               NULL::timestamptz AS started_at, NULL::timestamptz AS requested_at,
+               NULL::jsonb AS spec, NULL::jsonb AS input,
+               NULL::integer AS priority, NULL::timestamptz AS created_at
+        UNION ALL
+        SELECT 1, NULL, c.id, c.run_id, c.attempts, c.max_attempts, c.lease_token,
+               c.locked_until, c.deadline_at, c.cancel_requested_at,
+               c.container_requested_at, c.adopted, c.started_at, r.requested_at, r.spec,
+               r.input, c.priority, c.created_at
+        FROM claimed c CROSS JOIN LATERAL (
+            SELECT requested_at, spec, input FROM tool_runs WHERE id = c.run_id
+        ) r
+    ) rows
+    ORDER BY part, adopted DESC, priority DESC, created_at
+    """
+)
+
+
+# A lost attempt goes back to the queue with backoff while attempts remain, else fails.
+# Equal jitter keeps the delay growing with the attempt number: [b/2, b] * 2^(n-1).
+REQUEUE = _sql(
+    """
+    WITH job AS (
+        UPDATE tool_run_jobs
+        SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+                          WHEN attempts < max_attempts THEN 'queued'
+                          ELSE 'failed' END::run_status,
+            available_at = {NOW} + make_interval(secs => LEAST(
+                CAST(:backoff_max AS double precision),
+                CAST(:backoff_base AS double precision) * power(2, GREATEST(attempts - 1, 0))
+            ) * (0.5 + random() / 2)),
+            locked_by = NULL, locked_until = NULL, lease_token = NULL, engine_id = NULL,
+            deadline_at = NULL,
+            finished_at = CASE WHEN cancel_requested_at IS NULL AND attempts < max_attempts
+                               THEN NULL ELSE {NOW} END,
+            last_error = :error, updated_at = {NOW}
+        WHERE id = :job_id AND status = 'running'
+          AND (lease_token = :token OR (CAST(:token AS uuid) IS NULL AND locked_until IS NULL))
+        RETURNING run_id, status, attempts, max_attempts, available_at
+    ), run AS (
+        UPDATE tool_runs r
+        SET status = job.status, attempts = job.attempts,
+            finished_at = CASE WHEN job.status = 'queued' THEN NULL ELSE {NOW} END,
+            error_code = CASE job.status WHEN 'queued' THEN NULL
+                              WHEN 'cancelled' THEN 'cancelled' ELSE :error_code END,
+            error = CASE job.status WHEN 'queued' THEN NULL
+                         WHEN 'cancelled' THEN 'cancelled while its container was lost'
+                         ELSE :error END
+        FROM job WHERE r.id = job.run_id
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT job.run_id, {NOW}, e.type, e.data FROM job
+        CROSS JOIN LATERAL (VALUES
+            ('requeued', CASE WHEN job.status = 'queued' THEN jsonb_build_object(
+                'attempt', job.attempts, 'available_at', job.available_at,
+                'error_code', CAST(:error_code AS text)) END),
+            ('status', jsonb_build_object('status', CAST(job.status AS text),
+                'error_code', CAST(:error_code AS text)))
+        ) AS e(type, data)
+        WHERE e.data IS NOT NULL
+    )
+    SELECT run_id, CAST(status AS text) AS status, attempts, available_at,
+           pg_notify(CASE WHEN status = 'queued' THEN 'runyard_jobs' ELSE 'runyard_runs' END,
+                     CAST(run_id AS text))
+    FROM job
+    """
+)
+
+
+MARK_CONTAINER_REQUESTED = _sql(
+    """
+    UPDATE tool_run_jobs SET container_requested_at = {NOW}, updated_at = {NOW}
+    WHERE id = :job_id AND lease_token = :token AND status = 'running'
+    RETURNING id
+    """
+)
+
+
+# An attempt whose tool never ran goes back to the queue, and the attempt it was charged is
+# given back (its number is reused: a container left ``created`` under it is removed and made
+# anew by the next owner, never adopted as a running twin). ``{WHICH}`` says who may know.
+_REQUEUE_UNCHARGED: LiteralString = """
+    WITH job AS (
+        UPDATE tool_run_jobs
+        SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+                          ELSE 'queued' END::run_status,
+            attempts = attempts - 1,
+            available_at = {NOW} + make_interval(secs => CAST(:delay AS double precision)),
+            locked_by = NULL, locked_until = NULL, lease_token = NULL, engine_id = NULL,
+            deadline_at = NULL, container_requested_at = NULL, updated_at = {NOW},
+            finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN {NOW} END
+        WHERE id = :job_id AND status = 'running' AND {WHICH}
+        RETURNING run_id, status, attempts, available_at
+    ), run AS (
+        UPDATE tool_runs r
+        SET status = job.status, attempts = job.attempts,
+            finished_at = CASE WHEN job.status = 'cancelled' THEN {NOW} END,
+            error_code = CASE WHEN job.status = 'cancelled' THEN 'cancelled' END
+        FROM job WHERE r.id = job.run_id
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT job.run_id, {NOW}, e.type, e.data FROM job
+        CROSS JOIN LATERAL (VALUES
+            ('requeued', jsonb_build_object('attempt', job.attempts + 1, 'unstarted', true)),
+            ('status', jsonb_build_object('status', CAST(job.status AS text)))
+        ) AS e(type, data)
+    )
+    SELECT run_id, CAST(status AS text) AS status, attempts, available_at,
+           pg_notify('runyard_jobs', CAST(run_id AS text))
+    FROM job
+"""
+
+# No container was ever asked for (a crash before the start): the lease holder, or the
+# reaper once the lease is cleared, puts the run back at once (``:delay`` 0).
+REQUEUE_UNSTARTED = _sql(
+    _REQUEUE_UNCHARGED.replace(
+        "{WHICH}",
+        """container_requested_at IS NULL
+          AND (lease_token = :token OR (CAST(:token AS uuid) IS NULL AND locked_until IS NULL))""",
+    )
+)
+
+# The container was asked for, but its start never was (the runner asks its owner before
+# each): only the lease holder knows that, so only it may give the attempt back.
+REQUEUE_NEVER_STARTED = _sql(_REQUEUE_UNCHARGED.replace("{WHICH}", "lease_token = :token"))
+
+
+RELEASE = _sql(
+    """
+    WITH job AS (
+        UPDATE tool_run_jobs
+        SET locked_by = NULL, locked_until = NULL, lease_token = NULL, updated_at = {NOW}
+        WHERE id = :job_id AND lease_token = :token AND status = 'running'
+        RETURNING run_id, attempts
+    )
+    INSERT INTO tool_run_events (run_id, at, type, data)
+    SELECT run_id, {NOW}, 'released', jsonb_build_object('attempt', attempts) FROM job
+    RETURNING run_id
+    """
+)
+
+
+# Engine trouble: the lease goes back, but no worker adopts the run before :delay seconds
+# (``available_at`` of a running job means "adoptable from"), so a worker whose engine keeps
+# failing writes one release per delay, not a release and an adoption per poll.
+RELEASE_LATER = _sql(
+    """
+    WITH job AS (
+        UPDATE tool_run_jobs
+        SET locked_by = NULL, locked_until = NULL, lease_token = NULL,
+            available_at = {NOW} + make_interval(secs => CAST(:delay AS double precision)),
+            updated_at = {NOW}
+        WHERE id = :job_id AND lease_token = :token AND status = 'running'
+        RETURNING run_id, attempts, available_at
+    )
+    INSERT INTO tool_run_events (run_id, at, type, data)
+    SELECT run_id, {NOW}, 'released',
+           jsonb_build_object('attempt', attempts, 'reason', CAST(:reason AS text),
+                              'adoptable_at', available_at)
+    FROM job
+    RETURNING run_id
+    """
+)
+
+
+CANCEL_QUEUED = _sql(
+    """
+    WITH job AS (
+        UPDATE tool_run_jobs
+        SET status = 'cancelled', cancel_requested_at = {NOW}, finished_at = {NOW},
+            updated_at = {NOW}
+        WHERE run_id = :run_id AND status = 'queued'
+        RETURNING run_id
+    ), run AS (
+        UPDATE tool_runs r SET status = 'cancelled', finished_at = {NOW},
+                               error_code = 'cancelled', error = 'cancelled before it started'
+        FROM job WHERE r.id = job.run_id
+    )
+    INSERT INTO tool_run_events (run_id, at, type, data)
+    SELECT run_id, {NOW}, 'status', jsonb_build_object('status', 'cancelled') FROM job
+    RETURNING run_id
+    """
+)
+
+
+CANCEL_RUNNING = _sql(
+    """
+    WITH job AS (
+        UPDATE tool_run_jobs
+        SET cancel_requested_at = coalesce(cancel_requested_at, {NOW}), updated_at = {NOW}
+        WHERE run_id = :run_id AND status = 'running'
+        RETURNING id, run_id
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT run_id, {NOW}, 'cancel_requested', '{}'::jsonb FROM job
+    )
+    SELECT id, pg_notify('runyard_cancel', CAST(id AS text)) FROM job
+    """
+)
+
+
+# Fenced like every owner write: a worker that lost its lease cannot repeat log lines.
+APPEND_LOG = _sql(
+    """
+    WITH job AS (
+        SELECT run_id, attempts FROM tool_run_jobs
+        WHERE id = :job_id AND lease_token = :token AND status = 'running'
+    )
+    INSERT INTO tool_run_events (run_id, at, type, data)
+    SELECT run_id, {NOW}, :stream,
+           jsonb_build_object('attempt', attempts, 'text', CAST(:text AS text),
+                              'until', CAST(:until AS text))
+    FROM job
+    RETURNING run_id
+    """
+)
+
+
+# "Last" in the order readers deliver events (runyard.events_sql), not the largest id.
+LAST_LOG_POSITION = _sql(
+    """
+    SELECT data->>'until' FROM tool_run_events
+    WHERE run_id = :run_id AND type = :stream AND (data->>'attempt')::int = :attempt
+    ORDER BY xact_id DESC, id DESC LIMIT 1
+    """
+)
+
+
+RUN_STATUS = _sql("SELECT CAST(status AS text) FROM tool_runs WHERE id = :run_id")
+
+
+SELECT_EXPIRED = _sql(
+    """
+    SELECT id FROM tool_run_jobs
+    WHERE status = 'running' AND locked_until < {NOW}
+    ORDER BY locked_until
+    LIMIT :batch
+    """
+)
+
+
+# The condition is re-checked inside the UPDATE: a row finalized or renewed after it was
+# selected is left alone, and of two reapers only one clears each lease.
+CLEAR_EXPIRED = _sql(
+    """
+    WITH cleared AS (
+        UPDATE tool_run_jobs
+        SET locked_by = NULL, locked_until = NULL, lease_token = NULL, updated_at = {NOW}
+        WHERE id = ANY(CAST(:job_ids AS uuid[]))
+          AND status = 'running' AND locked_until < {NOW}
+        RETURNING id, run_id, attempts
+    )
+    INSERT INTO tool_run_events (run_id, at, type, data)
+    SELECT run_id, {NOW}, 'lease_expired', jsonb_build_object('attempt', attempts)
+    FROM cleared
+    RETURNING run_id
+    """
+)
+
+
+# Adoptable jobs whose engine has had no live worker for :dead_after seconds, with the facts
+# the adoption rule needs (``runyard.adoption``).
+SELECT_ORPHANED = _sql(
+    """
+    SELECT j.id, j.run_id, j.container_requested_at IS NOT NULL AS container_requested,
+           j.cancel_requested_at IS NOT NULL AS cancel_requested,
+           j.attempts < j.max_attempts AS attempts_left,
+           coalesce(j.deadline_at <= {NOW}, false) AS deadline_passed
+    FROM tool_run_jobs j
+    WHERE j.status = 'running' AND j.locked_until IS NULL
+      AND j.updated_at < {NOW} - make_interval(secs => CAST(:dead_after AS double precision))
+      AND NOT EXISTS (
+          SELECT 1 FROM workers w
+          WHERE w.engine_id = j.engine_id AND w.stopped_at IS NULL
+            AND w.last_seen_at >= {NOW} - make_interval(
+                secs => CAST(:dead_after AS double precision))
+      )
+    ORDER BY j.updated_at
+    LIMIT :batch
+    """
+)
+
+
+PRUNE = _sql(
+    """
+    WITH old AS (
+        SELECT run_id FROM tool_run_jobs
+        WHERE status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
+          AND finished_at < {NOW} - make_interval(secs => CAST(:retention AS double precision))
+        LIMIT :batch
+    ), events AS (
+        DELETE FROM tool_run_events e USING old WHERE e.run_id = old.run_id
+    )
+    DELETE FROM tool_run_jobs j USING old WHERE j.run_id = old.run_id
+    RETURNING j.id
+    """
+)
+
+
+# Bounded: counting stops at the cap, so a deep queue costs no more than the cap.
+QUEUE_DEPTH = _sql(
+    "SELECT count(*) FROM (SELECT 1 FROM tool_run_jobs WHERE status = 'queued' LIMIT :cap) q"
+)

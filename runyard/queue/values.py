@@ -1,0 +1,252 @@
+"""The values the queue takes and returns (``runyard.queue`` re-exports them)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from runyard.models import RunStatus
+from runyard.runner import AttemptResult
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A validated request to run a tool, with the tool definition already resolved."""
+
+    tenant: str
+    tool: str
+    spec: dict[str, Any]
+    input: Any
+    max_attempts: int = 1
+    timeout_seconds: int = 30
+    queue: str = "default"
+    priority: int = 0
+    idempotency_key: str | None = None
+
+    def key_hash(self) -> str | None:
+        """``request_hash`` when the request carries an Idempotency-Key (else nothing to tell)."""
+        return self.request_hash() if self.idempotency_key else None
+
+    def request_hash(self) -> str:
+        """Hash of what the caller asked for, to tell a retry from a different request."""
+        body = json.dumps(
+            {"tool": self.tool, "input": self.input, "priority": self.priority},
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+        return hashlib.sha256(body.encode()).hexdigest()
+
+
+# The queue of sync jobs: no worker claims from it and nothing ever waits in it.
+SYNC_QUEUE = "sync"
+
+
+@dataclass(frozen=True)
+class InlineClaim:
+    """Who claims a sync run in its insert: the API process, its engine and the lease."""
+
+    owner: str
+    engine_id: str
+    lease_seconds: float
+    queue: str = SYNC_QUEUE
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    """The run id and whether this call created it (False: an idempotent replay); a sync
+    run created with an ``InlineClaim`` comes with its claimed job."""
+
+    run_id: uuid.UUID
+    created: bool
+    job: ClaimedJob | None = None
+
+
+class IdempotencyConflict(Exception):
+    """The Idempotency-Key was already used for a different request."""
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """A job this worker now holds the lease of."""
+
+    job_id: uuid.UUID
+    run_id: uuid.UUID
+    attempt: int
+    max_attempts: int
+    lease_token: uuid.UUID
+    locked_until: datetime
+    deadline_at: datetime
+    cancel_requested: bool
+    adopted: bool
+    spec: dict[str, Any]
+    input: Any
+    container_requested: bool = True
+    requested_at: datetime | None = None
+    started_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class OrphanedJob:
+    """An adoptable job of an engine with no live worker, with what adoption must know."""
+
+    job_id: uuid.UUID
+    run_id: uuid.UUID
+    container_requested: bool
+    cancel_requested: bool
+    attempts_left: bool
+    deadline_passed: bool
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Outcome of a lease renewal."""
+
+    owned: bool
+    locked_until: datetime | None = None
+    cancel_requested: bool = False
+    # The database's clock when it renewed the lease (the worker's offset to it).
+    db_now: datetime | None = None
+
+
+@dataclass(frozen=True)
+class RequeueResult:
+    """Outcome of giving a lost attempt back: whether we owned it and where it went."""
+
+    owned: bool
+    status: RunStatus | None = None
+    attempts: int = 0
+    available_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    """What a cancel request did: ``status`` is the run's status after it (None: no run)."""
+
+    found: bool
+    status: RunStatus | None
+    cancelled_now: bool = False
+    requested: bool = False
+
+
+def enqueue_params(
+    run: NewRun,
+    run_id: uuid.UUID,
+    job_id: uuid.UUID,
+    now: datetime | None,
+    inline: InlineClaim | None = None,
+) -> dict[str, Any]:
+    """The bind parameters of ENQUEUE, shared by the plain and the admission-checked submit."""
+    return {
+        "owner": None if inline is None else inline.owner,
+        "engine_id": None if inline is None else inline.engine_id,
+        "lease": None if inline is None else inline.lease_seconds,
+        "run_id": run_id,
+        "job_id": job_id,
+        "tenant": run.tenant,
+        "tool": run.tool,
+        "spec": json.dumps(run.spec),
+        "input": json.dumps(run.input),
+        "max_attempts": run.max_attempts,
+        "timeout_seconds": run.timeout_seconds,
+        "queue": run.queue if inline is None else inline.queue,
+        "priority": run.priority,
+        "idempotency_key": run.idempotency_key,
+        "request_hash": run.key_hash(),
+        "now": now,
+    }
+
+
+def claimed_job(row: Any) -> ClaimedJob:
+    """A ClaimedJob from a row of CLAIM (or of FINALIZE_AND_CLAIM)."""
+    return ClaimedJob(
+        job_id=row.id,
+        run_id=row.run_id,
+        attempt=row.attempts,
+        max_attempts=row.max_attempts,
+        lease_token=row.lease_token,
+        locked_until=row.locked_until,
+        deadline_at=row.deadline_at,
+        cancel_requested=row.cancel_requested_at is not None,
+        adopted=row.adopted,
+        spec=row.spec,
+        input=row.input,
+        container_requested=row.container_requested_at is not None,
+        requested_at=row.requested_at,
+        started_at=row.started_at,
+    )
+
+
+def outcome_params(outcome: AttemptResult) -> dict[str, Any]:
+    """The bind parameters of a terminal outcome, shared by every finalize statement."""
+    return {
+        "status": outcome.status.value,
+        "exit_code": outcome.exit_code,
+        "result": None if outcome.result is None else json.dumps(outcome.result),
+        "stdout": outcome.stdout,
+        "stderr": outcome.stderr,
+        "stdout_truncated": outcome.stdout_truncated,
+        "stderr_truncated": outcome.stderr_truncated,
+        "error_code": outcome.error_code,
+        "error": outcome.error,
+        "image_digest": outcome.image_digest,
+    }
+
+
+@dataclass(frozen=True)
+class AdmissionCaps:
+    """Admission limits; 0 means no cap."""
+
+    max_queue_depth: int = 0
+    tenant_max_queued: int = 0
+    tenant_max_running: int = 0
+
+
+class AdmissionRefused(Exception):
+    """The run was not admitted: the queue or the tenant is at a cap."""
+
+    def __init__(self, reason: str, limit: int) -> None:
+        messages = {
+            "queue_full": f"the queue holds {limit} runs, its maximum; retry later",
+            "tenant_queued": f"this tenant already has {limit} queued runs, its maximum",
+            "tenant_running": f"this tenant already has {limit} running runs, its maximum",
+            "sync_capacity_full": f"all {limit} inline slots are busy; retry later",
+        }
+        super().__init__(messages[reason])
+        self.reason = reason
+        self.limit = limit
+
+
+class DepthEstimate:
+    """This process's idea of the global queue depth, to skip most exact counts.
+
+    The depth cap was never exact across tenants (only a tenant's submits are serialized).
+    A count is reused for ``ttl`` seconds, plus this process's own admits since, while that
+    stays under half the cap; nearer the cap every submit counts again.
+    """
+
+    def __init__(self, ttl: float = 1.0) -> None:
+        self._ttl = ttl
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._until = 0.0
+
+    def far_below(self, cap: int) -> bool:
+        """Whether a recent count says the queue is far from ``cap``."""
+        with self._lock:
+            return time.monotonic() < self._until and self._depth * 2 < cap
+
+    def counted(self, depth: int) -> None:
+        """Remember an exact count."""
+        with self._lock:
+            self._depth, self._until = depth, time.monotonic() + self._ttl
+
+    def admitted(self) -> None:
+        """This process queued one more run."""
+        with self._lock:
+            self._depth += 1

@@ -1,0 +1,279 @@
+"""The ``runyard`` CLI as a real process against a real API (and a stub SSE server) on
+loopback: what goes to stdout and stderr, exit codes, long-polling, Ctrl-C, odd events."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI, Request, Response
+from sqlalchemy import Engine, text
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from runyard.auth import create_api_key
+from runyard.models import RunStatus
+from runyard.queue import JobQueue
+from runyard.runner import AttemptResult
+from runyard.tools import ToolRegistry
+from tests.integration.api.test_api_helpers import live_server, make_app, wait_until
+
+ROOT = Path(__file__).resolve().parents[3]
+CLI = [sys.executable, "-m", "runyard.cli"]
+
+
+class RecordRequests:
+    """ASGI middleware: notes (method, path, query) of every HTTP request."""
+
+    def __init__(self, app: ASGIApp, log: list[tuple[str, str, str]]) -> None:
+        self.app = app
+        self.log = log
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            self.log.append((scope["method"], scope["path"], scope["query_string"].decode()))
+        await self.app(scope, receive, send)
+
+
+@dataclass
+class Api:
+    url: str
+    key: str
+    engine: Engine
+    queue: JobQueue
+    requests: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def env(self) -> dict[str, str]:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("RUNYARD_")}
+        return base | {"RUNYARD_URL": self.url, "RUNYARD_API_KEY": self.key}
+
+    def run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*CLI, *args], env=self.env(), capture_output=True, text=True, timeout=timeout
+        )
+
+    @contextmanager
+    def start(self, *args: str) -> Iterator[subprocess.Popen[str]]:
+        """The CLI running in the background; killed if the test leaves it running."""
+        proc = subprocess.Popen(
+            [*CLI, *args],
+            env=self.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        with proc:
+            try:
+                yield proc
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate(timeout=10)
+
+    def only_run_id(self) -> uuid.UUID | None:
+        with self.engine.connect() as conn:
+            ids = conn.execute(text("SELECT id FROM tool_runs")).scalars().all()
+        assert len(ids) <= 1, ids
+        return uuid.UUID(str(ids[0])) if ids else None
+
+    def finish(self, status: RunStatus, result: Any = None) -> uuid.UUID:
+        """Bring the one queued run to ``status`` as a worker (or a cancel) would."""
+        run_id: uuid.UUID = wait_until(self.only_run_id)
+        if status is RunStatus.CANCELLED:
+            assert self.queue.cancel(run_id).cancelled_now
+            return run_id
+        [job] = self.queue.claim(worker_id="w-cli", engine_id="e-cli", limit=1, lease_seconds=30)
+        outcome = AttemptResult(
+            status=status,
+            exit_code=0 if status is RunStatus.SUCCEEDED else 3,
+            result=result,
+            error_code=None if status is RunStatus.SUCCEEDED else status.value,
+            error=None if status is RunStatus.SUCCEEDED else "as the test said",
+        )
+        assert self.queue.finalize(job.job_id, job.lease_token, outcome)
+        return run_id
+
+
+@pytest.fixture
+def api(database_url: str, engine: Engine, registry: ToolRegistry) -> Iterator[Api]:
+    """The API on loopback with queue mode, no worker, and waits capped at one second (so
+    a CLI wait of a few seconds needs several long-polls)."""
+    app = make_app(database_url, engine, registry, max_wait_seconds=1.0)
+    served = Api("", create_api_key(engine, "acme"), engine, JobQueue(engine))
+    app.add_middleware(RecordRequests, log=served.requests)
+    with live_server(app) as url:
+        served.url = url
+        yield served
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# --- submit ---------------------------------------------------------------------------------
+
+
+def test_cli_submit__stdout_is_only_the_run_id(api: Api):
+    done = api.run("submit", "echo", "--input", '{"a": 1}')
+    assert done.returncode == 0, done.stderr
+    run_id = uuid.UUID(done.stdout.strip())
+    assert done.stdout == f"{run_id}\n"
+    assert run_id == api.only_run_id()
+    assert "queued" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        (RunStatus.SUCCEEDED, 0),
+        (RunStatus.FAILED, 1),
+        (RunStatus.TIMED_OUT, 3),
+        (RunStatus.CANCELLED, 4),
+    ],
+)
+def test_cli_submit_wait__long_polls_and_exit_code_is_the_outcome(
+    api: Api, status: RunStatus, code: int
+):
+    with api.start("submit", "echo", "--input", '{"a": 1}', "--wait") as waiting:
+        # Let the CLI go through at least one one-second long-poll before the run ends.
+        wait_until(lambda: sum("wait=" in q for _, _, q in api.requests) >= 2, timeout=30)
+        api.finish(status, result={"a": 1} if status is RunStatus.SUCCEEDED else None)
+        out, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == code, err
+    assert (json.loads(out) == {"a": 1}) if status is RunStatus.SUCCEEDED else out == ""
+    assert status.value in err
+    # Only POSTs of the same run (the Idempotency-Key replays it), each after the first a
+    # long-poll; no GET polling.
+    assert {(m, p) for m, p, _ in api.requests} == {("POST", "/v1/runs")}
+    assert all("wait=" in q for _, _, q in api.requests[1:])
+    assert api.only_run_id()
+
+
+def test_cli_submit_wait_json__stdout_is_the_final_run(api: Api):
+    with api.start("submit", "echo", "--input", '{"b": 2}', "--wait", "--json") as waiting:
+        run_id = api.finish(RunStatus.SUCCEEDED, result={"b": 2})
+        out, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 0, err
+    run = json.loads(out)
+    assert run["id"] == str(run_id) and run["status"] == "succeeded" and run["result"] == {"b": 2}
+
+
+# --- exit codes and errors -------------------------------------------------------------------
+
+
+def test_cli_errors__api_error_unreachable_and_usage_have_their_codes(api: Api):
+    missing = api.run("get", str(uuid.uuid4()))
+    assert missing.returncode == 5 and "404" in missing.stderr
+    refused = api.run("ls", "--url", f"http://127.0.0.1:{closed_port()}")
+    assert refused.returncode == 6 and "cannot reach" in refused.stderr
+    bad_key = api.run("ls", "--api-key", "nope")
+    assert bad_key.returncode == 5 and "401" in bad_key.stderr
+    usage = api.run("submit", "echo", "--input", "{")
+    assert usage.returncode == 2 and "not valid JSON" in usage.stderr
+    for done in (missing, refused, bad_key, usage):
+        assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_cli_ls__the_table_ends_with_a_newline(api: Api):
+    empty = api.run("ls")
+    assert empty.returncode == 0 and empty.stdout.endswith("\n")
+    assert empty.stdout.splitlines()[0].startswith("ID")
+    api.run("submit", "echo")
+    listed = api.run("ls")
+    assert listed.stdout.endswith("\n") and len(listed.stdout.splitlines()) == 2
+
+
+# --- Ctrl-C ---------------------------------------------------------------------------------
+
+
+def test_cli_submit_wait__ctrl_c_exits_130_without_a_traceback(api: Api):
+    with api.start("submit", "echo", "--wait") as waiting:
+        wait_until(lambda: any("wait=" in q for _, _, q in api.requests), timeout=30)
+        waiting.send_signal(signal.SIGINT)
+        out, err = waiting.communicate(timeout=30)
+    assert waiting.returncode == 130
+    assert "Traceback" not in err and out == ""
+    assert str(api.only_run_id()) in err  # the run goes on: the message names it
+
+
+def test_cli_logs_follow__ctrl_c_exits_130_without_a_traceback(api: Api):
+    run_id = api.run("submit", "echo").stdout.strip()
+    with api.start("logs", "--follow", run_id) as following:
+        wait_until(lambda: any(p.endswith("/events") for _, p, _ in api.requests), timeout=30)
+        following.send_signal(signal.SIGINT)
+        _, err = following.communicate(timeout=30)
+    assert following.returncode == 130
+    assert "Traceback" not in err
+
+
+# --- odd event streams ----------------------------------------------------------------------
+
+
+def sse(*events: str) -> bytes:
+    return "".join(events).encode()
+
+
+def stub_sse_api(streams: list[bytes], last_ids: list[str | None], final: str) -> FastAPI:
+    """A stand-in API: the run is running while event streams remain, then ``final``."""
+    app = FastAPI()
+
+    @app.get("/v1/runs/{run_id}")
+    def get_run(run_id: str) -> dict[str, Any]:
+        return {"id": run_id, "tool": "echo", "status": "running" if streams else final}
+
+    @app.get("/v1/runs/{run_id}/events")
+    def events(run_id: str, request: Request) -> Response:
+        last_ids.append(request.headers.get("last-event-id"))
+        body = streams.pop(0) if streams else b""
+        return Response(body, media_type="text/event-stream")
+
+    return app
+
+
+def test_cli_logs_follow__survives_any_event_and_resumes_after_a_dropped_stream():
+    big = "x" * (2 * 1024 * 1024)
+    first = sse(
+        "retry: 100\n\n",
+        ": keepalive\n\n",
+        'id: 1\nevent: claimed\ndata: {"worker": "w"}\n\n',  # not a log event
+        "id: 2\nevent: brand-new-type\ndata: whatever\n\n",  # unknown type
+        "id: 3\nevent: stdout\ndata: not json at all\n\n",  # malformed: skipped
+        "id: 4\nevent: stdout\ndata: [1, 2]\n\n",  # JSON, but not an object: skipped
+        'id: 5\nevent: stdout\ndata: {"text":\ndata: "multi\\n"}\n\n',  # multi-line data
+        f"id: 6\nevent: stdout\ndata: {json.dumps({'text': big + chr(10)})}\n\n",  # > 1 MiB
+        "id: 7\nevent: status\ndata: {broken\n\n",  # a status that is not JSON
+        'id: 8\r\nevent: stderr\r\ndata: {"text": "to stderr\\n"}\r\n\r\n',  # CRLF lines
+        "id: 9\nevent: stdout\ndata: " + json.dumps({"text": "cut off"}),  # stream drops
+    )
+    second = sse(
+        'id: 10\nevent: stdout\ndata: {"text": "after resume\\n"}\n\n',
+        'id: 11\nevent: status\ndata: {"status": "failed"}\n\n',
+    )
+    last_ids: list[str | None] = []
+    app = stub_sse_api([first, second], last_ids, final="failed")
+    with live_server(app) as url:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RUNYARD_")}
+        done = subprocess.run(
+            [*CLI, "logs", "--follow", str(uuid.uuid4()), "--url", url],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1, done.stderr  # the run failed
+    assert done.stdout == "multi\n" + big + "\nafter resume\n"
+    assert "to stderr\n" in done.stderr and "skipped 3 malformed" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert last_ids == [None, "8"]  # resumed after the last complete event
