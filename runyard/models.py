@@ -162,6 +162,15 @@ class ToolRunJob(Base):
             "created_at",
             postgresql_where=text("status = 'queued'"),
         ),
+        # The fair claim's per-tenant probe: each tenant's oldest queued jobs of a queue.
+        Index(
+            "ix_tool_run_jobs_queued_tenant",
+            "queue",
+            "tenant",
+            text("priority DESC"),
+            "created_at",
+            postgresql_where=text("status = 'queued'"),
+        ),
         Index(
             "ix_tool_run_jobs_adoptable",
             "engine_id",
@@ -181,6 +190,7 @@ class ToolRunJob(Base):
         _status_column_type(), server_default=RunStatus.QUEUED.value
     )
     queue: Mapped[str] = mapped_column(Text, server_default="default")
+    tenant: Mapped[str] = mapped_column(Text)
     priority: Mapped[int] = mapped_column(Integer, server_default="0")
     attempts: Mapped[int] = mapped_column(Integer, server_default="0")
     max_attempts: Mapped[int] = mapped_column(Integer, server_default="1")
@@ -239,6 +249,9 @@ class Worker(Base):
     host: Mapped[str] = mapped_column(Text)
     pid: Mapped[int] = mapped_column(Integer)
     concurrency: Mapped[int] = mapped_column(Integer, server_default="1")
+    queues: Mapped[list[str]] = mapped_column(
+        ARRAY(Text), server_default=text("'{default}'::text[]")
+    )
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     last_seen_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now()
@@ -257,6 +270,8 @@ class ApiKey(Base):
     tenant: Mapped[str] = mapped_column(Text)
     name: Mapped[str | None] = mapped_column(Text)
     scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'::text[]"))
+    # The highest priority a run submitted with this key may ask for.
+    max_priority: Mapped[int] = mapped_column(Integer, server_default="0")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -39,11 +39,12 @@ _ENQUEUE_CTES: LiteralString = """
         ON CONFLICT (tenant, idempotency_key) DO NOTHING
         RETURNING id, status, attempts, max_attempts
     ), job AS (
-        INSERT INTO tool_run_jobs (id, run_id, status, queue, priority, attempts, max_attempts,
-                                   timeout_seconds, available_at, created_at, updated_at,
-                                   started_at, locked_by, locked_until, lease_token, engine_id,
-                                   deadline_at, container_requested_at)
-        SELECT :job_id, run.id, run.status, :queue, :priority, run.attempts, run.max_attempts,
+        INSERT INTO tool_run_jobs (id, run_id, status, queue, tenant, priority, attempts,
+                                   max_attempts, timeout_seconds, available_at, created_at,
+                                   updated_at, started_at, locked_by, locked_until, lease_token,
+                                   engine_id, deadline_at, container_requested_at)
+        SELECT :job_id, run.id, run.status, :queue, :tenant, :priority, run.attempts,
+               run.max_attempts,
                :timeout_seconds, {NOW}, {NOW}, {NOW},
                CASE WHEN claim.by_api THEN {NOW} END, CAST(:owner AS text),
                {NOW} + make_interval(secs => CAST(:lease AS double precision)),
@@ -144,11 +145,16 @@ FIND_IDEMPOTENT = _sql(
 
 
 # Adoption first (same engine, lease cleared, not held back by RELEASE_LATER), then queued
-# work. Both selections are MATERIALIZED so the planner cannot re-run them and lock more
-# rows than the limit. The picked ids reach the UPDATEs and the final join as arrays and
-# primary-key lookups, and one queue is an equality, so the plan reads the partial indexes
-# in order and stays flat however deep the backlog is (a hash join over whole tables
-# otherwise).
+# work, fair between tenants (docs/decisions/0012-fair-tenants-by-running-share.md): a skip
+# scan of the ``(queue, tenant, …)`` index finds the tenants with queued work in each of the
+# worker's queues, one probe each; each such tenant offers its oldest due jobs, unlocked
+# (``:limit`` plus a few spare ones, so claims racing for the same offers still find one);
+# within a priority the claim locks first the offer that leaves its tenant with the fewest
+# running runs (running now + its rank among the tenant's offers), SKIP LOCKED, no more rows
+# than it takes. Cost: O(queues * tenants with work * limit) index probes, flat however deep
+# the backlog is. The selections are MATERIALIZED so the planner cannot re-run them and lock
+# more rows than the limit; the picked ids reach the UPDATEs and the final join as arrays and
+# primary-key lookups.
 _CLAIM_CTES: LiteralString = """
     adoptable AS MATERIALIZED (
         SELECT id FROM tool_run_jobs
@@ -157,13 +163,38 @@ _CLAIM_CTES: LiteralString = """
         ORDER BY priority DESC, created_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
+    ), wanted AS MATERIALIZED (
+        SELECT GREATEST(:limit - (SELECT count(*) FROM adoptable), 0) AS n
+    ), tenants (queue, tenant) AS (
+        SELECT q.name, (SELECT tenant FROM tool_run_jobs
+                        WHERE status = 'queued' AND queue = q.name AND {FRESH}
+                        ORDER BY tenant LIMIT 1)
+        FROM {QUEUES} AS q(name), wanted WHERE wanted.n > 0
+        UNION ALL
+        SELECT t.queue, (SELECT tenant FROM tool_run_jobs
+                         WHERE status = 'queued' AND queue = t.queue AND tenant > t.tenant
+                         ORDER BY tenant LIMIT 1)
+        FROM tenants t WHERE t.tenant IS NOT NULL
+    ), offers AS MATERIALIZED (
+        SELECT o.id, o.priority, o.created_at,
+               (SELECT coalesce(sum(c.running), 0) FROM tenant_run_counts c
+                WHERE c.tenant = t.tenant)
+               + row_number() OVER (
+                   PARTITION BY t.tenant ORDER BY o.priority DESC, o.created_at) AS share
+        FROM tenants t CROSS JOIN wanted CROSS JOIN LATERAL (
+            SELECT id, priority, created_at FROM tool_run_jobs
+            WHERE status = 'queued' AND queue = t.queue AND tenant = t.tenant
+              AND available_at <= {NOW} AND attempts < max_attempts
+            ORDER BY priority DESC, created_at
+            LIMIT wanted.n + {SPARE}
+        ) o
+        WHERE t.tenant IS NOT NULL
     ), fresh AS MATERIALIZED (
-        SELECT id FROM tool_run_jobs
-        WHERE status = 'queued' AND {FRESH} AND available_at <= {NOW}
-          AND attempts < max_attempts
-        ORDER BY priority DESC, created_at
-        LIMIT GREATEST(:limit - (SELECT count(*) FROM adoptable), 0)
-        FOR UPDATE SKIP LOCKED
+        SELECT j.id FROM offers o JOIN tool_run_jobs j ON j.id = o.id
+        WHERE j.status = 'queued'
+        ORDER BY o.priority DESC, o.share, o.created_at
+        LIMIT (SELECT n FROM wanted)
+        FOR UPDATE OF j SKIP LOCKED
     ), claimed AS (
         -- SET reads the row as it was: only adoptable rows were already running.
         UPDATE tool_run_jobs j SET
@@ -218,28 +249,40 @@ _ORDER: LiteralString = "ORDER BY c.adopted DESC, c.priority DESC, c.created_at"
 
 
 def _claim_ctes(
-    fresh: LiteralString, adoptable: LiteralString = "locked_until IS NULL"
+    queues: LiteralString,
+    adoptable: LiteralString = "locked_until IS NULL",
+    fresh: LiteralString = "true",
 ) -> LiteralString:
-    """The claim's CTEs: ``adoptable`` picks running jobs of the engine, ``fresh`` queued ones."""
-    return _CLAIM_CTES.replace("{ADOPTABLE}", adoptable).replace("{FRESH}", fresh)
+    """The claim's CTEs: ``adoptable`` picks running jobs of the engine, queued ones come
+    from the rows of ``queues`` (a one-column relation) while ``fresh`` holds."""
+    return (
+        _CLAIM_CTES.replace("{ADOPTABLE}", adoptable)
+        .replace("{QUEUES}", queues)
+        .replace("{FRESH}", fresh)
+        .replace("{SPARE}", "16")
+    )
 
 
-_ONE_QUEUE: LiteralString = "queue = :queue"
+_ONE_QUEUE: LiteralString = "(VALUES (CAST(:queue AS text)))"
 
-# A worker of one queue (the usual case): the queued index is read in order from its start.
-CLAIM = _sql("WITH " + _claim_ctes(_ONE_QUEUE) + _CLAIMED + _ORDER)
+# A worker of one queue (the usual case).
+CLAIM = _sql("WITH RECURSIVE " + _claim_ctes(_ONE_QUEUE) + _CLAIMED + _ORDER)
 
-# A worker of several queues: correct, but Postgres sorts all their queued rows to pick.
+# A worker of several queues: the same probes, per queue, merged by the one ordering.
 CLAIM_ANY_QUEUE = _sql(
-    "WITH " + _claim_ctes("queue = ANY(CAST(:queues AS text[]))") + _CLAIMED + _ORDER
+    "WITH RECURSIVE " + _claim_ctes("unnest(CAST(:queues AS text[]))") + _CLAIMED + _ORDER
 )
 
 # Adoption only, of one queue (sync mode: an API process takes over the sync runs of its
 # engine whose owner is gone). A lease that ran out counts as cleared, so no reaper is needed
 # between the dead owner and the adopter; the new token fences the old owner all the same.
 ADOPT = _sql(
-    "WITH "
-    + _claim_ctes("false", "queue = :queue AND (locked_until IS NULL OR locked_until < {NOW})")
+    "WITH RECURSIVE "
+    + _claim_ctes(
+        _ONE_QUEUE,
+        "queue = :queue AND (locked_until IS NULL OR locked_until < {NOW})",
+        "false",
+    )
     + _CLAIMED
     + _ORDER
 )
@@ -317,7 +360,7 @@ FINALIZE = _sql("WITH " + _FINALIZE_CTES + "SELECT run_id FROM done_notify")
 # statement: one commit fewer per job. The finalize stays fenced by its own lease token; the
 # first row says whether it applied, the claimed jobs (if any) follow in claim order.
 FINALIZE_AND_CLAIM = _sql(
-    "WITH "
+    "WITH RECURSIVE "
     + _FINALIZE_CTES
     + ", "
     + _claim_ctes(_ONE_QUEUE)
