@@ -189,12 +189,16 @@ _CLAIM_CTES: LiteralString = """
             LIMIT wanted.n + {SPARE}
         ) o
         WHERE t.tenant IS NOT NULL
+    ), ranked AS MATERIALIZED (
+        SELECT coalesce(array_agg(id ORDER BY priority DESC, share, created_at),
+                        CAST('{}' AS uuid[])) AS ids
+        FROM offers
     ), fresh AS MATERIALIZED (
-        SELECT j.id FROM offers o JOIN tool_run_jobs j ON j.id = o.id
-        WHERE j.status = 'queued'
-        ORDER BY o.priority DESC, o.share, o.created_at
+        SELECT id FROM tool_run_jobs
+        WHERE id = ANY(CAST((SELECT ids FROM ranked) AS uuid[])) AND status = 'queued'
+        ORDER BY array_position((SELECT ids FROM ranked), id)
         LIMIT (SELECT n FROM wanted)
-        FOR UPDATE OF j SKIP LOCKED
+        FOR UPDATE SKIP LOCKED
     ), claimed AS (
         -- SET reads the row as it was: only adoptable rows were already running.
         UPDATE tool_run_jobs j SET
