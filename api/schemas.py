@@ -32,6 +32,16 @@ RUN_EXAMPLE: dict[str, Any] = {
 }
 
 
+class RunLimits(BaseModel):
+    """Limits one run asks for instead of its tool's, each up to the tool's maximum."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    timeout_seconds: int | None = Field(default=None, ge=1, description="Wall-clock limit")
+    memory_mb: int | None = Field(default=None, ge=6, description="Memory limit")
+    cpus: float | None = Field(default=None, gt=0, description="CPU limit")
+
+
 class RunCreate(BaseModel):
     """A request to run a registered tool with some input; unknown fields are refused."""
 
@@ -56,12 +66,23 @@ class RunCreate(BaseModel):
         default_factory=dict, description="JSON input, checked against the tool's input_schema"
     )
     priority: int = Field(
-        default=0, ge=-100, le=100, description="Higher runs first; queue mode only"
+        default=0,
+        ge=-100,
+        le=100,
+        description="Higher runs first; queue mode only; at most the key's max_priority",
+    )
+    limits: RunLimits | None = Field(
+        default=None, description="Per-run limits, up to the tool's max_* values (GET /v1/tools)"
     )
 
-    def request(self, tenant: str, idempotency_key: str | None) -> RunRequest:
-        """The core's request for ``tenant``."""
-        return RunRequest(tenant, self.tool, self.input, self.priority, idempotency_key)
+    def request(
+        self, tenant: str, idempotency_key: str | None, max_priority: int | None = None
+    ) -> RunRequest:
+        """The core's request for ``tenant``, whose key allows at most ``max_priority``."""
+        limits = self.limits.model_dump(exclude_none=True) if self.limits else {}
+        return RunRequest(
+            tenant, self.tool, self.input, self.priority, idempotency_key, max_priority, limits
+        )
 
 
 @pydantic.dataclasses.dataclass(
@@ -98,6 +119,10 @@ class ToolOut(BaseModel):
                     "pids_limit": 64,
                     "max_attempts": 1,
                     "network": "none",
+                    "queue": "default",
+                    "max_timeout_seconds": 30,
+                    "max_memory_mb": 64,
+                    "max_cpus": 0.5,
                     "input_schema": {"type": "object"},
                 }
             ]
@@ -115,6 +140,10 @@ class ToolOut(BaseModel):
     network: str = Field(
         description="'none' (no network), 'bridge' or the name of an operator's network"
     )
+    queue: str = Field(default="default", description="The worker pool its runs wait for")
+    max_timeout_seconds: int = Field(description="The most a run's limits may ask for")
+    max_memory_mb: int = Field(description="The most a run's limits may ask for")
+    max_cpus: float = Field(description="The most a run's limits may ask for")
     input_schema: dict[str, Any] | None
 
 
@@ -185,6 +214,19 @@ class KeyCreate(BaseModel):
     tenant: str = Field(min_length=1, max_length=128)
     admin: bool = False
     name: str | None = Field(default=None, max_length=200, description="A label for the key")
+    max_priority: int = Field(
+        default=0, ge=-100, le=100, description="The highest priority its runs may ask for"
+    )
+
+
+class KeyUpdate(BaseModel):
+    """What an admin may change on a key."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    max_priority: int = Field(
+        ge=-100, le=100, description="The highest priority its runs may ask for"
+    )
 
 
 class KeyOut(BaseModel):
@@ -196,6 +238,7 @@ class KeyOut(BaseModel):
     tenant: str
     name: str | None
     scopes: list[str]
+    max_priority: int = Field(default=0, description="The highest priority its runs may ask for")
     created_at: datetime
     last_used_at: datetime | None = Field(description="Written at most once a minute")
     revoked_at: datetime | None

@@ -29,15 +29,15 @@ LAST_USED_EVERY_SECONDS = 60.0
 
 INSERT_KEY = text(
     """
-    INSERT INTO api_keys (id, prefix, key_hash, tenant, name, scopes)
-    VALUES (:id, :prefix, :key_hash, :tenant, :name, :scopes)
+    INSERT INTO api_keys (id, prefix, key_hash, tenant, name, scopes, max_priority)
+    VALUES (:id, :prefix, :key_hash, :tenant, :name, :scopes, :max_priority)
     RETURNING created_at
     """
 )
 # ``stale``: the key's last use is older than the interval, so this use is worth writing.
 FIND_KEY = text(
     """
-    SELECT key_hash, tenant, scopes,
+    SELECT key_hash, tenant, scopes, max_priority,
            (last_used_at IS NULL OR last_used_at
                <= coalesce(CAST(:now AS timestamptz), now()) - make_interval(secs => :every))
                AS stale
@@ -63,6 +63,13 @@ class Principal:
     admin: bool = False
     # The key's lookup prefix (None with auth disabled): what a revoke names.
     key_prefix: str | None = None
+    # The highest priority this key may ask for (admins: any).
+    max_priority: int = 0
+
+
+def priority_ceiling(principal: Principal) -> int | None:
+    """The highest priority ``principal`` may submit at; None: no bound (an admin)."""
+    return None if principal.admin else principal.max_priority
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,7 @@ class IssuedKey:
     name: str | None
     scopes: list[str]
     created_at: datetime
+    max_priority: int = 0
 
 
 def _hash(secret: str) -> str:
@@ -82,7 +90,12 @@ def _hash(secret: str) -> str:
 
 
 def issue_api_key(
-    engine: Engine, tenant: str, *, admin: bool = False, name: str | None = None
+    engine: Engine,
+    tenant: str,
+    *,
+    admin: bool = False,
+    name: str | None = None,
+    max_priority: int = 0,
 ) -> IssuedKey:
     """Store a new key for ``tenant``; the returned secret cannot be recovered later."""
     if not tenant or len(tenant) > 128:
@@ -102,6 +115,7 @@ def issue_api_key(
                 "tenant": tenant,
                 "name": name,
                 "scopes": scopes,
+                "max_priority": max_priority,
             },
         ).scalar_one()
     return IssuedKey(
@@ -111,6 +125,7 @@ def issue_api_key(
         name=name,
         scopes=scopes,
         created_at=created_at,
+        max_priority=max_priority,
     )
 
 
@@ -152,7 +167,12 @@ def authenticate(
                 conn.commit()
             except SQLAlchemyError:
                 logger.warning("could not record the key's last use", extra={"key": prefix})
-    return Principal(tenant=row.tenant, admin=ADMIN_SCOPE in (row.scopes or []), key_prefix=prefix)
+    return Principal(
+        tenant=row.tenant,
+        admin=ADMIN_SCOPE in (row.scopes or []),
+        key_prefix=prefix,
+        max_priority=row.max_priority,
+    )
 
 
 class PrincipalCache:

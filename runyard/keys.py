@@ -10,7 +10,7 @@ from sqlalchemy import Engine, text
 
 from runyard.auth import KEY_PREFIX
 
-_COLUMNS = "prefix, tenant, name, scopes, created_at, last_used_at, revoked_at"
+_COLUMNS = "prefix, tenant, name, scopes, max_priority, created_at, last_used_at, revoked_at"
 LIST_KEYS = text(
     f"""
     SELECT {_COLUMNS} FROM api_keys
@@ -33,6 +33,9 @@ REVOKE_KEY = text(
     RETURNING revoked_at
     """
 )
+SET_MAX_PRIORITY = text(
+    "UPDATE api_keys SET max_priority = :max_priority WHERE prefix = :prefix RETURNING " + _COLUMNS
+)
 KEY_REVOKED_AT = text("SELECT revoked_at FROM api_keys WHERE prefix = :prefix")
 
 PREFIX_PATTERN = re.compile(r"[0-9a-f]{12}")
@@ -46,6 +49,7 @@ class KeyInfo:
     tenant: str
     name: str | None
     scopes: list[str]
+    max_priority: int
     created_at: datetime
     last_used_at: datetime | None
     revoked_at: datetime | None
@@ -76,6 +80,7 @@ def list_keys(
             tenant=row.tenant,
             name=row.name,
             scopes=list(row.scopes or []),
+            max_priority=row.max_priority,
             created_at=row.created_at,
             last_used_at=row.last_used_at,
             revoked_at=row.revoked_at,
@@ -91,3 +96,23 @@ def revoke_key(engine: Engine, prefix: str, *, now: datetime | None = None) -> d
         if revoked is None:
             revoked = conn.execute(KEY_REVOKED_AT, {"prefix": prefix}).scalar_one_or_none()
     return revoked
+
+
+def set_max_priority(engine: Engine, prefix: str, max_priority: int) -> KeyInfo | None:
+    """Set the highest priority runs of this key may ask for; None: no such key."""
+    with engine.begin() as conn:
+        row = conn.execute(
+            SET_MAX_PRIORITY, {"prefix": prefix, "max_priority": max_priority}
+        ).one_or_none()
+    if row is None:
+        return None
+    return KeyInfo(
+        prefix=row.prefix,
+        tenant=row.tenant,
+        name=row.name,
+        scopes=list(row.scopes or []),
+        max_priority=row.max_priority,
+        created_at=row.created_at,
+        last_used_at=row.last_used_at,
+        revoked_at=row.revoked_at,
+    )

@@ -12,6 +12,10 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine, text
 
+from runyard.pools import live_workers_by_queue
+from runyard.queue.values import SYNC_QUEUE
+from runyard.runs import WORKER_LIVE_SECONDS
+
 logger = logging.getLogger(__name__)
 
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
@@ -32,8 +36,9 @@ class QueueCollector(Collector):
     """Queue depth by status and queue, and the age of the oldest due job: one indexed query
     per scrape, so the gauges are true whichever process serves them."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, worker_live_seconds: float = WORKER_LIVE_SECONDS) -> None:
         self._engine = engine
+        self._live = worker_live_seconds
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """Read the gauges now."""
@@ -43,12 +48,18 @@ class QueueCollector(Collector):
         oldest = GaugeMetricFamily(
             "runyard_queue_oldest_due_seconds", "Age of the oldest due queued job", labels=["queue"]
         )
+        workers = GaugeMetricFamily(
+            "runyard_queue_live_workers", "Live workers that serve the queue", labels=["queue"]
+        )
         try:
             with self._engine.connect() as conn:
                 rows = conn.execute(QUEUE_GAUGES).all()
+                live = live_workers_by_queue(conn, self._live)
         except Exception:
             logger.warning("queue gauges unavailable", exc_info=True)
-            rows = []
+            rows, live = [], {}
+        for queue in sorted({*live, *(r.queue for r in rows)} - {SYNC_QUEUE}):
+            workers.add_metric([queue], float(live.get(queue, 0)))
         for status in ("queued", "running"):
             if not any(r.status == status for r in rows):
                 depth.add_metric([status, "default"], 0)
@@ -58,6 +69,7 @@ class QueueCollector(Collector):
                 oldest.add_metric([row.queue], float(row.oldest))
         yield depth
         yield oldest
+        yield workers
 
 
 @dataclass

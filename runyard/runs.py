@@ -42,22 +42,41 @@ class RunView:
     requested_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    # Why a queued run may wait long, e.g. "no live worker serves queue gpu"; else None.
+    waiting_for: str | None = None
 
     @classmethod
     def of(cls, row: Any) -> Self:
-        """The public fields of anything that has them (an ORM row, a statement's row)."""
-        return cls(**{field.name: getattr(row, field.name) for field in dataclasses.fields(cls)})
+        """The public fields of anything that has them (an ORM row, a statement's row); a
+        field with a default may be missing from ``row``."""
+        return cls(
+            **{
+                field.name: getattr(row, field.name)
+                if field.default is dataclasses.MISSING
+                else getattr(row, field.name, field.default)
+                for field in dataclasses.fields(cls)
+            }
+        )
+
+
+# A worker that has not been seen for this long serves no queue as far as runs are told.
+WORKER_LIVE_SECONDS = 60.0
 
 
 # RunView's fields in one autocommit round trip (no ORM, no transaction); ``tenant`` NULL
 # means any tenant (admins).
 RUN_VIEW = text(
     """
-    SELECT id, tool, status, mode, input, result, exit_code, attempts, max_attempts,
-           error_code, error, stdout_truncated, stderr_truncated, requested_at, started_at,
-           finished_at
-    FROM tool_runs
-    WHERE id = :id AND (CAST(:tenant AS text) IS NULL OR tenant = CAST(:tenant AS text))
+    SELECT r.id, r.tool, r.status, r.mode, r.input, r.result, r.exit_code, r.attempts,
+           r.max_attempts, r.error_code, r.error, r.stdout_truncated, r.stderr_truncated,
+           r.requested_at, r.started_at, r.finished_at,
+           CASE WHEN j.status = 'queued' AND NOT EXISTS (
+                    SELECT 1 FROM workers w
+                    WHERE j.queue = ANY(w.queues) AND w.stopped_at IS NULL
+                      AND w.last_seen_at > now() - make_interval(secs => :live))
+                THEN 'no live worker serves queue ' || j.queue END AS waiting_for
+    FROM tool_runs r LEFT JOIN tool_run_jobs j ON j.run_id = r.id
+    WHERE r.id = :id AND (CAST(:tenant AS text) IS NULL OR r.tenant = CAST(:tenant AS text))
     """
 )
 
@@ -109,12 +128,14 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
 class RunReader:
     """Reads runs for a tenant (or all tenants); another tenant's run reads as missing."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, worker_live_seconds: float = WORKER_LIVE_SECONDS) -> None:
         self._engine = engine
+        self._live = worker_live_seconds
 
     def view(self, run_id: uuid.UUID, tenant: str | None) -> RunView | None:
         """The run's public fields if ``tenant`` may see it (None: any tenant), else None."""
-        rows = autocommit(self._engine, RUN_VIEW, {"id": run_id, "tenant": tenant})
+        params = {"id": run_id, "tenant": tenant, "live": self._live}
+        rows = autocommit(self._engine, RUN_VIEW, params)
         if not rows:
             return None
         row = rows[0]

@@ -32,6 +32,10 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(default=4, ge=1, le=256)
     worker_poll_seconds: float = Field(default=1.0, gt=0)
     worker_id: str | None = None
+    # The queues this worker claims from (comma list); tools name theirs in the registry.
+    worker_queues: str = Field(
+        default="default", pattern=r"^\s*[A-Za-z0-9_.-]+(\s*,\s*[A-Za-z0-9_.-]+)*\s*$"
+    )
     sweep_interval_seconds: float = Field(default=60.0, gt=0)
     worker_metrics_port: int = Field(default=0, ge=0, le=65535)
     reaper_metrics_port: int = Field(default=0, ge=0, le=65535)
@@ -118,6 +122,12 @@ class Settings(BaseSettings):
                 "RUNYARD_DB_STATEMENT_TIMEOUT_SECONDS"
             )
         return self
+
+    @property
+    def worker_queue_names(self) -> tuple[str, ...]:
+        """``worker_queues`` as names, in order, without repeats."""
+        names = (name.strip() for name in self.worker_queues.split(","))
+        return tuple(dict.fromkeys(name for name in names if name))
 
     @property
     def heartbeat_interval(self) -> float:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
@@ -23,6 +24,34 @@ class InvalidInput(Exception):
         self.path = path
 
 
+class AboveMaximum(InvalidInput):
+    """The request asks for more than it may: a priority or a limit above its maximum."""
+
+
+LIMIT_NAMES = ("timeout_seconds", "memory_mb", "cpus")
+
+
+def limit_problem(
+    asked: Mapping[str, float], maxima: Mapping[str, float]
+) -> tuple[str, str] | None:
+    """The first limit asked above its maximum, as ``(field, message)``; None if all fit."""
+    for name in LIMIT_NAMES:
+        value = asked.get(name)
+        if value is not None and value > maxima[name]:
+            return (
+                f"limits.{name}",
+                f"limits.{name} {value} is above this tool's maximum {maxima[name]}",
+            )
+    return None
+
+
+def priority_problem(priority: int, max_priority: int | None) -> str | None:
+    """Why ``priority`` is refused for a caller whose maximum is ``max_priority`` (None: any)."""
+    if max_priority is None or priority <= max_priority:
+        return None
+    return f"priority {priority} is above this key's maximum {max_priority}"
+
+
 @dataclass(frozen=True)
 class RunRequest:
     """What a caller asks for, parsed (types and bounds) but not yet checked against the
@@ -33,27 +62,41 @@ class RunRequest:
     input: Any
     priority: int = 0
     idempotency_key: str | None = None
+    # The caller's highest priority (None: any, as for admin keys).
+    max_priority: int | None = None
+    # Per-run limits asked for (timeout_seconds, memory_mb, cpus), within the tool's maxima.
+    limits: Mapping[str, float] = field(default_factory=dict)
 
     def prepare(self, registry: ToolRegistry) -> NewRun:
         """Resolve the tool, check the input against its schema, snapshot its definition."""
+        problem = priority_problem(self.priority, self.max_priority)
+        if problem is not None:
+            raise AboveMaximum(problem, "priority")
         tool = registry.get(self.tool)
         if tool is None:
             raise UnknownTool(f"no tool named {self.tool!r}; GET /v1/tools lists them")
+        over = limit_problem(self.limits, tool.limit_maxima())
+        if over is not None:
+            raise AboveMaximum(over[1], over[0])
         if tool.input_schema is not None:
             validator = jsonschema.Draft202012Validator(tool.input_schema)
             error = jsonschema.exceptions.best_match(validator.iter_errors(self.input))
             if error is not None:
                 path = ".".join(str(part) for part in ("input", *error.absolute_path))
                 raise InvalidInput(f"{path}: {error.message}", path)
+        limits = {k: v for k, v in self.limits.items() if v is not None}
+        spec = {**tool.snapshot(), **limits}
         return NewRun(
             tenant=self.tenant,
             tool=tool.name,
-            spec=tool.snapshot(),
+            spec=spec,
             input=self.input,
             max_attempts=tool.max_attempts,
-            timeout_seconds=tool.timeout_seconds,
+            timeout_seconds=int(spec["timeout_seconds"]),
+            queue=tool.queue,
             priority=self.priority,
             idempotency_key=self.idempotency_key,
+            limits=limits,
         )
 
 

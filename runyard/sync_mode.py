@@ -144,7 +144,9 @@ class SyncExecutor:
         """Learn the engine (the app does not start without one), register, start renewing."""
         self._engine_id = self._runner.engine_id()
         if self._registry is not None:
-            self._registry.register(self.owner_id, self._engine_id, self.max_concurrency)
+            self._registry.register(
+                self.owner_id, self._engine_id, self.max_concurrency, queues=(SYNC_QUEUE,)
+            )
         self._thread = threading.Thread(target=self._loop, name="runyard-sync-lease", daemon=True)
         self._thread.start()
 

@@ -27,6 +27,7 @@ BRIDGE_NETWORK = "bridge"
 _REFUSED_NETWORKS = frozenset({"host", "default"})
 
 TOOL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,63}$"
 
 
 class RegistryError(Exception):
@@ -56,6 +57,11 @@ class ToolSpec(BaseModel):
     tmpfs_mb: StrictInt = Field(default=16, ge=1, le=4096)
     nofile_limit: StrictInt = Field(default=1024, ge=16, le=65536)
     max_attempts: StrictInt = Field(default=1, ge=1, le=20)
+    queue: str = Field(default="default", pattern=QUEUE_NAME_PATTERN)
+    # How far a run may raise its own limits (None: the tool's own value, no raise).
+    max_timeout_seconds: StrictInt | None = Field(default=None, ge=1)
+    max_memory_mb: StrictInt | None = Field(default=None, ge=6)
+    max_cpus: StrictFloat | StrictInt | None = Field(default=None, gt=0)
     stdout_cap_bytes: StrictInt | None = Field(default=None, ge=1024)
     result_cap_bytes: StrictInt | None = Field(default=None, ge=1024)
     result_max_depth: StrictInt = Field(default=DEFAULT_MAX_DEPTH, ge=1, le=MAX_STORED_DEPTH)
@@ -66,6 +72,14 @@ class ToolSpec(BaseModel):
     def snapshot(self) -> dict[str, Any]:
         """The JSON stored on a run: later registry edits never change queued runs."""
         return self.model_dump(mode="json")
+
+    def limit_maxima(self) -> dict[str, float]:
+        """The most a run may ask for, per limit: the tool's maximum, else its own value."""
+        return {
+            "timeout_seconds": self.max_timeout_seconds or self.timeout_seconds,
+            "memory_mb": self.max_memory_mb or self.memory_mb,
+            "cpus": self.max_cpus or self.cpus,
+        }
 
 
 @dataclass(frozen=True)
@@ -93,6 +107,13 @@ def _check_against_maxima(tool: ToolSpec, settings: Settings) -> list[str]:
         problems.append(f"cpus {tool.cpus} > {settings.max_cpus}")
     if tool.disk_mb > settings.max_disk_mb:
         problems.append(f"disk_mb {tool.disk_mb} > {settings.max_disk_mb}")
+    for limit, most in tool.limit_maxima().items():
+        if getattr(tool, f"max_{limit}") is None:
+            continue
+        if most < getattr(tool, limit):
+            problems.append(f"max_{limit} {most} < {limit} {getattr(tool, limit)}")
+        if most > getattr(settings, f"max_{limit}"):
+            problems.append(f"max_{limit} {most} > {getattr(settings, f'max_{limit}')}")
     if tool.pids_limit > settings.max_pids:
         problems.append(f"pids_limit {tool.pids_limit} > {settings.max_pids}")
     if not _NUMERIC_USER.fullmatch(tool.user):

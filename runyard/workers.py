@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 
 from sqlalchemy import Engine, text
@@ -13,11 +14,12 @@ from runyard.db import autocommit
 
 REGISTER = text(
     """
-    INSERT INTO workers (id, engine_id, host, pid, concurrency, started_at, last_seen_at)
-    VALUES (:id, :engine_id, :host, :pid, :concurrency,
+    INSERT INTO workers (id, engine_id, host, pid, concurrency, queues, started_at,
+                         last_seen_at)
+    VALUES (:id, :engine_id, :host, :pid, :concurrency, :queues,
             coalesce(CAST(:now AS timestamptz), now()), coalesce(CAST(:now AS timestamptz), now()))
     ON CONFLICT (id) DO UPDATE SET engine_id = EXCLUDED.engine_id, host = EXCLUDED.host,
-        pid = EXCLUDED.pid, concurrency = EXCLUDED.concurrency,
+        pid = EXCLUDED.pid, concurrency = EXCLUDED.concurrency, queues = EXCLUDED.queues,
         started_at = EXCLUDED.started_at, last_seen_at = EXCLUDED.last_seen_at, stopped_at = NULL
     """
 )
@@ -46,7 +48,13 @@ class WorkerRegistry:
         self._engine = engine
 
     def register(
-        self, worker_id: str, engine_id: str, concurrency: int, *, now: datetime | None = None
+        self,
+        worker_id: str,
+        engine_id: str,
+        concurrency: int,
+        *,
+        queues: Sequence[str] = ("default",),
+        now: datetime | None = None,
     ) -> None:
         """Insert this worker's row, or take over one of the same id (a restart with a fixed
         ``RUNYARD_WORKER_ID``, perhaps on another engine): every column is this process's."""
@@ -59,6 +67,7 @@ class WorkerRegistry:
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
                 "concurrency": concurrency,
+                "queues": list(queues),
                 "now": now,
             },
         )

@@ -102,6 +102,7 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
     config = WorkerConfig(
         worker_id=settings.worker_id or new_worker_id(),
         concurrency=slots,
+        queues=settings.worker_queue_names,
         lease_seconds=settings.lease_seconds,
         heartbeat_seconds=settings.heartbeat_interval,
         poll_seconds=settings.worker_poll_seconds,

@@ -220,7 +220,12 @@ class Worker:
         """Learn the engine id, register, and start the heartbeat thread."""
         self._engine_id = self._runner.engine_id()
         if self._registry is not None:
-            self._registry.register(self.worker_id, self._engine_id, self._config.concurrency)
+            self._registry.register(
+                self.worker_id,
+                self._engine_id,
+                self._config.concurrency,
+                queues=self._config.queues,
+            )
         self._heartbeat_thread = threading.Thread(
             target=self._heartbeat_loop, name="runyard-heartbeat", daemon=True
         )

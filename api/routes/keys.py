@@ -10,9 +10,9 @@ from fastapi import APIRouter, Depends, Path, Query, Response
 from api.deps import PrincipalDep, ServicesDep
 from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
 from api.problems import Problem
-from api.schemas import KeyCreate, KeyCreated, KeyOut
+from api.schemas import KeyCreate, KeyCreated, KeyOut, KeyUpdate
 from runyard.auth import Principal, issue_api_key
-from runyard.keys import PREFIX_PATTERN, list_keys, revoke_key
+from runyard.keys import PREFIX_PATTERN, list_keys, revoke_key, set_max_priority
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,13 @@ def get_keys(
 @router.post("", status_code=201, responses={**BODY_ERRORS})
 def create_key(body: KeyCreate, services: ServicesDep, admin: AdminDep) -> KeyCreated:
     """Create a key; the answer is the only place its secret ever appears."""
-    issued = issue_api_key(services.engine, body.tenant, admin=body.admin, name=body.name)
+    issued = issue_api_key(
+        services.engine,
+        body.tenant,
+        admin=body.admin,
+        name=body.name,
+        max_priority=body.max_priority,
+    )
     logger.info(
         "api key created",
         extra={"key": issued.prefix, "tenant": issued.tenant, "by": admin.key_prefix},
@@ -60,6 +66,7 @@ def create_key(body: KeyCreate, services: ServicesDep, admin: AdminDep) -> KeyCr
         tenant=issued.tenant,
         name=issued.name,
         scopes=issued.scopes,
+        max_priority=issued.max_priority,
         created_at=issued.created_at,
         last_used_at=None,
         revoked_at=None,
@@ -85,6 +92,33 @@ def delete_key(
     services.auth_cache.forget(prefix)
     logger.info("api key revoked", extra={"key": prefix, "by": admin.key_prefix})
     return Response(status_code=204)
+
+
+@router.patch(
+    "/{prefix}",
+    responses={**BODY_ERRORS, 404: problem("There is no key with this prefix")},
+)
+def update_key(
+    prefix: Annotated[str, Path(description="The key's prefix (GET /v1/keys)")],
+    body: KeyUpdate,
+    services: ServicesDep,
+    admin: AdminDep,
+) -> KeyOut:
+    """Change a key's highest priority; this process applies it at once, others within
+    the auth cache's few seconds."""
+    key = (
+        set_max_priority(services.engine, prefix, body.max_priority)
+        if _well_formed(prefix)
+        else None
+    )
+    if key is None:
+        raise Problem(404, "key_not_found", f"there is no key {prefix!r}")
+    services.auth_cache.forget(prefix)
+    logger.info(
+        "api key changed",
+        extra={"key": prefix, "max_priority": body.max_priority, "by": admin.key_prefix},
+    )
+    return KeyOut.model_validate(key, from_attributes=True)
 
 
 def _well_formed(prefix: str) -> bool:

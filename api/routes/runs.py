@@ -15,12 +15,12 @@ from api.deps import PrincipalDep, Services, ServicesDep, visible_tenant
 from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
 from api.problems import Problem
 from api.schemas import RunCreate, RunOut, RunPage
-from runyard.auth import Principal
+from runyard.auth import Principal, priority_ceiling
 from runyard.models import RunMode, RunStatus, ToolRun
 from runyard.queue import AdmissionRefused, IdempotencyConflict
 from runyard.runs import LOG_STREAMS, BadCursor, RunFilter, RunReader, RunView
 from runyard.submission import Caller, Submitted
-from runyard.submit import InvalidInput, RunRequest, UnknownTool
+from runyard.submit import AboveMaximum, InvalidInput, RunRequest, UnknownTool
 from runyard.tools import TOOL_NAME_PATTERN
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=COMMON_ERRORS)
@@ -53,6 +53,8 @@ def view_run(services: Services, principal: Principal, run_id: uuid.UUID) -> Run
 def submit_problem(services: Services, exc: Exception) -> Problem | None:
     """The problem document of a submit the core refused; None for any other error."""
     retry_after = {"Retry-After": str(services.settings.retry_after_seconds)}
+    if isinstance(exc, AboveMaximum):
+        return Problem(422, "above_maximum", str(exc), field=exc.path)
     if isinstance(exc, UnknownTool):
         return Problem(422, "unknown_tool", str(exc), field="tool")
     if isinstance(exc, InvalidInput):
@@ -165,7 +167,10 @@ async def post_run(
 ) -> Response:
     """Validate the tool and input, then enqueue (queue mode) or run inline (sync mode)."""
     submitted = await submit(
-        request, services, body.request(principal.tenant, idempotency_key), wait
+        request,
+        services,
+        body.request(principal.tenant, idempotency_key, priority_ceiling(principal)),
+        wait,
     )
     run = submitted.run
     headers = {"Location": f"/v1/runs/{run.id}"}

@@ -25,6 +25,10 @@ def list_tools(services: ServicesDep, principal: PrincipalDep) -> list[ToolOut]:
             pids_limit=tool.pids_limit,
             max_attempts=tool.max_attempts,
             network=tool.network,
+            queue=tool.queue,
+            max_timeout_seconds=int(tool.limit_maxima()["timeout_seconds"]),
+            max_memory_mb=int(tool.limit_maxima()["memory_mb"]),
+            max_cpus=float(tool.limit_maxima()["cpus"]),
             input_schema=tool.input_schema,
         )
         for tool in services.registry.tools.values()

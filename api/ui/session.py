@@ -24,7 +24,8 @@ COOKIE_PATH = "/ui"
 _VERSION = "v1"
 
 FIND_LIVE_KEY = text(
-    "SELECT tenant, scopes FROM api_keys WHERE prefix = :prefix AND revoked_at IS NULL"
+    "SELECT tenant, scopes, max_priority FROM api_keys"
+    " WHERE prefix = :prefix AND revoked_at IS NULL"
 )
 
 
@@ -103,7 +104,11 @@ def load_session(engine: Engine, signer: SessionSigner, cookie: str | None) -> S
         row = conn.execute(FIND_LIVE_KEY, {"prefix": prefix}).one_or_none()
     if row is None:
         return None
-    principal = Principal(tenant=row.tenant, admin=ADMIN_SCOPE in (row.scopes or []))
+    principal = Principal(
+        tenant=row.tenant,
+        admin=ADMIN_SCOPE in (row.scopes or []),
+        max_priority=row.max_priority,
+    )
     return Session(principal=principal, key_prefix=prefix, csrf_token=csrf_token)
 
 

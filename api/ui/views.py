@@ -30,7 +30,7 @@ from api.ui.context import (
     check_same_origin,
 )
 from api.ui.session import COOKIE_NAME, COOKIE_PATH, Session, key_prefix
-from runyard.auth import authenticate
+from runyard.auth import authenticate, priority_ceiling
 from runyard.dashboard import (
     log_snapshot,
     queue_activity,
@@ -40,7 +40,9 @@ from runyard.dashboard import (
     worker_overview,
 )
 from runyard.models import TERMINAL_STATUSES, RunStatus, ToolRun
-from runyard.runs import BadCursor, RunFilter, RunReader
+from runyard.pools import live_workers_by_queue
+from runyard.queue.values import SYNC_QUEUE
+from runyard.runs import WORKER_LIVE_SECONDS, BadCursor, RunFilter, RunReader
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -240,7 +242,15 @@ def _panel_context(services: ServicesDep, run: ToolRun) -> dict[str, Any]:
         "terminal": run.status in TERMINAL_STATUSES,
         "timeline": run_timeline(services.engine, run.id),
         "holder": run_holder(services.engine, run.id) if run.status == RunStatus.RUNNING else None,
+        "waiting_for": _waiting_for(services, run),
     }
+
+
+def _waiting_for(services: ServicesDep, run: ToolRun) -> str | None:
+    if run.status != RunStatus.QUEUED:
+        return None
+    view = RunReader(services.engine).view(run.id, None)
+    return view.waiting_for if view is not None else None
 
 
 @router.get("/runs/{run_id}")
@@ -389,7 +399,9 @@ async def submit(
     key = form_key if FORM_KEY.fullmatch(form_key) else None
     try:
         submitted = await run_routes.submit(
-            request, services, body.request(session.principal.tenant, key)
+            request,
+            services,
+            body.request(session.principal.tenant, key, priority_ceiling(session.principal)),
         )
     except Problem as exc:
         return again(exc.detail, exc.status)
@@ -408,7 +420,11 @@ def queue_page(
         QueueCharts(a.queue, counts_chart(a, f"q{i}-counts"), waits_chart(a, f"q{i}-waits"))
         for i, a in enumerate(queue_activity(services.engine, tenant))
     ]
-    context = {"title": "Queue", "overview": overview, "charts": charts}
+    with services.engine.connect() as conn:
+        live = live_workers_by_queue(conn, WORKER_LIVE_SECONDS)
+    queues = sorted({row.queue for row in overview.depth} | set(live))
+    pools = [(queue, live.get(queue, 0)) for queue in queues if queue != SYNC_QUEUE]
+    context = {"title": "Queue", "overview": overview, "charts": charts, "pools": pools}
     return page(ui, request, "queue.html", context)
 
 

@@ -7,7 +7,7 @@ import json
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +28,8 @@ class NewRun:
     queue: str = "default"
     priority: int = 0
     idempotency_key: str | None = None
+    # The per-run limits the caller asked for (already in ``spec``): part of the request.
+    limits: dict[str, float] = field(default_factory=dict)
 
     def key_hash(self) -> str | None:
         """``request_hash`` when the request carries an Idempotency-Key (else nothing to tell)."""
@@ -35,8 +37,11 @@ class NewRun:
 
     def request_hash(self) -> str:
         """Hash of what the caller asked for, to tell a retry from a different request."""
+        asked: dict[str, Any] = {"tool": self.tool, "input": self.input, "priority": self.priority}
+        if self.limits:
+            asked["limits"] = self.limits
         body = json.dumps(
-            {"tool": self.tool, "input": self.input, "priority": self.priority},
+            asked,
             sort_keys=True,
             separators=(",", ":"),
         )
