@@ -67,15 +67,17 @@ WORKER_LIVE_SECONDS = 60.0
 # means any tenant (admins).
 RUN_VIEW = text(
     """
-    SELECT r.id, r.tool, r.status, r.mode, r.input, r.result, r.exit_code, r.attempts,
-           r.max_attempts, r.error_code, r.error, r.stdout_truncated, r.stderr_truncated,
-           r.requested_at, r.started_at, r.finished_at,
-           CASE WHEN j.status = 'queued' AND NOT EXISTS (
-                    SELECT 1 FROM workers w
-                    WHERE j.queue = ANY(w.queues) AND w.stopped_at IS NULL
-                      AND w.last_seen_at > now() - make_interval(secs => :live))
-                THEN 'no live worker serves queue ' || j.queue END AS waiting_for
-    FROM tool_runs r LEFT JOIN tool_run_jobs j ON j.run_id = r.id
+    SELECT id, tool, status, mode, input, result, exit_code, attempts, max_attempts,
+           error_code, error, stdout_truncated, stderr_truncated, requested_at, started_at,
+           finished_at, waiting_for
+    FROM tool_runs r LEFT JOIN LATERAL (
+        SELECT 'no live worker serves queue ' || j.queue AS waiting_for
+        FROM tool_run_jobs j
+        WHERE j.run_id = r.id AND j.status = 'queued' AND NOT EXISTS (
+            SELECT 1 FROM workers w
+            WHERE j.queue = ANY(w.queues) AND w.stopped_at IS NULL
+              AND w.last_seen_at > now() - make_interval(secs => :live))
+    ) notice ON true
     WHERE r.id = :id AND (CAST(:tenant AS text) IS NULL OR r.tenant = CAST(:tenant AS text))
     """
 )
