@@ -58,6 +58,7 @@ def test_keys_api__create_use_list_revoke_refused(
             "tenant",
             "name",
             "scopes",
+            "max_priority",
             "created_at",
             "last_used_at",
             "revoked_at",

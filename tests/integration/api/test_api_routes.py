@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
 from api.main import create_app
+from runyard.auth import issue_api_key
 from runyard.models import RunStatus
 from runyard.queue import JobQueue
 from runyard.runner import AttemptControl, AttemptResult, AttemptSpec
@@ -100,11 +101,11 @@ def test_metrics__counts_live_runs_without_tenants(client: TestClient, acme):
 # --- submit ---
 
 
-def test_submit__202_with_location_job_and_first_event(
-    client: TestClient, engine: Engine, acme: dict[str, str]
-):
+def test_submit__202_with_location_job_and_first_event(client: TestClient, engine: Engine):
+    # A key allowed priority 5 (a tenant key's maximum is 0 unless an admin raises it).
+    allowed = {"Authorization": f"Bearer {issue_api_key(engine, 'acme', max_priority=5).key}"}
     response = client.post(
-        "/v1/runs", json={"tool": "echo", "input": {"x": 1}, "priority": 5}, headers=acme
+        "/v1/runs", json={"tool": "echo", "input": {"x": 1}, "priority": 5}, headers=allowed
     )
     assert response.status_code == 202
     run = response.json()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import httpx2
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
@@ -21,8 +22,10 @@ from schemathesis.specs.openapi.checks import (
 )
 from sqlalchemy import Engine
 
+from api.schemas import RunCreate
+from runyard.auth import issue_api_key
 from runyard.tools import ToolRegistry
-from tests.integration.api.test_api_helpers import bearer, count, live_server, make_app
+from tests.integration.api.test_api_helpers import count, live_server, make_app
 
 CHECKS = [
     not_a_server_error,
@@ -47,11 +50,12 @@ def test_schemathesis__finds_no_server_error_and_no_schema_violation(
         events_poll_seconds=0.1,
         max_request_bytes=64 * 1024,
     )
-    headers = bearer(engine, "acme")
+    # Allowed the documented example's priority, so that example makes a real run.
+    headers = {"Authorization": f"Bearer {issue_api_key(engine, 'acme', max_priority=100).key}"}
     with live_server(app) as url:
         schema = schemathesis.openapi.from_dict(app.openapi())
         operations = [cast(Any, result).ok() for result in schema.get_all_operations()]
-        assert len(operations) == 13
+        assert len(operations) == 14
         for operation in operations:
             strategy = operation.as_strategy(GenerationMode.POSITIVE) | operation.as_strategy(
                 GenerationMode.NEGATIVE
@@ -71,5 +75,10 @@ def test_schemathesis__finds_no_server_error_and_no_schema_violation(
                 case.validate_response(response, checks=CHECKS, headers=headers)
 
             check()
-    # The documented examples were sent too: real runs exist, not only rejections.
+        # The documented examples are accepted: real runs exist, not only rejections (the
+        # generator does not always send them itself).
+        examples: list[Any] = RunCreate.model_json_schema()["examples"]
+        for example in examples:
+            accepted = httpx2.post(f"{url}/v1/runs", json=example, headers=headers, timeout=10)
+            assert accepted.status_code == 202, accepted.text
     assert count(engine, "SELECT count(*) FROM tool_runs") >= 1
