@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from runyard.models import RunStatus, ToolRun
 from runyard.submit import RunView
 from runyard.tools import TOOL_NAME_PATTERN
+from runyard.webhook_urls import MAX_URL_LENGTH
 
 RUN_EXAMPLE: dict[str, Any] = {
     "id": "0f8a3c52-5a7e-4d6b-9a53-2d1f8f5f9c11",
@@ -57,6 +58,13 @@ class RunCreate(BaseModel):
     )
     priority: int = Field(
         default=0, ge=-100, le=100, description="Higher runs first; queue mode only"
+    )
+    callback_url: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_URL_LENGTH,
+        description="http(s) URL that gets the run, signed, when it ends (else the tenant's "
+        "default webhook, if any); it must resolve to public addresses",
     )
 
 

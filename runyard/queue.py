@@ -502,7 +502,7 @@ class JobQueue:
         ]
 
     def prune(self, *, retention_seconds: float, batch: int, now: datetime | None = None) -> int:
-        """Delete the job rows and events of runs terminal for longer than the retention."""
+        """Delete up to ``batch`` runs terminal for longer than the retention (PRUNE)."""
         with self._engine.begin() as conn:
             deleted = conn.execute(
                 PRUNE, {"retention": retention_seconds, "batch": batch, "now": now}
@@ -627,6 +627,7 @@ class ApiQueue(JobQueue):
             "input": json.dumps(run.input),
             "idempotency_key": run.idempotency_key,
             "request_hash": request_hash,
+            "callback_url": run.callback_url,
             "owner": owner,
             "lease": lease_seconds,
             "now": now,

@@ -21,9 +21,10 @@ def _sql(statement: LiteralString) -> TextClause:
 _ENQUEUE_CTES: LiteralString = """
     run AS (
         INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode, requested_at,
-                               max_attempts, idempotency_key, request_hash)
+                               max_attempts, idempotency_key, request_hash, callback_url)
         SELECT :run_id, :tenant, :tool, CAST(:spec AS jsonb), CAST(:input AS jsonb), 'queued',
-               'queue', {NOW}, :max_attempts, :idempotency_key, :request_hash
+               'queue', {NOW}, :max_attempts, :idempotency_key, :request_hash,
+               CAST(:callback_url AS text)
         FROM admitted
         ON CONFLICT (tenant, idempotency_key) DO NOTHING
         RETURNING id
@@ -552,18 +553,26 @@ SELECT_ORPHANED = _sql(
 )
 
 
+# Retention: up to :batch runs (either mode) terminal for longer than :retention seconds,
+# oldest first, deleted with everything that belongs to them (their job, events and webhook
+# deliveries go by ON DELETE CASCADE). Terminal runs never change again, and the per-tenant
+# counts (migration 0006) only count queued and running ones, so they stay exact. A run whose
+# webhook is still being retried stays until its delivery ends. SKIP LOCKED: reapers running
+# at once take different runs.
 PRUNE = _sql(
     """
-    WITH old AS (
-        SELECT run_id FROM tool_run_jobs
-        WHERE status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
-          AND finished_at < {NOW} - make_interval(secs => CAST(:retention AS double precision))
+    WITH old AS MATERIALIZED (
+        SELECT r.id FROM tool_runs r
+        WHERE r.status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
+          AND r.finished_at < {NOW} - make_interval(secs => CAST(:retention AS double precision))
+          AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d
+                          WHERE d.run_id = r.id AND d.status = 'pending')
+        ORDER BY r.finished_at
         LIMIT :batch
-    ), events AS (
-        DELETE FROM tool_run_events e USING old WHERE e.run_id = old.run_id
+        FOR UPDATE SKIP LOCKED
     )
-    DELETE FROM tool_run_jobs j USING old WHERE j.run_id = old.run_id
-    RETURNING j.id
+    DELETE FROM tool_runs r USING old WHERE r.id = old.id
+    RETURNING r.id
     """
 )
 
@@ -582,10 +591,11 @@ SYNC_RECORD = _sql(
     , run AS (
         INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode, requested_at,
                                attempts, max_attempts, idempotency_key, request_hash,
-                               sync_owner, sync_owner_until)
+                               sync_owner, sync_owner_until, callback_url)
         SELECT :run_id, :tenant, :tool, CAST(:spec AS jsonb), CAST(:input AS jsonb), 'queued',
                'sync', {NOW}, 0, 1, :idempotency_key, :request_hash, :owner,
-               {NOW} + make_interval(secs => CAST(:lease AS double precision))
+               {NOW} + make_interval(secs => CAST(:lease AS double precision)),
+               CAST(:callback_url AS text)
         FROM admitted
         ON CONFLICT (tenant, idempotency_key) DO NOTHING
         RETURNING id

@@ -28,14 +28,14 @@ class NewRun:
     queue: str = "default"
     priority: int = 0
     idempotency_key: str | None = None
+    callback_url: str | None = None
 
     def request_hash(self) -> str:
         """Hash of what the caller asked for, to tell a retry from a different request."""
-        body = json.dumps(
-            {"tool": self.tool, "input": self.input, "priority": self.priority},
-            sort_keys=True,
-            separators=(",", ":"),
-        )
+        asked: dict[str, Any] = {"tool": self.tool, "input": self.input, "priority": self.priority}
+        if self.callback_url is not None:  # absent: the hash of requests from before it
+            asked["callback_url"] = self.callback_url
+        body = json.dumps(asked, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(body.encode()).hexdigest()
 
 
@@ -135,6 +135,7 @@ def enqueue_params(
         "priority": run.priority,
         "idempotency_key": run.idempotency_key,
         "request_hash": request_hash,
+        "callback_url": run.callback_url,
         "now": now,
     }
 

@@ -37,6 +37,7 @@ def prepare_run(
     input_value: Any,
     priority: int = 0,
     idempotency_key: str | None = None,
+    callback_url: str | None = None,
 ) -> NewRun:
     """Resolve the tool, check the input against its schema, snapshot its definition."""
     tool = registry.get(tool_name)
@@ -57,6 +58,7 @@ def prepare_run(
         timeout_seconds=tool.timeout_seconds,
         priority=priority,
         idempotency_key=idempotency_key,
+        callback_url=callback_url,
     )
 
 

@@ -15,6 +15,7 @@ from fastapi.responses import PlainTextResponse
 from api.deps import PrincipalDep, Services, ServicesDep, visible_tenant
 from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
 from api.problems import Problem
+from api.routes.webhooks import check_callback_url
 from api.schemas import RunCreate, RunOut, RunPage
 from runyard.auth import Principal
 from runyard.models import RunMode, RunStatus, ToolRun
@@ -147,11 +148,14 @@ def _prepare(
             input_value=body.input,
             priority=body.priority,
             idempotency_key=idempotency_key,
+            callback_url=body.callback_url,
         )
     except UnknownTool as exc:
         raise Problem(422, "unknown_tool", str(exc), field="tool") from exc
     except InvalidInput as exc:
         raise Problem(422, "invalid_input", str(exc), field=exc.path) from exc
+    if body.callback_url is not None:
+        check_callback_url(services, principal.tenant, body.callback_url, field="callback_url")
     if idempotency_key is None:
         return new_run, None
     replay = RunReader(services.engine).find_idempotent(principal.tenant, idempotency_key)
