@@ -66,8 +66,8 @@ def test_put_webhook__makes_the_secret_once_and_rotates_on_request(
     assert rotated.startswith("whsec_") and rotated != secret
     shown = client.get("/v1/tenants/acme/webhook", headers=admin)
     assert shown.json() == {"tenant": "acme", "url": None, "has_secret": True, "secret": None}
-    stored = count(engine, "SELECT count(*) FROM tenant_settings WHERE webhook_secret = :s", s=rotated)
-    assert stored == 1
+    stored = "SELECT count(*) FROM tenant_settings WHERE webhook_secret = :s"
+    assert count(engine, stored, s=rotated) == 1
 
 
 def test_put_webhook__only_for_admins(client: TestClient, acme: dict[str, str]):

@@ -82,12 +82,11 @@ def test_prune_expired__deletes_old_terminal_runs_of_both_modes_whole(
     assert counted(engine) == real(engine) == before
 
 
-def test_prune_expired__waits_for_a_webhook_still_being_retried(
-    queue: JobQueue, engine: Engine
-):
+def test_prune_expired__waits_for_a_webhook_still_being_retried(queue: JobQueue, engine: Engine):
     run_id = finish(queue, callback_url="https://hooks.example/x")
     later = T0 + timedelta(days=2)
     assert prune_expired(queue, retention_seconds=DAY, batch=10, now=later) == 0
+    assert run_ids(engine) == {run_id}
     [row] = autocommit(
         engine, CLAIM_DELIVERIES, {"batch": 1, "owner": "p", "lease": 5.0, "now": later}
     )

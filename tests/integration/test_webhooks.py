@@ -23,7 +23,7 @@ from runyard.tenant_webhooks import TenantWebhooks
 from runyard.webhook_http import post
 from runyard.webhook_sql import CLAIM_DELIVERIES, SETTLE_DELIVERY
 from runyard.webhooks import WebhookConfig, WebhookDeliverer
-from tests.integration.test_queue import LEASE, SUCCESS, T0, claim, events, new_run
+from tests.integration.test_queue import LEASE, SUCCESS, T0, events, new_run
 from tests.webhook_receiver import Receiver, receiver_on
 
 FAST = WebhookConfig(
@@ -40,9 +40,7 @@ FAST = WebhookConfig(
 def finish(queue: JobQueue, now: datetime | None = T0, **overrides: Any) -> uuid.UUID:
     """A run that went queued -> running -> succeeded through the queue's own statements."""
     run_id = queue.enqueue(new_run(**overrides), now=now).run_id
-    [job] = queue.claim(
-        worker_id="w1", engine_id="e", limit=1, lease_seconds=LEASE, now=now
-    )
+    [job] = queue.claim(worker_id="w1", engine_id="e", limit=1, lease_seconds=LEASE, now=now)
     assert job.run_id == run_id
     assert queue.finalize(job.job_id, job.lease_token, SUCCESS, now=now)
     return run_id

@@ -105,7 +105,7 @@ def resolver(*addresses: str) -> Any:
 
 
 def test_checked_addresses__every_address_is_checked():
-    with pytest.raises(DestinationRefused, match="10.0.0.5 is a private"):
+    with pytest.raises(DestinationRefused, match=r"10\.0\.0\.5 is a private"):
         checked_addresses(
             "hooks.example", 443, allow_private=False, resolve=resolver("93.184.215.14", "10.0.0.5")
         )
