@@ -86,11 +86,18 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """Peers that hang up (a killed sender) are expected here: no traceback on stderr."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass
+
+
 @contextmanager
 def receiver_on(port: int = 0, path: str = "/hook") -> Iterator[Receiver]:
     """A receiver on 127.0.0.1 (``port`` 0: a free one) until the block ends."""
     receiver = Receiver(url="", port=port)
-    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(receiver))
+    server = _QuietServer(("127.0.0.1", port), _handler(receiver))
     server.daemon_threads = True
     receiver.port = server.server_address[1]
     receiver.url = f"http://127.0.0.1:{receiver.port}{path}"
