@@ -7,6 +7,7 @@ import ipaddress
 import socket
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -180,3 +181,20 @@ def test_settings__webhook_lease_must_outlast_the_timeout():
     with pytest.raises(ValueError, match="WEBHOOK_LEASE_SECONDS"):
         Settings(database_url="x", webhook_timeout_seconds=10, webhook_lease_seconds=10)
     assert Settings(database_url="x", retention_days=0).retention_days == 0
+
+
+def test_docs_receiver_example__verifies_deliveries_and_drops_duplicates(
+    capsys: pytest.CaptureFixture[str],
+):
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    example = docs.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, Any] = {}
+    exec(compile(example, "docs/api.md", "exec"), namespace)
+    secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    body = b'{"id":"r1","status":"succeeded","result":{"ok":true}}'
+    headers = signed_headers(secret, "delivery-1", body, datetime.now(UTC))
+    handle = namespace["handle"]
+    assert handle(body, headers) == 204
+    assert handle(body, headers) == 204
+    assert handle(body.replace(b"succeeded", b"failed"), headers) == 401
+    assert capsys.readouterr().out == "r1 succeeded {'ok': True}\n"
