@@ -340,3 +340,17 @@ def test_deliverer__copies_at_once_deliver_each_delivery_once(
     ids = [r.webhook_id for r in receiver.received]
     assert len(ids) == len(set(ids)) == 20
     assert {r.run()["id"] for r in receiver.received} == {str(r) for r in run_ids}
+
+
+def test_deliverer__https_speaks_tls_to_the_checked_address(
+    queue: JobQueue, engine: Engine, secret: str, receiver: Receiver
+):
+    run_id = finish(queue, now=None, callback_url=receiver.url.replace("http://", "https://"))
+    deliverer = WebhookDeliverer(engine, FAST)
+    try:
+        assert deliverer.run_once().retrying == 1
+    finally:
+        deliverer.close()
+    [event] = webhook_events(engine, run_id)
+    assert event["error"].startswith("SSLError")  # a plain-HTTP peer cannot complete TLS
+    assert receiver.received == []
