@@ -29,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log_config=None,
         access_log=False,
         # Open event streams and waits must not hold a rolling restart up for long; sync-mode
-        # tools left running are settled from their containers (runyard/sync_mode.py).
+        # tools left running are released, and adopted by another API process of the engine.
         timeout_graceful_shutdown=10,
     )
     return 0

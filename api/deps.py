@@ -16,6 +16,7 @@ from runyard.auth import Principal, PrincipalCache, authenticate
 from runyard.notify import RunNotifier
 from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.settings import Settings
+from runyard.submission import Submissions
 from runyard.sync_mode import SyncExecutor
 from runyard.tools import ToolRegistry
 
@@ -36,9 +37,10 @@ class Services:
     # Database reads of the event streams share these few tokens: streams never hold a
     # connection while they wait, and together they never take more than this many.
     events_limiter: anyio.CapacityLimiter
-    # Sync mode only: the inline runner and the threads its attempts run in.
+    # The submit use case (runyard.submission), in either mode.
+    submissions: Submissions
+    # Sync mode only: the inline executor, whose slots have threads of their own.
     sync: SyncExecutor | None = None
-    sync_limiter: anyio.CapacityLimiter | None = None
     open_streams: int = 0
     # Verified API keys, trusted for a few seconds (runyard.auth.AUTH_CACHE_SECONDS).
     auth_cache: PrincipalCache = field(default_factory=PrincipalCache)

@@ -29,11 +29,13 @@ from runyard.retention import retention_seconds
 from runyard.runner import Runner
 from runyard.schema_version import script_heads
 from runyard.settings import Settings
+from runyard.submission import Submissions, WaitLimits
 from runyard.sweep import Sweeper
-from runyard.sync_mode import SyncExecutor, SyncOrphanSettler
+from runyard.sync_mode import SyncExecutor
 from runyard.tools import ToolRegistry, load_registry
 from runyard.upkeep import Upkeep
 from runyard.webhooks import WebhookConfig, WebhookDeliverer
+from runyard.workers import WorkerRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -54,45 +56,46 @@ def _listen_url(engine: Engine) -> str:
 
 def _start_sync_mode(
     settings: Settings,
-    services: Services,
+    queue: ApiQueue,
     runner: Runner | None,
     own_engine: bool,
     timeouts: DbTimeouts,
-) -> tuple[list[Engine], list[Chore]]:
-    """Sync mode (``RUNYARD_QUEUE_ENABLED=false``): the inline executor, its renewal thread
-    (on a small pool of its own unless the engine was injected), and its chores."""
+) -> tuple[SyncExecutor, list[Engine], list[Chore]]:
+    """Sync mode (``RUNYARD_QUEUE_ENABLED=false``): the inline executor, its lease renewals
+    (on a small pool of its own unless the engine was injected), and its chores: adopting the
+    sync runs of this engine whose API process is gone, and the sweep."""
     sync_runner = runner if runner is not None else DockerRunner.from_settings(settings)
-    queue, db = services.queue, services.engine
     engines: list[Engine] = []
-    renew_queue = queue
+    heartbeat_queue = queue
     if own_engine:
         # Like the worker's heartbeats: a pool that requests cannot exhaust.
-        renew_engine = make_engine(
+        heartbeat_engine = make_engine(
             settings.database_url, pool_size=1, max_overflow=1, timeouts=timeouts
         )
-        engines.append(renew_engine)
-        renew_queue = ApiQueue(renew_engine)
-    services.sync = SyncExecutor(
+        engines.append(heartbeat_engine)
+        heartbeat_queue = ApiQueue(heartbeat_engine)
+    sync = SyncExecutor(
         queue,
         sync_runner,
         max_concurrency=settings.sync_max_concurrency,
         lease_seconds=settings.lease_seconds,
-        renew_queue=renew_queue,
+        heartbeat_queue=heartbeat_queue,
+        registry=WorkerRegistry(queue.engine),
     )
-    settler = SyncOrphanSettler(queue, sync_runner, lease_seconds=settings.lease_seconds)
-    sweeper = Sweeper(db, sync_runner, grace_seconds=settings.sweep_grace_seconds)
-    # Sync attempts get threads of their own, so a full cap never starves other routes.
-    services.sync_limiter = anyio.CapacityLimiter(settings.sync_max_concurrency)
-    services.notifier.add_listener(services.sync.on_notification)
-    services.sync.start()
+    sweeper = Sweeper(queue.engine, sync_runner, grace_seconds=settings.sweep_grace_seconds)
+    sync.start()
     logger.info(
         "sync mode: tools run inline in the API",
-        extra={"max_concurrency": settings.sync_max_concurrency},
+        extra={"max_concurrency": settings.sync_max_concurrency, "worker_id": sync.owner_id},
     )
-    return engines, [
-        Chore("sync orphan settling", settings.reaper_interval_seconds, settler.run_once),
-        Chore("sweep", settings.sweep_interval_seconds, sweeper.run_once),
-    ]
+    return (
+        sync,
+        engines,
+        [
+            Chore("sync adoption", settings.reaper_interval_seconds, sync.adopt_once),
+            Chore("sweep", settings.sweep_interval_seconds, sweeper.run_once),
+        ],
+    )
 
 
 def _start_upkeep(
@@ -159,23 +162,30 @@ def create_app(
             backoff_max_seconds=settings.retry_backoff_max_seconds,
         )
         notifier = RunNotifier(_listen_url(db))
+        tools = registry or load_registry(settings.tools_file, settings)
+        caps = AdmissionCaps(
+            max_queue_depth=settings.max_queue_depth,
+            tenant_max_queued=settings.tenant_max_queued,
+            tenant_max_running=settings.tenant_max_running,
+        )
+        sync: SyncExecutor | None = None
+        if not settings.queue_enabled:
+            sync, engines_, chores = _start_sync_mode(settings, queue, runner, own_engine, timeouts)
+            engines += engines_
+            notifier.add_listener(sync.on_notification)
+        limits = WaitLimits(settings.max_wait_seconds, settings.events_poll_seconds)
         services = Services(
             settings=settings,
             engine=db,
             queue=queue,
-            registry=registry or load_registry(settings.tools_file, settings),
+            registry=tools,
             notifier=notifier,
-            caps=AdmissionCaps(
-                max_queue_depth=settings.max_queue_depth,
-                tenant_max_queued=settings.tenant_max_queued,
-                tenant_max_running=settings.tenant_max_running,
-            ),
+            caps=caps,
             migration_heads=script_heads(),
             events_limiter=anyio.CapacityLimiter(settings.events_db_concurrency),
+            submissions=Submissions(queue, tools, caps, notifier, sync=sync, limits=limits),
+            sync=sync,
         )
-        if not settings.queue_enabled:
-            engines_, chores = _start_sync_mode(settings, services, runner, own_engine, timeouts)
-            engines += engines_
         app.state.services = services
         background = Chores(chores, thread_name="runyard-sync-chores")
         background.start()

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
-from datetime import datetime
 from typing import Any
 
+import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from runyard.models import RunStatus, ToolRun
-from runyard.submit import RunView
+from runyard.runs import RunView
+from runyard.submit import RunRequest
 from runyard.tools import TOOL_NAME_PATTERN
 from runyard.webhook_urls import MAX_URL_LENGTH
 
@@ -67,33 +66,18 @@ class RunCreate(BaseModel):
         "default webhook, if any); it must resolve to public addresses",
     )
 
+    def request(self, tenant: str, idempotency_key: str | None) -> RunRequest:
+        """The core's request for ``tenant``."""
+        return RunRequest(
+            tenant, self.tool, self.input, self.priority, idempotency_key, self.callback_url
+        )
 
-class RunOut(BaseModel):
-    """A run as the API shows it: no lease tokens, container ids or streams."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [RUN_EXAMPLE]})
-
-    id: uuid.UUID
-    tool: str
-    status: RunStatus
-    mode: str
-    input: Any
-    result: Any | None
-    exit_code: int | None
-    attempts: int
-    max_attempts: int
-    error_code: str | None
-    error: str | None
-    stdout_truncated: bool
-    stderr_truncated: bool
-    requested_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-
-    @classmethod
-    def from_row(cls, run: ToolRun | RunView) -> RunOut:
-        """Project an ORM row or a ``RunView`` onto the public shape (same field names)."""
-        return cls.model_validate(run, from_attributes=True)
+@pydantic.dataclasses.dataclass(
+    frozen=True, config=ConfigDict(json_schema_extra={"examples": [RUN_EXAMPLE]})
+)
+class RunOut(RunView):
+    """A run as the API shows it: the fields of the read model (``runyard.runs.RunView``)."""
 
 
 class RunPage(BaseModel):

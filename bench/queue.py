@@ -241,6 +241,9 @@ def psycopg_floor_round(url: str, jobs: int, threads: int, deadline: Deadline) -
                     "idempotency_key": None,
                     "request_hash": None,
                     "callback_url": None,
+                    "owner": None,  # queue mode: not claimed at the insert
+                    "engine_id": None,
+                    "lease": None,
                     "now": None,
                 },
             )
@@ -681,6 +684,9 @@ def _profile_claim_vs_backlog(url: str, backlogs: list[int], deadline: Deadline)
                             "idempotency_key": None,
                             "request_hash": None,
                             "callback_url": None,
+                            "owner": None,  # queue mode: not claimed at the insert
+                            "engine_id": None,
+                            "lease": None,
                             "now": None,
                         },
                     )

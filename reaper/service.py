@@ -1,5 +1,5 @@
-"""The reaper: clears expired leases, settles runs on dead engines and orphaned sync runs,
-prunes old rows."""
+"""The reaper: clears expired leases, settles runs on dead engines (sync runs too), prunes
+old rows."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from runyard.metrics import Metrics
 from runyard.models import RunStatus
 from runyard.queue import JobQueue, OrphanedJob
 from runyard.retention import prune_expired
-from runyard.sync_mode import SyncOrphanSettler
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +35,6 @@ class ReapResult:
     requeued: int = 0
     failed: int = 0
     pruned: int = 0
-    sync_settled: int = 0
 
 
 class Reaper:
@@ -46,14 +44,11 @@ class Reaper:
         self,
         queue: JobQueue,
         config: ReaperConfig,
-        sync_settler: SyncOrphanSettler | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         self._queue = queue
         self._metrics = metrics or Metrics()
         self._config = config
-        # Without a runner the settler still fails orphaned sync runs after their deadline.
-        self._sync_settler = sync_settler or SyncOrphanSettler(queue)
         self._stop = threading.Event()
 
     def run_once(self, *, now: datetime | None = None) -> ReapResult:
@@ -61,8 +56,7 @@ class Reaper:
         cleared = self._clear_expired(now)
         requeued, failed = self._settle_orphans(now)
         pruned = self._prune(now)
-        sync_settled = self._sync_settler.run_once(batch=self._config.batch_size, now=now)
-        result = ReapResult(cleared, requeued, failed, pruned, sync_settled)
+        result = ReapResult(cleared, requeued, failed, pruned)
         for action, count in result.__dict__.items():
             if count:
                 self._metrics.reaper_actions.labels(action=action).inc(count)

@@ -1,8 +1,9 @@
 """The one rule for a running attempt whose owner is gone: what its new owner does with it.
 
 Every adopter asks it: a worker adopting a run of its own engine, the reaper settling runs of
-an engine declared dead, the sync-mode settler. The inputs are plain facts so any of them can
-state what it knows; ``docs/state_machine.md`` shows the table.
+an engine declared dead, a sync-mode API process adopting a sync run of its engine. The
+inputs are plain facts so any of them can state what it knows; ``docs/state_machine.md``
+shows the table.
 """
 
 from __future__ import annotations

@@ -75,10 +75,6 @@ HOLDER = text(
     SELECT j.locked_by AS owner, j.locked_until AS lease_until
     FROM tool_run_jobs j WHERE j.run_id = :run_id AND j.status = 'running'
       AND j.locked_by IS NOT NULL
-    UNION ALL
-    SELECT r.sync_owner, r.sync_owner_until
-    FROM tool_runs r WHERE r.id = :run_id AND r.status = 'running' AND r.sync_owner IS NOT NULL
-    LIMIT 1
     """
 )
 

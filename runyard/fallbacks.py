@@ -10,6 +10,13 @@ from runyard.runner import AttemptResult, ErrorCode
 
 ERROR_CAP = 1000
 
+# What an owner stores for an attempt whose cancel came before its container started.
+CANCELLED_BEFORE_START = AttemptResult(
+    status=RunStatus.CANCELLED,
+    error_code=ErrorCode.CANCELLED,
+    error="cancelled before it started",
+)
+
 
 def crashed_outcome(exc: BaseException) -> AttemptResult:
     """``failed``/``internal_error`` for an attempt the runner raised on unexpectedly: the same

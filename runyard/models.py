@@ -140,9 +140,6 @@ class ToolRun(Base):
     error: Mapped[str | None] = mapped_column(Text)
     idempotency_key: Mapped[str | None] = mapped_column(Text)
     request_hash: Mapped[str | None] = mapped_column(Text)
-    # Sync mode only: which API process runs it inline and until when it vouches for it.
-    sync_owner: Mapped[str | None] = mapped_column(Text)
-    sync_owner_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class TenantRunCount(Base):
@@ -287,7 +284,7 @@ class TenantSettings(Base):
 
 class WebhookDelivery(Base):
     """One completion webhook of a run: written by a trigger when the run becomes terminal
-    (migration 0008), then claimed, attempted and settled by ``runyard.webhooks``."""
+    (migration 0009), then claimed, attempted and settled by ``runyard.webhooks``."""
 
     __tablename__ = "webhook_deliveries"
     __table_args__ = (

@@ -21,8 +21,9 @@ from typing import Any
 from sqlalchemy import Engine, TextClause, text
 
 from runyard.db import autocommit
-from runyard.models import RunMode, RunStatus
+from runyard.models import RunStatus
 from runyard.queue_sql import (
+    ADOPT,
     APPEND_LOG,
     CANCEL_QUEUED,
     CANCEL_RUNNING,
@@ -48,16 +49,7 @@ from runyard.queue_sql import (
     RUN_STATUS,
     SELECT_EXPIRED,
     SELECT_ORPHANED,
-    SELECT_SYNC_ORPHANS,
     SUBMIT,
-    SYNC_APPEND_LOG,
-    SYNC_CANCEL,
-    SYNC_CANCEL_REQUESTED,
-    SYNC_FINALIZE,
-    SYNC_RECORD,
-    SYNC_RENEW,
-    SYNC_START,
-    SYNC_TAKE_OVER,
 )
 from runyard.queue_values import (
     AdmissionCaps,
@@ -68,11 +60,10 @@ from runyard.queue_values import (
     EnqueueResult,
     Heartbeat,
     IdempotencyConflict,
+    InlineClaim,
     NewRun,
     OrphanedJob,
     RequeueResult,
-    SyncOrphan,
-    SyncStart,
     claimed_job,
     enqueue_params,
     outcome_params,
@@ -88,12 +79,11 @@ __all__ = [
     "EnqueueResult",
     "Heartbeat",
     "IdempotencyConflict",
+    "InlineClaim",
     "JobQueue",
     "NewRun",
     "OrphanedJob",
     "RequeueResult",
-    "SyncOrphan",
-    "SyncStart",
 ]
 
 logger = logging.getLogger(__name__)
@@ -152,23 +142,23 @@ class JobQueue:
     def enqueue(self, run: NewRun, *, now: datetime | None = None) -> EnqueueResult:
         """Write the run, its job, its first event and the NOTIFY in one statement."""
         run_id, job_id = uuid.uuid4(), uuid.uuid4()
-        request_hash = run.request_hash() if run.idempotency_key else None
-        created = self._first(ENQUEUE, enqueue_params(run, run_id, job_id, request_hash, now))
+        created = self._first(ENQUEUE, enqueue_params(run, run_id, job_id, now))
         if created is not None:
             return EnqueueResult(run_id=created.id, created=True)
         # ON CONFLICT waited for the first writer of the key, so its row is committed.
-        replayed = self._replay(run, request_hash)
+        replayed = self._replay(run)
         assert replayed is not None
         return replayed
 
-    def _replay(self, run: NewRun, request_hash: str | None) -> EnqueueResult | None:
-        """The run already made with this request's Idempotency-Key, if any."""
+    def _replay(self, run: NewRun) -> EnqueueResult | None:
+        """The run already made with this request's Idempotency-Key, if any: the one place
+        that tells a replay from a conflict."""
         if run.idempotency_key is None:
             return None
         existing = self._first(FIND_IDEMPOTENT, {"tenant": run.tenant, "key": run.idempotency_key})
         if existing is None:
             return None
-        if existing.request_hash != request_hash:
+        if existing.request_hash != run.key_hash():
             raise IdempotencyConflict(
                 "this Idempotency-Key was already used with a different request"
             )
@@ -182,9 +172,14 @@ class JobQueue:
         limit: int,
         lease_seconds: float,
         queues: Sequence[str] = ("default",),
+        adopt_only: bool = False,
         now: datetime | None = None,
     ) -> list[ClaimedJob]:
-        """Claim up to ``limit`` jobs: adoptable ones of this engine first, then queued."""
+        """Claim up to ``limit`` jobs: adoptable ones of this engine first, then queued.
+
+        ``adopt_only`` (sync mode, one queue): only running jobs whose lease was cleared or
+        ran out; nothing queued is ever claimed.
+        """
         if limit <= 0:
             return []
         params: dict[str, Any] = {
@@ -195,7 +190,7 @@ class JobQueue:
             "now": now,
         }
         if len(queues) == 1:
-            rows = self._run(CLAIM, {**params, "queue": queues[0]})
+            rows = self._run(ADOPT if adopt_only else CLAIM, {**params, "queue": queues[0]})
         else:
             rows = self._run(CLAIM_ANY_QUEUE, {**params, "queues": list(queues)})
         return [claimed_job(row) for row in rows]
@@ -402,6 +397,7 @@ class JobQueue:
         *,
         charged: bool,
         error: str,
+        error_code: str = ErrorCode.CONTAINER_LOST,
         now: datetime | None = None,
     ) -> RequeueResult:
         """An attempt no container will finish goes back to the queue (or ends cancelled or
@@ -409,9 +405,7 @@ class JobQueue:
         (``requeue_unstarted``, which applies only if no container was ever requested)."""
         if not charged:
             return self.requeue_unstarted(job_id, token, now=now)
-        return self.requeue(
-            job_id, token, error_code=ErrorCode.CONTAINER_LOST, error=error, now=now
-        )
+        return self.requeue(job_id, token, error_code=error_code, error=error, now=now)
 
     def append_log(
         self,
@@ -510,24 +504,16 @@ class JobQueue:
         return len(deleted)
 
 
-def run_mode_is_queue(mode: str) -> bool:
-    """True for runs that go through the queue (sync runs have no job row)."""
-    return mode == RunMode.QUEUE.value
-
-
-# --- sync mode and admission ---
+# --- admission ---
 #
-# The API's own transitions: submits that pass admission caps, and runs executed inline by an
-# API process (``mode='sync'``, no job row). A sync run is fenced by ``sync_owner`` the way a
-# job is fenced by its lease token: the owner renews ``sync_owner_until`` while the tool runs,
-# and whoever takes an expired run over (the reaper, another API process) writes its own id
-# first, so a late write of the old owner changes nothing.
+# The API's own submits: admitted under the caps in the insert's own statement. In sync mode
+# the same statement also claims the new job for the API process that runs it inline.
 
 EVENTS_CHANNEL = "runyard_events"
 
 
 class ApiQueue(JobQueue):
-    """The queue plus the API's operations: admitted submits and sync-mode runs."""
+    """The queue plus the API's operations: admitted submits, and the sync mode's claims."""
 
     def __init__(
         self,
@@ -553,40 +539,34 @@ class ApiQueue(JobQueue):
         self._depth.counted(depth)
         return depth >= cap
 
+    def replay_or_refuse(self, run: NewRun, refusal: AdmissionRefused) -> EnqueueResult:
+        """A run this request already made (an idempotent replay is never refused), else
+        ``refusal``: for a cap checked before the insert."""
+        replayed = self._replay(run)
+        if replayed is None:
+            raise refusal
+        return replayed
+
     def submit(
-        self, run: NewRun, caps: AdmissionCaps, *, now: datetime | None = None
-    ) -> EnqueueResult:
-        """Enqueue if admitted; an idempotent replay returns the first run and skips the caps.
-
-        Raises ``AdmissionRefused`` or ``IdempotencyConflict``.
-        """
-        request_hash = run.request_hash() if run.idempotency_key else None
-        if self._queue_full(caps.max_queue_depth):
-            replayed = self._replay(run, request_hash)
-            if replayed is None:
-                raise AdmissionRefused("queue_full", caps.max_queue_depth)
-            return replayed
-        params = enqueue_params(run, uuid.uuid4(), uuid.uuid4(), request_hash, now)
-        result = self._admitted_insert(run, caps, request_hash, SUBMIT, params)
-        if result.created:
-            self._depth.admitted()
-        return result
-
-    def _admitted_insert(
         self,
         run: NewRun,
         caps: AdmissionCaps,
-        request_hash: str | None,
-        statement: TextClause,
-        params: dict[str, Any],
+        *,
+        inline: InlineClaim | None = None,
+        now: datetime | None = None,
     ) -> EnqueueResult:
-        """Admit and insert in one statement (SUBMIT or SYNC_RECORD), or replay, or refuse.
+        """Enqueue if admitted, or with ``inline`` (sync mode) insert the job claimed by that
+        owner; an idempotent replay returns the first run and skips the caps.
 
         Exact for the tenant caps in every API process: the statement locks the tenant's row
         of counts that every submit's insert is counted in until it commits (``SUBMIT``).
+        Raises ``AdmissionRefused`` or ``IdempotencyConflict``.
         """
+        if inline is None and self._queue_full(caps.max_queue_depth):
+            return self.replay_or_refuse(run, AdmissionRefused("queue_full", caps.max_queue_depth))
+        params = enqueue_params(run, uuid.uuid4(), uuid.uuid4(), now, inline)
         row = self._first(
-            statement,
+            SUBMIT,
             {
                 **params,
                 "queued_cap": caps.tenant_max_queued,
@@ -594,8 +574,11 @@ class ApiQueue(JobQueue):
             },
         )
         assert row is not None
-        if row.id is not None:
-            return EnqueueResult(run_id=row.id, created=True)
+        if row.run_id is not None:
+            if inline is None:
+                self._depth.admitted()
+                return EnqueueResult(run_id=row.run_id, created=True)
+            return EnqueueResult(run_id=row.run_id, created=True, job=claimed_job(row))
         if row.refused is not None and not row.replayed:
             limit = (
                 caps.tenant_max_queued
@@ -604,174 +587,6 @@ class ApiQueue(JobQueue):
             )
             raise AdmissionRefused(row.refused, limit)
         # The key was used before, or by a concurrent submit that committed first.
-        replayed = self._replay(run, request_hash)
+        replayed = self._replay(run)
         assert replayed is not None
         return replayed
-
-    def record_sync(
-        self,
-        run: NewRun,
-        caps: AdmissionCaps,
-        *,
-        owner: str,
-        lease_seconds: float,
-        now: datetime | None = None,
-    ) -> EnqueueResult:
-        """Record a sync run as ``queued`` and owned by ``owner``; no job row is written."""
-        request_hash = run.request_hash() if run.idempotency_key else None
-        params = {
-            "run_id": uuid.uuid4(),
-            "tenant": run.tenant,
-            "tool": run.tool,
-            "spec": json.dumps(run.spec),
-            "input": json.dumps(run.input),
-            "idempotency_key": run.idempotency_key,
-            "request_hash": request_hash,
-            "callback_url": run.callback_url,
-            "owner": owner,
-            "lease": lease_seconds,
-            "now": now,
-        }
-        return self._admitted_insert(run, caps, request_hash, SYNC_RECORD, params)
-
-    def start_sync(
-        self,
-        run_id: uuid.UUID,
-        *,
-        owner: str,
-        engine_id: str | None,
-        lease_seconds: float,
-        now: datetime | None = None,
-    ) -> SyncStart | None:
-        """``queued -> running`` for a sync run we own; None if it is no longer ours."""
-        with self._engine.begin() as conn:
-            row = conn.execute(
-                SYNC_START,
-                {
-                    "run_id": run_id,
-                    "owner": owner,
-                    "engine_id": engine_id,
-                    "lease": lease_seconds,
-                    "now": now,
-                },
-            ).one_or_none()
-        if row is None:
-            return None
-        return SyncStart(started_at=row.started_at, deadline_at=row.deadline_at)
-
-    def append_sync_log(
-        self,
-        run_id: uuid.UUID,
-        *,
-        owner: str,
-        stream: str,
-        text_chunk: str,
-        until: str,
-        now: datetime | None = None,
-    ) -> bool:
-        """Append a live log chunk of a sync run we own; False if it is no longer ours."""
-        if stream not in ("stdout", "stderr"):
-            raise ValueError(f"unknown stream {stream!r}")
-        with self._engine.begin() as conn:
-            row = conn.execute(
-                SYNC_APPEND_LOG,
-                {
-                    "run_id": run_id,
-                    "owner": owner,
-                    "stream": stream,
-                    "text": text_chunk,
-                    "until": until,
-                    "now": now,
-                },
-            ).first()
-        return row is not None
-
-    def finalize_sync(
-        self,
-        run_id: uuid.UUID,
-        outcome: AttemptResult,
-        *,
-        owner: str,
-        now: datetime | None = None,
-    ) -> bool:
-        """Write the terminal outcome of a sync run we own; False if it is no longer ours."""
-        if not outcome.status.is_terminal:
-            raise ValueError(f"finalize needs a terminal status, not {outcome.status}")
-        with self._engine.begin() as conn:
-            row = conn.execute(
-                SYNC_FINALIZE,
-                {
-                    "run_id": run_id,
-                    "owner": owner,
-                    **outcome_params(outcome),
-                    "now": now,
-                },
-            ).one_or_none()
-        return row is not None
-
-    def renew_sync(
-        self,
-        run_ids: Sequence[uuid.UUID],
-        *,
-        owner: str,
-        lease_seconds: float,
-        now: datetime | None = None,
-    ) -> dict[uuid.UUID, bool]:
-        """Extend our sync runs' ownership: ``{run id: cancel requested}`` for those still ours."""
-        if not run_ids:
-            return {}
-        with self._engine.begin() as conn:
-            rows = conn.execute(
-                SYNC_RENEW,
-                {"run_ids": list(run_ids), "owner": owner, "lease": lease_seconds, "now": now},
-            ).all()
-        return {row.id: bool(row.cancel_requested) for row in rows}
-
-    def sync_cancel_requested(self, run_id: uuid.UUID) -> bool:
-        """Whether someone asked to cancel this sync run."""
-        with self._engine.connect() as conn:
-            return bool(conn.execute(SYNC_CANCEL_REQUESTED, {"run_id": run_id}).scalar_one())
-
-    def cancel_sync(self, run_id: uuid.UUID, *, now: datetime | None = None) -> CancelResult:
-        """Ask the owner of a sync run to stop it (its container is stopped, then finalized)."""
-        with self._engine.begin() as conn:
-            if conn.execute(SYNC_CANCEL, {"run_id": run_id, "now": now}).first():
-                return CancelResult(found=True, status=RunStatus.RUNNING, requested=True)
-            status = conn.execute(RUN_STATUS, {"run_id": run_id}).scalar_one_or_none()
-        if status is None:
-            return CancelResult(found=False, status=None)
-        run_status = RunStatus(status)
-        return CancelResult(found=True, status=run_status, requested=not run_status.is_terminal)
-
-    def select_sync_orphans(self, *, batch: int, now: datetime | None = None) -> list[SyncOrphan]:
-        """Sync runs not terminal whose owner stopped renewing them (no lock taken)."""
-        with self._engine.connect() as conn:
-            rows = conn.execute(SELECT_SYNC_ORPHANS, {"batch": batch, "now": now}).all()
-        return [
-            SyncOrphan(
-                run_id=row.id,
-                status=RunStatus(row.status),
-                spec=row.spec,
-                input=row.input,
-                started_at=row.started_at,
-                deadline_at=row.deadline_at,
-                engine_id=row.engine_id,
-            )
-            for row in rows
-        ]
-
-    def take_over_sync(
-        self,
-        run_id: uuid.UUID,
-        *,
-        owner: str,
-        lease_seconds: float,
-        now: datetime | None = None,
-    ) -> bool:
-        """Become the owner of an orphaned sync run; False if it was renewed or taken."""
-        with self._engine.begin() as conn:
-            row = conn.execute(
-                SYNC_TAKE_OVER,
-                {"run_id": run_id, "owner": owner, "lease": lease_seconds, "now": now},
-            ).first()
-        return row is not None

@@ -18,31 +18,65 @@ def _sql(statement: LiteralString) -> TextClause:
     return text(statement.replace("{NOW}", _NOW))
 
 
+# A run and its job, written together. ``:owner`` NULL: a queued job (queue mode). Else a sync
+# run, claimed in the same statement by the API process ``:owner`` that runs it inline, under
+# the same lease as any claim: attempt 1, a fresh ``lease_token``, its engine, its deadline.
+# It has one attempt, and its container counts as requested from the start: nothing waits in
+# a queue in sync mode, so a sync attempt is never retried nor given back uncharged (REQUEUE
+# fails it, REQUEUE_UNSTARTED never applies to it).
 _ENQUEUE_CTES: LiteralString = """
     run AS (
         INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode, requested_at,
-                               max_attempts, idempotency_key, request_hash, callback_url)
-        SELECT :run_id, :tenant, :tool, CAST(:spec AS jsonb), CAST(:input AS jsonb), 'queued',
-               'queue', {NOW}, :max_attempts, :idempotency_key, :request_hash,
-               CAST(:callback_url AS text)
-        FROM admitted
+                               started_at, attempts, max_attempts, idempotency_key,
+                               request_hash, callback_url)
+        SELECT :run_id, :tenant, :tool, CAST(:spec AS jsonb), CAST(:input AS jsonb),
+               CASE WHEN claim.by_api THEN 'running' ELSE 'queued' END::run_status,
+               CASE WHEN claim.by_api THEN 'sync' ELSE 'queue' END, {NOW},
+               CASE WHEN claim.by_api THEN {NOW} END, CAST(claim.by_api AS integer),
+               CASE WHEN claim.by_api THEN 1 ELSE :max_attempts END,
+               :idempotency_key, :request_hash, CAST(:callback_url AS text)
+        FROM admitted, claim
         ON CONFLICT (tenant, idempotency_key) DO NOTHING
-        RETURNING id
+        RETURNING id, status, attempts, max_attempts
     ), job AS (
-        INSERT INTO tool_run_jobs (id, run_id, status, queue, priority, max_attempts,
-                                   timeout_seconds, available_at, created_at, updated_at)
-        SELECT :job_id, run.id, 'queued', :queue, :priority, :max_attempts, :timeout_seconds,
-               {NOW}, {NOW}, {NOW}
-        FROM run
-        RETURNING run_id
+        INSERT INTO tool_run_jobs (id, run_id, status, queue, priority, attempts, max_attempts,
+                                   timeout_seconds, available_at, created_at, updated_at,
+                                   started_at, locked_by, locked_until, lease_token, engine_id,
+                                   deadline_at, container_requested_at)
+        SELECT :job_id, run.id, run.status, :queue, :priority, run.attempts, run.max_attempts,
+               :timeout_seconds, {NOW}, {NOW}, {NOW},
+               CASE WHEN claim.by_api THEN {NOW} END, CAST(:owner AS text),
+               {NOW} + make_interval(secs => CAST(:lease AS double precision)),
+               CASE WHEN claim.by_api THEN gen_random_uuid() END, CAST(:engine_id AS text),
+               CASE WHEN claim.by_api THEN {NOW} + make_interval(
+                   secs => CAST(:timeout_seconds AS double precision)) END,
+               CASE WHEN claim.by_api THEN {NOW} END
+        FROM run, claim
+        RETURNING id, run_id, attempts, max_attempts, lease_token, locked_until, deadline_at,
+                  started_at, container_requested_at
     ), event AS (
         INSERT INTO tool_run_events (run_id, at, type, data)
-        SELECT run_id, {NOW}, 'status', jsonb_build_object('status', 'queued') FROM job
+        SELECT job.run_id, {NOW}, e.type, e.data FROM job, claim
+        CROSS JOIN LATERAL (VALUES
+            (1, 'status', jsonb_build_object('status', 'queued')
+                          || CASE WHEN claim.by_api THEN '{"mode": "sync"}'::jsonb
+                                  ELSE '{}'::jsonb END),
+            (2, 'claimed', CASE WHEN claim.by_api THEN jsonb_build_object(
+                'attempt', 1, 'worker_id', CAST(:owner AS text),
+                'engine_id', CAST(:engine_id AS text)) END),
+            (3, 'status', CASE WHEN claim.by_api THEN jsonb_build_object(
+                'status', 'running', 'attempt', 1) END)
+        ) AS e(n, type, data)
+        WHERE e.data IS NOT NULL
+        ORDER BY e.n
     )
 """
 
+_CLAIM_AT_INSERT: LiteralString = "claim AS (SELECT CAST(:owner AS text) IS NOT NULL AS by_api), "
+
 ENQUEUE = _sql(
     "WITH admitted AS (SELECT 1), "
+    + _CLAIM_AT_INSERT
     + _ENQUEUE_CTES
     + "SELECT id, pg_notify('runyard_jobs', CAST(:queue AS text)) FROM run"
 )
@@ -82,17 +116,24 @@ _ADMISSION_CTES: LiteralString = """
     )
 """
 
-# ENQUEUE with admission: ``id`` is the new run's; else ``replayed`` or ``refused`` says why.
+# ENQUEUE with admission: ``run_id`` is the new run's; else ``replayed`` or ``refused`` says
+# why. A sync run (``:owner`` set) comes back claimed, its job's row shaped like CLAIM's; only
+# queued work wakes the workers.
 SUBMIT = _sql(
     "WITH "
     + _ADMISSION_CTES
     + ", "
+    + _CLAIM_AT_INSERT
     + _ENQUEUE_CTES
     + """
-    SELECT run.id, d.replayed, d.refused,
-           CASE WHEN run.id IS NOT NULL
+    SELECT job.run_id, d.replayed, d.refused, job.id, job.attempts, job.max_attempts,
+           job.lease_token, job.locked_until, job.deadline_at, job.started_at,
+           job.started_at AS requested_at, job.container_requested_at,
+           CAST(NULL AS timestamptz) AS cancel_requested_at, false AS adopted,
+           CAST(:spec AS jsonb) AS spec, CAST(:input AS jsonb) AS input,
+           CASE WHEN job.run_id IS NOT NULL AND NOT claim.by_api
                 THEN pg_notify('runyard_jobs', CAST(:queue AS text)) END AS notified
-    FROM decision d LEFT JOIN run ON true
+    FROM decision d CROSS JOIN claim LEFT JOIN job ON true
     """
 )
 
@@ -111,14 +152,14 @@ FIND_IDEMPOTENT = _sql(
 _CLAIM_CTES: LiteralString = """
     adoptable AS MATERIALIZED (
         SELECT id FROM tool_run_jobs
-        WHERE status = 'running' AND locked_until IS NULL AND engine_id = :engine_id
+        WHERE status = 'running' AND {ADOPTABLE} AND engine_id = :engine_id
           AND available_at <= {NOW}
         ORDER BY priority DESC, created_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
     ), fresh AS MATERIALIZED (
         SELECT id FROM tool_run_jobs
-        WHERE status = 'queued' AND queue = :queue AND available_at <= {NOW}
+        WHERE status = 'queued' AND {FRESH} AND available_at <= {NOW}
           AND attempts < max_attempts
         ORDER BY priority DESC, created_at
         LIMIT GREATEST(:limit - (SELECT count(*) FROM adoptable), 0)
@@ -175,13 +216,30 @@ _CLAIMED: LiteralString = """
 
 _ORDER: LiteralString = "ORDER BY c.adopted DESC, c.priority DESC, c.created_at"
 
+
+def _claim_ctes(
+    fresh: LiteralString, adoptable: LiteralString = "locked_until IS NULL"
+) -> LiteralString:
+    """The claim's CTEs: ``adoptable`` picks running jobs of the engine, ``fresh`` queued ones."""
+    return _CLAIM_CTES.replace("{ADOPTABLE}", adoptable).replace("{FRESH}", fresh)
+
+
+_ONE_QUEUE: LiteralString = "queue = :queue"
+
 # A worker of one queue (the usual case): the queued index is read in order from its start.
-CLAIM = _sql("WITH " + _CLAIM_CTES + _CLAIMED + _ORDER)
+CLAIM = _sql("WITH " + _claim_ctes(_ONE_QUEUE) + _CLAIMED + _ORDER)
 
 # A worker of several queues: correct, but Postgres sorts all their queued rows to pick.
 CLAIM_ANY_QUEUE = _sql(
+    "WITH " + _claim_ctes("queue = ANY(CAST(:queues AS text[]))") + _CLAIMED + _ORDER
+)
+
+# Adoption only, of one queue (sync mode: an API process takes over the sync runs of its
+# engine whose owner is gone). A lease that ran out counts as cleared, so no reaper is needed
+# between the dead owner and the adopter; the new token fences the old owner all the same.
+ADOPT = _sql(
     "WITH "
-    + _CLAIM_CTES.replace("queue = :queue", "queue = ANY(CAST(:queues AS text[]))")
+    + _claim_ctes("false", "queue = :queue AND (locked_until IS NULL OR locked_until < {NOW})")
     + _CLAIMED
     + _ORDER
 )
@@ -262,7 +320,7 @@ FINALIZE_AND_CLAIM = _sql(
     "WITH "
     + _FINALIZE_CTES
     + ", "
-    + _CLAIM_CTES
+    + _claim_ctes(_ONE_QUEUE)
     + """
     SELECT * FROM (
         SELECT 0 AS part, (SELECT count(*) FROM done_notify) = 1 AS finalized,
@@ -580,177 +638,4 @@ PRUNE = _sql(
 # Bounded: counting stops at the cap, so a deep queue costs no more than the cap.
 QUEUE_DEPTH = _sql(
     "SELECT count(*) FROM (SELECT 1 FROM tool_run_jobs WHERE status = 'queued' LIMIT :cap) q"
-)
-
-
-# A sync run, recorded ``queued`` and owned by its API process, with SUBMIT's admission.
-SYNC_RECORD = _sql(
-    "WITH "
-    + _ADMISSION_CTES
-    + """
-    , run AS (
-        INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode, requested_at,
-                               attempts, max_attempts, idempotency_key, request_hash,
-                               sync_owner, sync_owner_until, callback_url)
-        SELECT :run_id, :tenant, :tool, CAST(:spec AS jsonb), CAST(:input AS jsonb), 'queued',
-               'sync', {NOW}, 0, 1, :idempotency_key, :request_hash, :owner,
-               {NOW} + make_interval(secs => CAST(:lease AS double precision)),
-               CAST(:callback_url AS text)
-        FROM admitted
-        ON CONFLICT (tenant, idempotency_key) DO NOTHING
-        RETURNING id
-    ), event AS (
-        INSERT INTO tool_run_events (run_id, at, type, data)
-        SELECT id, {NOW}, 'status', jsonb_build_object('status', 'queued', 'mode', 'sync')
-        FROM run
-    )
-    SELECT run.id, d.replayed, d.refused FROM decision d LEFT JOIN run ON true
-    """
-)
-
-
-SYNC_START = _sql(
-    """
-    WITH run AS (
-        UPDATE tool_runs
-        SET status = 'running', started_at = {NOW}, attempts = 1,
-            sync_owner_until = {NOW} + make_interval(secs => CAST(:lease AS double precision))
-        WHERE id = :run_id AND sync_owner = :owner AND status = 'queued'
-        RETURNING id, started_at,
-                  started_at + make_interval(
-                      secs => CAST(spec->>'timeout_seconds' AS double precision)) AS deadline_at
-    ), event AS (
-        INSERT INTO tool_run_events (run_id, at, type, data)
-        SELECT run.id, {NOW}, e.type, e.data FROM run
-        CROSS JOIN LATERAL (VALUES
-            ('claimed', jsonb_build_object('attempt', 1, 'api_id', CAST(:owner AS text),
-                                           'engine_id', CAST(:engine_id AS text))),
-            ('status', jsonb_build_object('status', 'running', 'attempt', 1))
-        ) AS e(type, data)
-    )
-    SELECT id, started_at, deadline_at, pg_notify('runyard_events', CAST(id AS text)) FROM run
-    """
-)
-
-
-SYNC_APPEND_LOG = _sql(
-    """
-    WITH run AS (
-        SELECT id FROM tool_runs
-        WHERE id = :run_id AND sync_owner = :owner AND status = 'running'
-    ), event AS (
-        INSERT INTO tool_run_events (run_id, at, type, data)
-        SELECT id, {NOW}, :stream,
-               jsonb_build_object('attempt', 1, 'text', CAST(:text AS text),
-                                  'until', CAST(:until AS text))
-        FROM run
-        RETURNING run_id
-    )
-    SELECT run_id, pg_notify('runyard_events', CAST(run_id AS text)) FROM event
-    """
-)
-
-
-SYNC_FINALIZE = _sql(
-    """
-    WITH run AS (
-        UPDATE tool_runs r
-        SET status = CAST(:status AS run_status), finished_at = {NOW},
-            exit_code = :exit_code, result = CAST(:result AS jsonb),
-            stdout = :stdout, stderr = :stderr,
-            stdout_truncated = :stdout_truncated, stderr_truncated = :stderr_truncated,
-            error_code = :error_code, error = :error,
-            image_digest = coalesce(:image_digest, r.image_digest),
-            sync_owner_until = NULL
-        WHERE id = :run_id AND sync_owner = :owner AND status IN ('queued', 'running')
-        RETURNING id, attempts
-    ), event AS (
-        INSERT INTO tool_run_events (run_id, at, type, data)
-        SELECT id, {NOW}, 'status',
-               jsonb_build_object('status', CAST(:status AS text), 'attempt', attempts,
-                                  'exit_code', CAST(:exit_code AS integer),
-                                  'error_code', CAST(:error_code AS text))
-        FROM run
-    )
-    SELECT id, pg_notify('runyard_runs', CAST(id AS text)) FROM run
-    """
-)
-
-
-# Renews the runs an API process still owns; a run missing from the answer is no longer its.
-SYNC_RENEW = _sql(
-    """
-    UPDATE tool_runs r
-    SET sync_owner_until = {NOW} + make_interval(secs => CAST(:lease AS double precision))
-    WHERE id = ANY(CAST(:run_ids AS uuid[])) AND sync_owner = :owner
-      AND status IN ('queued', 'running')
-    RETURNING id, EXISTS (
-        SELECT 1 FROM tool_run_events e WHERE e.run_id = r.id AND e.type = 'cancel_requested'
-    ) AS cancel_requested
-    """
-)
-
-
-SYNC_CANCEL_REQUESTED = _sql(
-    """
-    SELECT EXISTS (
-        SELECT 1 FROM tool_run_events WHERE run_id = :run_id AND type = 'cancel_requested'
-    )
-    """
-)
-
-
-# A sync run has no job row: the cancel request is an event its owner sees on renewal, sooner
-# through the NOTIFY.
-SYNC_CANCEL = _sql(
-    """
-    WITH run AS (
-        SELECT id FROM tool_runs
-        WHERE id = :run_id AND mode = 'sync' AND status IN ('queued', 'running')
-          AND NOT EXISTS (SELECT 1 FROM tool_run_events e
-                          WHERE e.run_id = :run_id AND e.type = 'cancel_requested')
-        FOR UPDATE
-    ), event AS (
-        INSERT INTO tool_run_events (run_id, at, type, data)
-        SELECT id, {NOW}, 'cancel_requested', '{}'::jsonb FROM run
-    )
-    SELECT id, pg_notify('runyard_runs', CAST(id AS text)) FROM run
-    """
-)
-
-
-SELECT_SYNC_ORPHANS = _sql(
-    """
-    SELECT r.id, CAST(r.status AS text) AS status, r.spec, r.input, r.started_at,
-           r.started_at + make_interval(
-               secs => CAST(r.spec->>'timeout_seconds' AS double precision)) AS deadline_at,
-           (SELECT e.data->>'engine_id' FROM tool_run_events e
-            WHERE e.run_id = r.id AND e.type = 'claimed'
-            ORDER BY e.xact_id DESC, e.id DESC LIMIT 1) AS engine_id
-    FROM tool_runs r
-    WHERE r.status IN ('queued', 'running') AND r.mode = 'sync' AND r.sync_owner_until < {NOW}
-    ORDER BY r.sync_owner_until
-    LIMIT :batch
-    """
-)
-
-
-# The expiry is re-checked inside the UPDATE: of two settlers only one takes each run over.
-SYNC_TAKE_OVER = _sql(
-    """
-    WITH run AS (
-        UPDATE tool_runs
-        SET sync_owner = :owner,
-            sync_owner_until = {NOW} + make_interval(secs => CAST(:lease AS double precision))
-        WHERE id = :run_id AND mode = 'sync' AND status IN ('queued', 'running')
-          AND sync_owner_until < {NOW}
-        RETURNING id, attempts
-    ), event AS (
-        INSERT INTO tool_run_events (run_id, at, type, data)
-        SELECT id, {NOW}, 'adopted',
-               jsonb_build_object('attempt', attempts, 'api_id', CAST(:owner AS text))
-        FROM run
-    )
-    SELECT id FROM run
-    """
 )

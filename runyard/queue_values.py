@@ -30,6 +30,10 @@ class NewRun:
     idempotency_key: str | None = None
     callback_url: str | None = None
 
+    def key_hash(self) -> str | None:
+        """``request_hash`` when the request carries an Idempotency-Key (else nothing to tell)."""
+        return self.request_hash() if self.idempotency_key else None
+
     def request_hash(self) -> str:
         """Hash of what the caller asked for, to tell a retry from a different request."""
         asked: dict[str, Any] = {"tool": self.tool, "input": self.input, "priority": self.priority}
@@ -39,12 +43,28 @@ class NewRun:
         return hashlib.sha256(body.encode()).hexdigest()
 
 
+# The queue of sync jobs: no worker claims from it and nothing ever waits in it.
+SYNC_QUEUE = "sync"
+
+
+@dataclass(frozen=True)
+class InlineClaim:
+    """Who claims a sync run in its insert: the API process, its engine and the lease."""
+
+    owner: str
+    engine_id: str
+    lease_seconds: float
+    queue: str = SYNC_QUEUE
+
+
 @dataclass(frozen=True)
 class EnqueueResult:
-    """The run id and whether this call created it (False: an idempotent replay)."""
+    """The run id and whether this call created it (False: an idempotent replay); a sync
+    run created with an ``InlineClaim`` comes with its claimed job."""
 
     run_id: uuid.UUID
     created: bool
+    job: ClaimedJob | None = None
 
 
 class IdempotencyConflict(Exception):
@@ -118,11 +138,14 @@ def enqueue_params(
     run: NewRun,
     run_id: uuid.UUID,
     job_id: uuid.UUID,
-    request_hash: str | None,
     now: datetime | None,
+    inline: InlineClaim | None = None,
 ) -> dict[str, Any]:
     """The bind parameters of ENQUEUE, shared by the plain and the admission-checked submit."""
     return {
+        "owner": None if inline is None else inline.owner,
+        "engine_id": None if inline is None else inline.engine_id,
+        "lease": None if inline is None else inline.lease_seconds,
         "run_id": run_id,
         "job_id": job_id,
         "tenant": run.tenant,
@@ -131,10 +154,10 @@ def enqueue_params(
         "input": json.dumps(run.input),
         "max_attempts": run.max_attempts,
         "timeout_seconds": run.timeout_seconds,
-        "queue": run.queue,
+        "queue": run.queue if inline is None else inline.queue,
         "priority": run.priority,
         "idempotency_key": run.idempotency_key,
-        "request_hash": request_hash,
+        "request_hash": run.key_hash(),
         "callback_url": run.callback_url,
         "now": now,
     }
@@ -193,31 +216,11 @@ class AdmissionRefused(Exception):
             "queue_full": f"the queue holds {limit} runs, its maximum; retry later",
             "tenant_queued": f"this tenant already has {limit} queued runs, its maximum",
             "tenant_running": f"this tenant already has {limit} running runs, its maximum",
+            "sync_capacity_full": f"all {limit} inline slots are busy; retry later",
         }
         super().__init__(messages[reason])
         self.reason = reason
         self.limit = limit
-
-
-@dataclass(frozen=True)
-class SyncStart:
-    """A sync run now running: its start time and deadline (database clock)."""
-
-    started_at: datetime
-    deadline_at: datetime
-
-
-@dataclass(frozen=True)
-class SyncOrphan:
-    """A sync run whose API process stopped renewing it."""
-
-    run_id: uuid.UUID
-    status: RunStatus
-    spec: dict[str, Any]
-    input: Any
-    started_at: datetime | None
-    deadline_at: datetime | None
-    engine_id: str | None
 
 
 class DepthEstimate:

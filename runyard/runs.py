@@ -3,19 +3,63 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, Self
 
-from sqlalchemy import Engine, select, tuple_
+from sqlalchemy import Engine, select, text, tuple_
 from sqlalchemy.orm import Session
 
+from runyard.db import autocommit
 from runyard.events_sql import EVENTS_AFTER
 from runyard.models import TERMINAL_STATUSES, RunStatus, ToolRun, ToolRunEvent
 
 LOG_STREAMS = ("stdout", "stderr")
 # A run's events in the order every reader delivers them (runyard.events_sql).
 EVENT_ORDER = (ToolRunEvent.xact_id, ToolRunEvent.id)
+
+
+@dataclass(frozen=True)
+class RunView:
+    """A run as the API shows it (the read model of its public shape): never the tenant, the
+    tool definition, the streams, lease tokens or container ids."""
+
+    id: uuid.UUID
+    tool: str
+    status: RunStatus
+    mode: str
+    input: Any
+    result: Any | None
+    exit_code: int | None
+    attempts: int
+    max_attempts: int
+    error_code: str | None
+    error: str | None
+    stdout_truncated: bool
+    stderr_truncated: bool
+    requested_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, row: Any) -> Self:
+        """The public fields of anything that has them (an ORM row, a statement's row)."""
+        return cls(**{field.name: getattr(row, field.name) for field in dataclasses.fields(cls)})
+
+
+# RunView's fields in one autocommit round trip (no ORM, no transaction); ``tenant`` NULL
+# means any tenant (admins).
+RUN_VIEW = text(
+    """
+    SELECT id, tool, status, mode, input, result, exit_code, attempts, max_attempts,
+           error_code, error, stdout_truncated, stderr_truncated, requested_at, started_at,
+           finished_at
+    FROM tool_runs
+    WHERE id = :id AND (CAST(:tenant AS text) IS NULL OR tenant = CAST(:tenant AS text))
+    """
+)
 
 
 @dataclass(frozen=True)
@@ -67,6 +111,14 @@ class RunReader:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+
+    def view(self, run_id: uuid.UUID, tenant: str | None) -> RunView | None:
+        """The run's public fields if ``tenant`` may see it (None: any tenant), else None."""
+        rows = autocommit(self._engine, RUN_VIEW, {"id": run_id, "tenant": tenant})
+        if not rows:
+            return None
+        row = rows[0]
+        return dataclasses.replace(RunView.of(row), status=RunStatus(row.status))
 
     def get(self, run_id: uuid.UUID, tenant: str | None) -> ToolRun | None:
         """The run, if it exists and the tenant may see it."""
@@ -120,16 +172,6 @@ class RunReader:
             if row.ready
         ]
         return EventPage(status=status, events=ready, held=len(ready) < len(rows))
-
-    def find_idempotent(self, tenant: str, key: str) -> ToolRun | None:
-        """The run a tenant created with this Idempotency-Key, if any."""
-        with Session(self._engine, expire_on_commit=False) as session:
-            run = session.scalar(
-                select(ToolRun).where(ToolRun.tenant == tenant, ToolRun.idempotency_key == key)
-            )
-            if run is not None:
-                session.expunge(run)
-            return run
 
     def live_logs(self, run_id: uuid.UUID, attempt: int, streams: tuple[str, ...]) -> str:
         """The live log chunks of one attempt so far, in the order they were stored."""

@@ -1,21 +1,23 @@
-"""Sync fallback mode: the API runs a tool inline, under a global cap.
+"""Sync fallback mode: the API runs a tool inline, as a job it claims itself.
 
-A sync run has no job row. The API process that runs it owns it through
-``tool_runs.sync_owner`` and renews ``sync_owner_until`` while the tool runs, the way a worker
-renews a lease. If that process dies, the run's ownership expires and a ``SyncOrphanSettler``
-(in the reaper, and in every API process running in sync mode) takes it over: it finalizes
-the run from its exited container, stops it at its deadline, or fails it as ``api_lost`` when
-its container is gone or cannot be inspected after the deadline. No sync run stays running.
+A sync run is a job like any other. The submit inserts it already claimed by this API process
+(one statement, a fresh ``lease_token``, queue ``sync``); this process renews the lease with
+the heartbeat statement, stores live logs, is cancelled and finalizes through the same fenced
+statements as a worker. If the process dies, the lease runs out and an API process of the
+same engine adopts the run (``adopt_once``) and decides by the one adoption rule
+(``runyard.adoption``). Nothing waits in a queue in this mode: a sync job is never queued.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
 import threading
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,25 +26,34 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from runyard.adoption import Action, AdoptionFacts, decide
 from runyard.db_errors import Failure, classify, describe
-from runyard.fallbacks import crashed_outcome, unstorable_outcomes
+from runyard.fallbacks import CANCELLED_BEFORE_START, crashed_outcome, unstorable_outcomes
+from runyard.faults import BEFORE_FINALIZE, crash_point
+from runyard.held import Held, QueueLogSink
 from runyard.models import RunStatus
-from runyard.queue import ApiQueue, JobQueue, SyncOrphan
+from runyard.queue import ApiQueue
+from runyard.queue_values import (
+    SYNC_QUEUE,
+    AdmissionCaps,
+    AdmissionRefused,
+    ClaimedJob,
+    EnqueueResult,
+    InlineClaim,
+    NewRun,
+)
 from runyard.runner import (
     AttemptAbandoned,
-    AttemptControl,
     AttemptResult,
     AttemptSpec,
-    ContainerState,
     ErrorCode,
     Runner,
     RunnerUnavailable,
 )
+from runyard.workers import WorkerRegistry
 
 logger = logging.getLogger(__name__)
 
 # A pool with no connection to give within its timeout counts as a database error too.
 _DB_ERRORS = (DBAPIError, PoolTimeoutError)
-SYNC_ATTEMPT = 1
 
 
 def new_owner_id(kind: str) -> str:
@@ -50,36 +61,9 @@ def new_owner_id(kind: str) -> str:
     return f"{kind}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-def _as_api_queue(queue: JobQueue) -> ApiQueue:
-    return queue if isinstance(queue, ApiQueue) else ApiQueue(queue.engine)
-
-
-class SyncLogSink:
-    """Live log chunks of a sync run go to its events, fenced by its owner."""
-
-    def __init__(self, queue: ApiQueue, run_id: uuid.UUID, owner: str) -> None:
-        self._queue = queue
-        self._run_id = run_id
-        self._owner = owner
-
-    def resume_point(self, stream: str) -> str | None:
-        """Where a previous owner of the run stopped, if anywhere."""
-        return self._queue.last_log_position(self._run_id, SYNC_ATTEMPT, stream)
-
-    def write(self, stream: str, text: str, until: str) -> bool:
-        """Append a chunk; a passing DB error drops it (the stored log keeps everything)."""
-        try:
-            return self._queue.append_sync_log(
-                self._run_id, owner=self._owner, stream=stream, text_chunk=text, until=until
-            )
-        except _DB_ERRORS:
-            logger.warning("dropped a live log chunk", extra={"run_id": str(self._run_id)})
-            return True
-
-
 class SyncExecutor:
-    """Runs sync attempts in the caller's thread; one thread renews what this process owns
-    and does nothing else (settling orphans and sweeping are ``runyard.chores``).
+    """Runs sync jobs in slots of its own: the ones its API process submits, and orphans of
+    its engine it adopts. One thread renews their leases and nothing else.
 
     ``try_acquire`` is a non-blocking semaphore of ``max_concurrency`` slots: a full executor
     refuses at once instead of queueing inside the API.
@@ -93,26 +77,32 @@ class SyncExecutor:
         max_concurrency: int,
         lease_seconds: float = 30.0,
         owner_id: str | None = None,
-        renew_queue: ApiQueue | None = None,
+        heartbeat_queue: ApiQueue | None = None,
+        registry: WorkerRegistry | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
         self._queue = queue
         # Renewals may get a small pool of their own, so busy requests never starve them.
-        self._renew_queue = renew_queue or queue
+        self._heartbeat_queue = heartbeat_queue or queue
         self._runner = runner
+        self._registry = registry
         self.max_concurrency = max_concurrency
         self._slots = threading.BoundedSemaphore(max_concurrency)
+        self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="runyard-sync")
         self._lease = lease_seconds
+        # What a renewal may take: the lease is trusted this long less than it runs.
+        self._margin = lease_seconds / 6
         self.owner_id = owner_id or new_owner_id("api")
         self._lock = threading.Lock()
-        self._flights: dict[uuid.UUID, AttemptControl] = {}
+        self._flights: dict[uuid.UUID, Held] = {}
         self._busy = 0
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._engine_id: str | None = None
-        self._last_renewal = time.monotonic()
+        # Database clock minus ours (seconds), from the last renewal.
+        self._db_offset = 0.0
 
     # --- slots ---
 
@@ -139,353 +129,347 @@ class SyncExecutor:
     def in_flight(self) -> list[uuid.UUID]:
         """Runs this process is executing now."""
         with self._lock:
-            return list(self._flights)
+            return [flight.job.run_id for flight in self._flights.values()]
+
+    @property
+    def engine_id(self) -> str:
+        """The engine this process runs its tools on (known once started)."""
+        if self._engine_id is None:
+            raise RuntimeError("the sync executor is not started")
+        return self._engine_id
 
     # --- lifecycle ---
 
     def start(self) -> None:
-        """Start the renewal thread."""
-        self._thread = threading.Thread(target=self._loop, name="runyard-sync-owner", daemon=True)
+        """Learn the engine (the app does not start without one), register, start renewing."""
+        self._engine_id = self._runner.engine_id()
+        if self._registry is not None:
+            self._registry.register(self.owner_id, self._engine_id, self.max_concurrency)
+        self._thread = threading.Thread(target=self._loop, name="runyard-sync-lease", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        """Walk away from the attempts in flight (their containers keep running and are
-        settled from the database by whoever takes them over) and stop renewing."""
+        """Hand every run over: its lease is released so another API process adopts it at
+        once; the containers keep running."""
         self._stop.set()
         self._wake.set()
         with self._lock:
-            controls = list(self._flights.values())
-        for control in controls:
-            control.abandon.set()
+            flights = list(self._flights.values())
+        for flight in flights:
+            flight.control.abandon.set()
+            if not flight.finalizing:
+                self._give_back(flight, "the API process stopped")
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._registry is not None:
+            try:
+                self._registry.stopped(self.owner_id)
+            except _DB_ERRORS:
+                logger.warning("could not mark the API's sync owner stopped", exc_info=True)
 
-    # --- cancel ---
+    # --- the submit path ---
+
+    def claim_new(self, run: NewRun, caps: AdmissionCaps) -> EnqueueResult:
+        """Take a slot and insert the run claimed by this process; an idempotent replay
+        returns the first run (and no slot), a full executor refuses (``AdmissionRefused``)."""
+        if not self.try_acquire():
+            refusal = AdmissionRefused("sync_capacity_full", self.max_concurrency)
+            return self._queue.replay_or_refuse(run, refusal)
+        try:
+            claim = InlineClaim(self.owner_id, self.engine_id, self._lease)
+            result = self._queue.submit(run, caps, inline=claim)
+        except BaseException:
+            self.release()
+            raise
+        if result.job is None:
+            self.release()
+        else:
+            self._take(result.job)
+        return result
+
+    def start_job(self, job: ClaimedJob) -> Future[None]:
+        """Run a job this process claimed (``claim_new``) in its slot; done when settled."""
+        with self._lock:
+            flight = self._flights[job.job_id]
+        return self._pool.submit(self._execute, flight)
 
     def cancel_local(self, run_id: uuid.UUID) -> bool:
         """Stop the attempt of ``run_id`` if this process runs it."""
         with self._lock:
-            control = self._flights.get(run_id)
-        if control is None:
-            return False
-        control.cancel.set()
-        return True
+            flights = [f for f in self._flights.values() if f.job.run_id == run_id]
+        for flight in flights:
+            flight.control.cancel.set()
+        return bool(flights)
 
     def on_notification(self, run_id: uuid.UUID) -> None:
-        """A run changed somewhere; if it runs here, look for a cancel request now."""
-        with self._lock:
-            mine = run_id in self._flights
-        if mine:
+        """A run changed somewhere; if it runs here, renew now (a cancel request comes back)."""
+        if any(flight_run == run_id for flight_run in self.in_flight()):
             self._wake.set()
 
-    # --- execution ---
+    # --- adoption ---
 
-    def execute(
-        self, run_id: uuid.UUID, tool: dict[str, Any], input_value: Any, control: AttemptControl
-    ) -> None:
-        """Start, run and finalize the recorded sync run ``run_id`` (blocks until done)."""
-        with self._lock:
-            self._flights[run_id] = control
+    def adopt_once(self) -> int:
+        """Adopt, for free slots, sync jobs of this engine whose owner is gone."""
+        slots = 0
+        while slots < self.max_concurrency and self.try_acquire():
+            slots += 1
+        jobs: list[ClaimedJob] = []
         try:
-            self._execute(run_id, tool, input_value, control)
+            if slots and not self._stop.is_set():
+                jobs = self._queue.claim(
+                    worker_id=self.owner_id,
+                    engine_id=self.engine_id,
+                    limit=slots,
+                    lease_seconds=self._lease,
+                    queues=(SYNC_QUEUE,),
+                    adopt_only=True,
+                )
+        finally:
+            for _ in range(slots - len(jobs)):
+                self.release()
+        for job in jobs:
+            logger.info("adopted a sync run", extra={**self._log(job), "action": "adopted"})
+            self._pool.submit(self._execute, self._take(job))
+        return len(jobs)
+
+    # --- one attempt, in its slot's thread ---
+
+    def _take(self, job: ClaimedJob) -> Held:
+        flight = Held(job=job, lease_valid_until=time.monotonic() + self._lease - self._margin)
+        if job.cancel_requested:
+            flight.control.cancel.set()
+        control = flight.control
+        control.logs = QueueLogSink(self._queue, job)
+        control.still_owner = functools.partial(self._still_owner, flight)
+        control.clock = self._db_now
+        control.note = functools.partial(self._note, flight)
+        with self._lock:
+            self._flights[job.job_id] = flight
+        return flight
+
+    def _log(self, job: ClaimedJob) -> dict[str, object]:
+        return {"run_id": str(job.run_id), "attempt": job.attempt, "worker_id": self.owner_id}
+
+    def _execute(self, flight: Held) -> None:
+        job = flight.job
+        try:
+            outcome = self._adopted(flight) if job.adopted else self._fresh(flight)
+            if outcome is not None:
+                crash_point(BEFORE_FINALIZE)
+                self._finish(flight, outcome)
+        except Exception as exc:
+            logger.exception("sync attempt crashed in the API", extra=self._log(job))
+            if self._owns(flight) and not flight.finalizing:
+                self._finish(flight, crashed_outcome(exc))
         finally:
             with self._lock:
-                self._flights.pop(run_id, None)
+                self._flights.pop(job.job_id, None)
+            self.release()
 
-    def _runner_engine_id(self) -> str:
-        if self._engine_id is None:
-            self._engine_id = self._runner.engine_id()
-        return self._engine_id
-
-    def _execute(
-        self, run_id: uuid.UUID, tool: dict[str, Any], input_value: Any, control: AttemptControl
-    ) -> None:
-        log = {"run_id": str(run_id), "api_id": self.owner_id}
-        failure: AttemptResult | None = None
-        engine_id: str | None = None
+    def _fresh(self, flight: Held) -> AttemptResult | None:
+        """The attempt this process claimed at the submit: run the tool, unless cancelled."""
+        if flight.control.cancel.is_set():
+            return CANCELLED_BEFORE_START
+        logger.info("sync run started", extra={**self._log(flight.job), "action": "started"})
         try:
-            engine_id = self._runner_engine_id()
+            return self._run(flight)
         except RunnerUnavailable as exc:
-            logger.warning("container engine unavailable", extra={**log, "error": str(exc)})
-            failure = AttemptResult(
-                status=RunStatus.FAILED,
-                error_code=ErrorCode.INFRASTRUCTURE,
-                error="the container engine is unavailable",
+            # The caller is waiting for an answer: the run ends here rather than later.
+            logger.warning(
+                "container engine failed", extra={**self._log(flight.job), "error": str(exc)}
             )
-        started = self._queue.start_sync(
-            run_id, owner=self.owner_id, engine_id=engine_id, lease_seconds=self._lease
-        )
-        if started is None:
-            logger.warning("sync run no longer ours before it started", extra=log)
-            return
-        if failure is None and (
-            control.cancel.is_set() or self._queue.sync_cancel_requested(run_id)
-        ):
-            failure = AttemptResult(
-                status=RunStatus.CANCELLED,
-                error_code=ErrorCode.CANCELLED,
-                error="cancelled before it started",
-            )
-        if failure is not None:
-            self._finish(run_id, failure, discard=False)
-            return
-        spec = AttemptSpec(
-            run_id=run_id,
-            attempt=SYNC_ATTEMPT,
-            tool=tool,
-            input=input_value,
-            deadline_at=started.deadline_at,
-        )
-        control.logs = SyncLogSink(self._queue, run_id, self.owner_id)
-        logger.info("sync run started", extra={**log, "action": "sync_started"})
-        try:
-            outcome = self._runner.run(spec, control)
-        except AttemptAbandoned:
-            logger.warning("sync attempt left to whoever takes the run over", extra=log)
-            return
-        except RunnerUnavailable as exc:
-            logger.warning("container engine failed", extra={**log, "error": str(exc)})
-            outcome = AttemptResult(
+            return AttemptResult(
                 status=RunStatus.FAILED,
                 error_code=ErrorCode.INFRASTRUCTURE,
                 error="the container engine failed while running the tool",
             )
-        except Exception as exc:
-            logger.exception("sync attempt crashed in the API", extra=log)
-            outcome = crashed_outcome(exc)
-        self._finish(run_id, outcome, discard=True)
 
-    def _finish(self, run_id: uuid.UUID, outcome: AttemptResult, *, discard: bool) -> None:
-        log = {"run_id": str(run_id), "api_id": self.owner_id}
-        delay = 0.1
-        deadline = time.monotonic() + self._lease
-        # The outcome, then (if the database refuses it) safer replacements, each tried once.
-        current, fallbacks = outcome, None
-        while True:
-            try:
-                owned = self._queue.finalize_sync(run_id, current, owner=self.owner_id)
-                break
-            except Exception as exc:
-                if classify(exc) is Failure.DETERMINISTIC:
-                    logger.error(
-                        "the database refused the sync outcome",
-                        extra={**log, "error": describe(exc)},
-                    )
-                    if fallbacks is None:
-                        fallbacks = unstorable_outcomes(outcome, exc)
-                    if not fallbacks:
-                        return
-                    current = fallbacks.pop(0)
-                    continue
-                if time.monotonic() + delay >= deadline:
-                    logger.warning(
-                        "sync finalize gave up; the run will be settled from its container",
-                        extra={**log, "error": describe(exc)},
-                    )
-                    return
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
-        outcome = current
-        if not owned:
-            logger.warning("sync run taken over before finalize", extra=log)
-            return
-        logger.info(
-            "sync run finalized",
-            extra={**log, "action": "sync_finalized", "status": outcome.status.value},
+    def _adopted(self, flight: Held) -> AttemptResult | None:
+        """A run whose owner is gone: the adoption rule says what becomes of it."""
+        job = flight.job
+        try:
+            state = self._runner.state(job.run_id, job.attempt)
+            verdict = decide(
+                AdoptionFacts(
+                    container=state,
+                    container_requested=job.container_requested,
+                    cancel_requested=job.cancel_requested,
+                    deadline_passed=self._db_now() >= job.deadline_at,
+                    attempts_left=job.attempt < job.max_attempts,
+                )
+            )
+            if verdict.action in (Action.FINALIZE, Action.RESUME):
+                return self._run(flight)
+            if verdict.discard:
+                self._runner.discard(job.run_id, job.attempt)
+        except RunnerUnavailable as exc:
+            logger.warning("engine unavailable; adopt later", extra={**self._log(job)})
+            self._queue.release_later(
+                job.job_id, job.lease_token, delay_seconds=self._lease, reason=str(exc)[:200]
+            )
+            return None
+        result = self._queue.put_back(
+            job.job_id,
+            job.lease_token,
+            charged=verdict.charged,
+            error=f"the API process running the tool stopped; its container was {state.value}",
+            error_code=ErrorCode.API_LOST,
         )
-        if discard:
+        logger.warning(
+            "sync run lost with its API process",
+            extra={**self._log(job), "status": str(result.status)},
+        )
+        return None
+
+    def _run(self, flight: Held) -> AttemptResult | None:
+        """Start or resume the container, wait for it; None if the attempt was left."""
+        job = flight.job
+        spec = AttemptSpec(
+            run_id=job.run_id,
+            attempt=job.attempt,
+            tool=job.spec,
+            input=job.input,
+            deadline_at=job.deadline_at,
+        )
+        try:
+            return self._runner.run(spec, flight.control)
+        except AttemptAbandoned:
+            logger.warning("sync attempt left to its next owner", extra=self._log(job))
+            return None
+
+    def _finish(self, flight: Held, outcome: AttemptResult) -> None:
+        """FINALIZE under the lease; a refused outcome falls back to safer ones, a passing
+        error is retried while the lease holds."""
+        job = flight.job
+        flight.finalizing = True
+        delay = 0.1
+        current, fallbacks = outcome, None
+        while self._owns(flight):
             try:
-                self._runner.discard(run_id, SYNC_ATTEMPT)
-            except RunnerUnavailable as exc:
-                logger.warning("cleanup deferred to the sweep", extra={**log, "error": str(exc)})
+                owned = self._queue.finalize(job.job_id, job.lease_token, current)
+            except Exception as exc:
+                if classify(exc) is Failure.TRANSIENT:
+                    flight.control.abandon.wait(delay)
+                    delay = min(delay * 2, 2.0)
+                    continue
+                logger.error(
+                    "the database refused the sync outcome",
+                    extra={**self._log(job), "error": describe(exc)},
+                )
+                if fallbacks is None:
+                    fallbacks = unstorable_outcomes(outcome, exc)
+                if not fallbacks:
+                    break
+                current = fallbacks.pop(0)
+                continue
+            if not owned:
+                logger.warning("lease lost before finalize", extra=self._log(job))
+                return
+            flight.settled = True
+            logger.info(
+                "sync run finalized",
+                extra={**self._log(job), "action": "finalized", "status": current.status.value},
+            )
+            try:
+                self._runner.discard(job.run_id, job.attempt)
+            except RunnerUnavailable:
+                logger.warning("cleanup deferred to the sweep", extra=self._log(job))
+            return
+        logger.warning("sync outcome not stored; left to adoption", extra=self._log(job))
+        self._give_back(flight, "the outcome could not be stored")
 
-    # --- ownership ---
+    def _give_back(self, flight: Held, why: str) -> None:
+        """Release the lease so the run is adoptable at once."""
+        job = flight.job
+        try:
+            self._heartbeat_queue.release(job.job_id, job.lease_token)
+            logger.info("sync run released: %s", why, extra=self._log(job))
+        except _DB_ERRORS:
+            logger.warning("release failed; the lease will run out", extra=self._log(job))
 
-    def renew_once(self) -> None:
-        """Renew every run in flight; a lost run is abandoned, a cancel request delivered."""
-        with self._lock:
-            flights = dict(self._flights)
-        if not flights:
-            self._last_renewal = time.monotonic()
+    # --- the owner's hooks ---
+
+    def _owns(self, flight: Held) -> bool:
+        """Whether this process may still act as the attempt's owner (no database asked)."""
+        return not flight.control.abandon.is_set() and time.monotonic() < flight.lease_valid_until
+
+    def _still_owner(self, flight: Held) -> bool:
+        """Asked before each Docker action: the database's word, the lease clock's if it
+        cannot answer."""
+        if not self._owns(flight):
+            return False
+        try:
+            held = self._queue.lease_held(flight.job.job_id, flight.job.lease_token)
+        except Exception:
+            return self._owns(flight)
+        if not held:
+            flight.control.abandon.set()
+        return held and self._owns(flight)
+
+    def _db_now(self) -> datetime:
+        return datetime.now(UTC) + timedelta(seconds=self._db_offset)
+
+    def _note(self, flight: Held, kind: str, data: dict[str, Any]) -> None:
+        """Record a run event under the lease; never raises into the runner."""
+        if not self._owns(flight):
             return
         try:
-            owned = self._renew_queue.renew_sync(
-                list(flights), owner=self.owner_id, lease_seconds=self._lease
+            self._queue.record_event(flight.job.job_id, flight.job.lease_token, kind, data)
+        except Exception as exc:
+            logger.warning(
+                "could not record a run event", extra={**self._log(flight.job), "error": str(exc)}
+            )
+
+    # --- renewals ---
+
+    def heartbeat_once(self) -> None:
+        """Renew every lease in flight (HEARTBEAT): a lost lease abandons its attempt, a
+        cancel request reaches it; and tell the reaper this engine has a live owner."""
+        with self._lock:
+            flights = [
+                f
+                for f in self._flights.values()
+                if not f.settled and not f.control.abandon.is_set()
+            ]
+        for flight in flights:
+            self._renew(flight)
+        if self._registry is not None:
+            try:
+                self._registry.seen(self.owner_id)
+            except _DB_ERRORS as exc:
+                logger.warning("could not record liveness", extra={"error": describe(exc)})
+
+    def _renew(self, flight: Held) -> None:
+        job = flight.job
+        sent, asked = time.monotonic(), datetime.now(UTC)
+        try:
+            beat = self._heartbeat_queue.heartbeat(
+                job.job_id, job.lease_token, lease_seconds=self._lease
             )
         except _DB_ERRORS as exc:
-            logger.warning("sync renewal failed", extra={"error": str(exc)})
-            if time.monotonic() - self._last_renewal >= self._lease:
-                for control in flights.values():
-                    control.abandon.set()
+            logger.warning("sync renewal failed", extra={**self._log(job), "error": describe(exc)})
+            if not self._owns(flight):
+                flight.control.abandon.set()
             return
-        self._last_renewal = time.monotonic()
-        for run_id, control in flights.items():
-            if run_id not in owned:
-                if not control.abandon.is_set():
-                    logger.warning("sync run taken over", extra={"run_id": str(run_id)})
-                control.abandon.set()
-            elif owned[run_id] and not control.cancel.is_set():
-                logger.info("sync cancel requested", extra={"run_id": str(run_id)})
-                control.cancel.set()
+        if not beat.owned:
+            if not flight.finalizing:
+                logger.warning("sync run taken over", extra=self._log(job))
+                flight.control.abandon.set()
+            return
+        if beat.db_now is not None:
+            self._db_offset = (beat.db_now - asked).total_seconds()
+        flight.lease_valid_until = max(flight.lease_valid_until, sent + self._lease - self._margin)
+        if beat.cancel_requested and not flight.control.cancel.is_set():
+            logger.info("sync cancel requested", extra=self._log(job))
+            flight.control.cancel.set()
 
     def _loop(self) -> None:
         interval = self._lease / 3
         while not self._stop.is_set():
             try:
-                self.renew_once()
+                self.heartbeat_once()
             except Exception:
                 logger.exception("sync renewal crashed")
             self._wake.wait(interval)
             self._wake.clear()
-
-
-class SyncOrphanSettler:
-    """Settles sync runs whose API process stopped renewing them; safe in several copies.
-
-    With a runner on the run's engine it finalizes from the container (collecting an exited
-    one, stopping a running one at its deadline); a missing container fails the run as
-    ``api_lost`` at once. Without a way to look (no runner, another engine, engine down) it
-    waits until ``deadline + lost_grace_seconds`` and then fails the run as ``api_lost``.
-    """
-
-    def __init__(
-        self,
-        queue: JobQueue,
-        runner: Runner | None = None,
-        *,
-        owner_id: str | None = None,
-        lease_seconds: float = 30.0,
-        lost_grace_seconds: float = 60.0,
-    ) -> None:
-        self._queue = _as_api_queue(queue)
-        self._runner = runner
-        self.owner_id = owner_id or new_owner_id("settler")
-        self._lease = lease_seconds
-        self._grace = lost_grace_seconds
-
-    def run_once(self, *, batch: int = 100, now: datetime | None = None) -> int:
-        """One pass over orphaned sync runs; returns how many reached a terminal state."""
-        settled = 0
-        seen: set[uuid.UUID] = set()
-        while True:
-            orphans = [
-                o
-                for o in self._queue.select_sync_orphans(batch=batch, now=now)
-                if o.run_id not in seen
-            ]
-            for orphan in orphans:
-                seen.add(orphan.run_id)
-                # One orphan that cannot be settled never keeps the others waiting.
-                log = {"run_id": str(orphan.run_id)}
-                try:
-                    if self._settle(orphan, now):
-                        settled += 1
-                except RunnerUnavailable as exc:
-                    logger.warning(
-                        "engine unavailable; sync orphan left for the next pass",
-                        extra={**log, "error": str(exc)},
-                    )
-                except _DB_ERRORS as exc:
-                    logger.warning(
-                        "database error; sync orphan left for the next pass",
-                        extra={**log, "error": str(exc)[:300]},
-                    )
-                except Exception:
-                    logger.exception(
-                        "settling a sync orphan failed; left for the next pass", extra=log
-                    )
-            if len(orphans) < batch:
-                return settled
-
-    def _engine_state(self, orphan: SyncOrphan) -> ContainerState | None:
-        """The container's state, or None when this settler cannot see that engine."""
-        if self._runner is None:
-            return None
-        try:
-            if orphan.engine_id is not None and orphan.engine_id != self._runner.engine_id():
-                return None
-            return self._runner.state(orphan.run_id, SYNC_ATTEMPT)
-        except RunnerUnavailable:
-            return None
-
-    def _settle(self, orphan: SyncOrphan, now: datetime | None) -> bool:
-        clock = now or datetime.now(UTC)
-        deadline = orphan.deadline_at or clock
-        if orphan.status is RunStatus.QUEUED:
-            return self._fail_lost(orphan, "the API process stopped before the tool started", now)
-        state = self._engine_state(orphan)
-        verdict = decide(
-            AdoptionFacts(
-                container=state,
-                container_requested=True,
-                cancel_requested=False,
-                deadline_passed=clock >= deadline,
-                # Sync runs are never retried: nothing waits in a queue in this mode.
-                attempts_left=False,
-                # An engine out of reach past the deadline and a grace is given up on.
-                engine_dead=state is None and clock >= deadline + timedelta(seconds=self._grace),
-                # The settler does not wait on a container still within its time.
-                can_wait=False,
-            )
-        )
-        if verdict.action is Action.LOOK_LATER:
-            return False
-        if verdict.action not in (Action.FINALIZE, Action.RESUME):
-            where = "its container is unknown" if state is None else "its container is gone"
-            settled = self._fail_lost(
-                orphan, f"the API process running the tool stopped; {where}", now
-            )
-            if settled and verdict.discard:
-                self._discard(orphan)
-            return settled
-        if not self._take_over(orphan, now):
-            return False
-        assert self._runner is not None
-        # An exited container is only collected: the runner would call any exit seen after
-        # the deadline a timeout, though the tool may have finished in time.
-        collect_deadline = (
-            deadline
-            if state is ContainerState.RUNNING
-            else max(deadline, datetime.now(UTC) + timedelta(days=1))
-        )
-        spec = AttemptSpec(
-            run_id=orphan.run_id,
-            attempt=SYNC_ATTEMPT,
-            tool=orphan.spec,
-            input=orphan.input,
-            deadline_at=collect_deadline,
-        )
-        try:
-            outcome = self._runner.run(spec, AttemptControl())
-        except AttemptAbandoned:
-            return False
-        owned = self._queue.finalize_sync(orphan.run_id, outcome, owner=self.owner_id, now=now)
-        if owned:
-            logger.info(
-                "sync orphan finalized from its container",
-                extra={"run_id": str(orphan.run_id), "status": outcome.status.value},
-            )
-            self._discard(orphan)
-        return owned
-
-    def _take_over(self, orphan: SyncOrphan, now: datetime | None) -> bool:
-        return self._queue.take_over_sync(
-            orphan.run_id, owner=self.owner_id, lease_seconds=self._lease, now=now
-        )
-
-    def _fail_lost(self, orphan: SyncOrphan, why: str, now: datetime | None) -> bool:
-        if not self._take_over(orphan, now):
-            return False
-        outcome = AttemptResult(status=RunStatus.FAILED, error_code=ErrorCode.API_LOST, error=why)
-        owned = self._queue.finalize_sync(orphan.run_id, outcome, owner=self.owner_id, now=now)
-        if owned:
-            logger.warning("sync run failed as lost", extra={"run_id": str(orphan.run_id)})
-        return owned
-
-    def _discard(self, orphan: SyncOrphan) -> None:
-        if self._runner is None:
-            return
-        try:
-            self._runner.discard(orphan.run_id, SYNC_ATTEMPT)
-        except RunnerUnavailable as exc:
-            logger.warning("cleanup deferred to the sweep", extra={"error": str(exc)})

@@ -1,6 +1,6 @@
 """The named SQL statements of webhook delivery and tenant webhook settings.
 
-Delivery rows are written by a trigger when a run becomes terminal (migration 0008); these
+Delivery rows are written by a trigger when a run becomes terminal (migration 0009); these
 statements claim, settle and configure them. ``{NOW}`` is the injected clock or ``now()``.
 """
 

@@ -29,8 +29,8 @@ from standardwebhooks.webhooks import Webhook
 import runyard
 from runyard.db import autocommit
 from runyard.metrics import Metrics
+from runyard.runs import RunReader, RunView
 from runyard.settings import Settings
-from runyard.submit import RunView, read_run_view
 from runyard.webhook_http import HttpAttempt, post
 from runyard.webhook_sql import CLAIM_DELIVERIES, SETTLE_DELIVERY
 from runyard.webhook_urls import BadCallbackUrl, CallbackUrl, parse_callback_url
@@ -183,7 +183,7 @@ class WebhookDeliverer:
 
     def _deliver(self, claimed: Claimed, now: datetime | None) -> str:
         """One attempt and its record; the outcome's name (a DeliveryPass field)."""
-        view = read_run_view(self._engine, claimed.run_id, None)
+        view = RunReader(self._engine).view(claimed.run_id, None)
         if view is None:
             return "fenced"  # the run was deleted, and its delivery with it
         attempt = self._attempt(claimed, view)

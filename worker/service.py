@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from runyard.adoption import Action, AdoptionFacts, Verdict, decide
 from runyard.db_errors import Failure, classify, describe
-from runyard.fallbacks import crashed_outcome, unstorable_outcomes
+from runyard.fallbacks import CANCELLED_BEFORE_START, crashed_outcome, unstorable_outcomes
 from runyard.faults import (
     BEFORE_CREATE,
     BEFORE_FINALIZE,
@@ -28,12 +28,12 @@ from runyard.faults import (
     pause_point,
     raise_point,
 )
+from runyard.held import Held, QueueLogSink
 from runyard.metrics import Metrics
 from runyard.models import RunStatus
 from runyard.queue import ClaimedJob, JobQueue
 from runyard.runner import (
     AttemptAbandoned,
-    AttemptControl,
     AttemptResult,
     AttemptSpec,
     ContainerState,
@@ -90,18 +90,9 @@ class WorkerConfig:
 
 
 @dataclass
-class InFlight:
-    """A job this process holds, with the controls of its running attempt."""
+class InFlight(Held):
+    """A job a worker slot holds, with what the slot itself keeps of it."""
 
-    job: ClaimedJob
-    control: AttemptControl = field(default_factory=AttemptControl)
-    # Monotonic time until which our lease is known to hold; past it we are not the owner.
-    lease_valid_until: float = 0.0
-    # Set once the outcome is committed: the lease is gone on purpose, heartbeats stop.
-    settled: bool = False
-    # Set while the outcome is being committed: a heartbeat that finds the job no longer
-    # running is then seeing that commit, and the finalize's own answer tells a loss.
-    finalizing: bool = False
     # The job this slot's finalize claimed, to run next in the same thread.
     next_job: ClaimedJob | None = None
     # How often the runner asked before touching the engine: once before the create, again
@@ -117,34 +108,6 @@ def _counting(flight: InFlight, ask: Callable[[], bool]) -> Callable[[], bool]:
         return ask()
 
     return still_owner
-
-
-class QueueLogSink:
-    """Live log chunks go to the run's events, fenced by the attempt's lease."""
-
-    def __init__(self, queue: JobQueue, job: ClaimedJob) -> None:
-        self._queue = queue
-        self._job = job
-
-    def resume_point(self, stream: str) -> str | None:
-        """Where the previous owner of this attempt stopped, if anywhere."""
-        return self._queue.last_log_position(self._job.run_id, self._job.attempt, stream)
-
-    def write(self, stream: str, text: str, until: str) -> bool:
-        """Append a chunk; a lost lease stops the stream, a passing DB error is retried."""
-        for delay in (0.1, 0.5, 1.0):
-            try:
-                return self._queue.append_log(
-                    self._job.job_id,
-                    self._job.lease_token,
-                    stream=stream,
-                    text_chunk=text,
-                    until=until,
-                )
-            except _DB_ERRORS:
-                time.sleep(delay)
-        logger.warning("dropped a live log chunk", extra={"run_id": str(self._job.run_id)})
-        return True
 
 
 class FencedLogSink:
@@ -819,14 +782,7 @@ class Worker:
                 self._settle_adopted(flight, state, verdict)
                 return
         elif job.cancel_requested:
-            self._finalize(
-                flight,
-                AttemptResult(
-                    status=RunStatus.CANCELLED,
-                    error_code=ErrorCode.CANCELLED,
-                    error="cancelled before it started",
-                ),
-            )
+            self._finalize(flight, CANCELLED_BEFORE_START)
             return
         if not job.container_requested and not self._mark_container_requested(flight):
             return
@@ -895,11 +851,7 @@ class Worker:
     def _ended_before_start(self, flight: InFlight) -> AttemptResult | None:
         """The outcome of an attempt cancelled or past its deadline before its start."""
         if flight.control.cancel.is_set():
-            return AttemptResult(
-                status=RunStatus.CANCELLED,
-                error_code=ErrorCode.CANCELLED,
-                error="cancelled before it started",
-            )
+            return CANCELLED_BEFORE_START
         if self._db_now() >= flight.job.deadline_at:
             return AttemptResult(
                 status=RunStatus.TIMED_OUT,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Literal, TypeVar
@@ -11,6 +10,7 @@ import anyio
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse
+from pydantic import TypeAdapter
 
 from api.deps import PrincipalDep, Services, ServicesDep, visible_tenant
 from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
@@ -19,15 +19,17 @@ from api.routes.webhooks import check_callback_url
 from api.schemas import RunCreate, RunOut, RunPage
 from runyard.auth import Principal
 from runyard.models import RunMode, RunStatus, ToolRun
-from runyard.queue import AdmissionRefused, IdempotencyConflict, NewRun
-from runyard.runner import AttemptControl
-from runyard.runs import LOG_STREAMS, BadCursor, RunFilter, RunReader
-from runyard.submit import InvalidInput, RunView, UnknownTool, prepare_run, read_run_view
+from runyard.queue import AdmissionRefused, IdempotencyConflict
+from runyard.runs import LOG_STREAMS, BadCursor, RunFilter, RunReader, RunView
+from runyard.submission import Caller, Submitted
+from runyard.submit import InvalidInput, RunRequest, UnknownTool
 from runyard.tools import TOOL_NAME_PATTERN
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=COMMON_ERRORS)
 
 T = TypeVar("T")
+# The public shape, serialized straight from the read model.
+RUN_JSON = TypeAdapter(RunView)
 
 MAX_PAGE = 200
 MAX_WAIT_QUERY = 3600.0
@@ -42,19 +44,32 @@ def load_run(services: Services, principal: Principal, run_id: uuid.UUID) -> Too
     return run
 
 
-def _retry_after(services: Services) -> dict[str, str]:
-    return {"Retry-After": str(services.settings.retry_after_seconds)}
+def view_run(services: Services, principal: Principal, run_id: uuid.UUID) -> RunView:
+    """The run's public fields if the caller may see it (one round trip); 404 otherwise."""
+    run = RunReader(services.engine).view(run_id, visible_tenant(principal))
+    if run is None:
+        raise Problem(404, "run_not_found", f"no run {run_id}")
+    return run
 
 
-def _refused(services: Services, exc: AdmissionRefused) -> Problem:
+def submit_problem(services: Services, exc: Exception) -> Problem | None:
+    """The problem document of a submit the core refused; None for any other error."""
+    retry_after = {"Retry-After": str(services.settings.retry_after_seconds)}
+    if isinstance(exc, UnknownTool):
+        return Problem(422, "unknown_tool", str(exc), field="tool")
+    if isinstance(exc, InvalidInput):
+        return Problem(422, "invalid_input", str(exc), field=exc.path)
+    if isinstance(exc, IdempotencyConflict):
+        return Problem(409, "idempotency_conflict", str(exc), field="Idempotency-Key")
+    if not isinstance(exc, AdmissionRefused):
+        return None
     if exc.reason == "queue_full":
-        return Problem(503, "queue_full", str(exc), headers=_retry_after(services))
-    code = "tenant_queued_limit" if exc.reason == "tenant_queued" else "tenant_running_limit"
-    return Problem(429, code, str(exc), headers=_retry_after(services), limit=exc.limit)
-
-
-def _conflict(exc: IdempotencyConflict) -> Problem:
-    return Problem(409, "idempotency_conflict", str(exc), field="Idempotency-Key")
+        return Problem(503, "queue_full", str(exc), headers=retry_after)
+    code = {
+        "tenant_queued": "tenant_queued_limit",
+        "tenant_running": "tenant_running_limit",
+    }.get(exc.reason, exc.reason)
+    return Problem(429, code, str(exc), headers=retry_after, limit=exc.limit)
 
 
 async def _watch_disconnect(request: Request, on_gone: Callable[[], None]) -> None:
@@ -88,196 +103,23 @@ async def _watching_disconnect(
     return outcome[0]
 
 
-def view_run(services: Services, principal: Principal, run_id: uuid.UUID) -> RunView:
-    """The run's public fields if the caller may see it (one round trip); 404 otherwise."""
-    run = read_run_view(services.engine, run_id, visible_tenant(principal))
-    if run is None:
-        raise Problem(404, "run_not_found", f"no run {run_id}")
-    return run
-
-
-async def _view(services: Services, principal: Principal, run_id: uuid.UUID) -> RunView:
-    return await run_in_threadpool(view_run, services, principal, run_id)
-
-
-async def _wait_for_outcome(
-    request: Request, services: Services, principal: Principal, run_id: uuid.UUID, wait: float
-) -> RunView:
-    """The run once terminal, or as it is after ``wait`` seconds (capped by the settings).
-
-    It sleeps on the run's NOTIFY channel and re-reads at most every ``events_poll_seconds``;
-    a client that goes away ends the wait.
-    """
-    seconds = min(wait, services.settings.max_wait_seconds)
-    if seconds <= 0:
-        return await _view(services, principal, run_id)
-    deadline = time.monotonic() + seconds
-    gone = anyio.Event()
-    with services.notifier.subscribe(run_id) as subscription:
-        # Subscribed first, then read: a change in between still wakes us.
-        run = await _view(services, principal, run_id)
-        if run.status.is_terminal:
-            return run
-
-        def on_gone() -> None:
-            gone.set()
-            subscription.wake()
-
-        async def wait_terminal() -> RunView:
-            current = run
-            while not current.status.is_terminal and not gone.is_set():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                await subscription.wait(min(remaining, services.settings.events_poll_seconds))
-                current = await _view(services, principal, run_id)
-            return current
-
-        return await _watching_disconnect(request, on_gone, wait_terminal)
-
-
-def _prepare(
-    services: Services, principal: Principal, body: RunCreate, idempotency_key: str | None
-) -> tuple[NewRun, uuid.UUID | None]:
-    """Validate the request; the run an Idempotency-Key already names, if any (else None)."""
+async def submit(
+    request: Request, services: Services, run_request: RunRequest, wait: float = 0.0
+) -> Submitted:
+    """The submit use case, watching for the client to leave (which cancels its inline run
+    and ends its wait); a refusal comes out as its problem document."""
+    caller = Caller()
     try:
-        new_run = prepare_run(
-            services.registry,
-            tenant=principal.tenant,
-            tool_name=body.tool,
-            input_value=body.input,
-            priority=body.priority,
-            idempotency_key=idempotency_key,
-            callback_url=body.callback_url,
+        return await _watching_disconnect(
+            request,
+            caller.leave,
+            lambda: services.submissions.submit(run_request, wait=wait, caller=caller),
         )
-    except UnknownTool as exc:
-        raise Problem(422, "unknown_tool", str(exc), field="tool") from exc
-    except InvalidInput as exc:
-        raise Problem(422, "invalid_input", str(exc), field=exc.path) from exc
-    if body.callback_url is not None:
-        check_callback_url(services, principal.tenant, body.callback_url, field="callback_url")
-    if idempotency_key is None:
-        return new_run, None
-    replay = RunReader(services.engine).find_idempotent(principal.tenant, idempotency_key)
-    if replay is None:
-        return new_run, None
-    if replay.request_hash != new_run.request_hash():
-        raise _conflict(
-            IdempotencyConflict("this Idempotency-Key was already used with a different request")
-        )
-    return new_run, replay.id
-
-
-def _accept(
-    services: Services,
-    principal: Principal,
-    body: RunCreate,
-    idempotency_key: str | None,
-    *,
-    answer_now: bool,
-) -> tuple[uuid.UUID, bool, RunView | None]:
-    """Queue mode in one thread hop: validate, replay or enqueue, and (``answer_now``) read
-    the run back for the answer. Returns the run id, whether it was created, and the run."""
-    new_run, replayed = _prepare(services, principal, body, idempotency_key)
-    if replayed is not None:
-        run_id, created = replayed, False
-    else:
-        try:
-            enqueued = services.queue.submit(new_run, services.caps)
-        except AdmissionRefused as exc:
-            raise _refused(services, exc) from exc
-        except IdempotencyConflict as exc:
-            raise _conflict(exc) from exc
-        run_id, created = enqueued.run_id, enqueued.created
-    view = read_run_view(services.engine, run_id, visible_tenant(principal)) if answer_now else None
-    return run_id, created, view
-
-
-async def _run_inline(
-    request: Request, services: Services, principal: Principal, new_run: NewRun
-) -> tuple[RunView, bool]:
-    """Sync mode: take a slot or 429 at once, record the run, run it here, return it."""
-    sync = services.sync
-    assert sync is not None and services.sync_limiter is not None
-    if not sync.try_acquire():
-        raise Problem(
-            429,
-            "sync_capacity_full",
-            f"all {sync.max_concurrency} inline slots are busy; retry later",
-            headers=_retry_after(services),
-            limit=sync.max_concurrency,
-        )
-    try:
-        try:
-            recorded = await run_in_threadpool(
-                lambda: services.queue.record_sync(
-                    new_run,
-                    services.caps,
-                    owner=sync.owner_id,
-                    lease_seconds=services.settings.lease_seconds,
-                )
-            )
-        except AdmissionRefused as exc:
-            raise _refused(services, exc) from exc
-        except IdempotencyConflict as exc:
-            raise _conflict(exc) from exc
-        if recorded.created:
-            control = AttemptControl()
-
-            async def execute() -> None:
-                await anyio.to_thread.run_sync(
-                    sync.execute,
-                    recorded.run_id,
-                    new_run.spec,
-                    new_run.input,
-                    control,
-                    limiter=services.sync_limiter,
-                )
-
-            # A client that hangs up cancels its run: the container is stopped, then finalized.
-            await _watching_disconnect(request, control.cancel.set, execute)
-    finally:
-        sync.release()
-    return await _view(services, principal, recorded.run_id), recorded.created
-
-
-async def submit_run(
-    request: Request,
-    body: RunCreate,
-    response: Response,
-    services: Services,
-    principal: Principal,
-    wait: float = 0,
-    idempotency_key: str | None = None,
-) -> RunOut:
-    """Validate the tool and input, then enqueue (queue mode) or run inline (sync mode).
-
-    Sets ``response``'s status and headers; the dashboard submits through here too.
-    """
-    run: RunView | None
-    if services.sync is None:
-        answer_now = min(wait, services.settings.max_wait_seconds) <= 0
-        run_id, created, run = await run_in_threadpool(
-            lambda: _accept(services, principal, body, idempotency_key, answer_now=answer_now)
-        )
-        if run is None:
-            run = await _wait_for_outcome(request, services, principal, run_id, wait)
-    else:
-        new_run, replayed = await run_in_threadpool(
-            _prepare, services, principal, body, idempotency_key
-        )
-        created = False
-        if replayed is not None:
-            run = await _wait_for_outcome(request, services, principal, replayed, wait)
-        else:
-            run, created = await _run_inline(request, services, principal, new_run)
-            if not created:
-                run = await _wait_for_outcome(request, services, principal, run.id, wait)
-    response.headers["Location"] = f"/v1/runs/{run.id}"
-    if not created:
-        response.headers["Idempotent-Replayed"] = "true"
-    response.status_code = 200 if run.status.is_terminal else 202
-    return RunOut.from_row(run)
+    except Exception as exc:
+        problem_ = submit_problem(services, exc)
+        if problem_ is None:
+            raise
+        raise problem_ from exc
 
 
 @router.post(
@@ -324,13 +166,23 @@ async def post_run(
     ] = None,
 ) -> Response:
     """Validate the tool and input, then enqueue (queue mode) or run inline (sync mode)."""
-    meta = Response()
-    run = await submit_run(request, body, meta, services, principal, wait, idempotency_key)
+    if body.callback_url is not None:
+        # Resolves the host (blocking), so off the event loop.
+        await run_in_threadpool(
+            check_callback_url, services, principal.tenant, body.callback_url, "callback_url"
+        )
+    submitted = await submit(
+        request, services, body.request(principal.tenant, idempotency_key), wait
+    )
+    run = submitted.run
+    headers = {"Location": f"/v1/runs/{run.id}"}
+    if not submitted.created:
+        headers["Idempotent-Replayed"] = "true"
     # Serialized once here rather than validated again through the response model.
     return Response(
-        run.model_dump_json(),
-        status_code=meta.status_code,
-        headers={k: v for k, v in meta.headers.items() if k != "content-length"},
+        RUN_JSON.dump_json(run),
+        status_code=200 if run.status.is_terminal else 202,
+        headers=headers,
         media_type="application/json",
     )
 
@@ -338,7 +190,7 @@ async def post_run(
 @router.get("/{run_id}", responses={404: NOT_FOUND})
 def get_run(run_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep) -> RunOut:
     """One run; another tenant's run is 404."""
-    return RunOut.from_row(load_run(services, principal, run_id))
+    return RunOut.of(view_run(services, principal, run_id))
 
 
 @router.get("")
@@ -363,7 +215,7 @@ def list_runs(
         rows, next_cursor = reader.page(filters, limit=limit, cursor=cursor)
     except BadCursor as exc:
         raise Problem(400, "invalid_cursor", str(exc), field="cursor") from exc
-    return RunPage(items=[RunOut.from_row(r) for r in rows], next_cursor=next_cursor)
+    return RunPage(items=[RunOut.of(r) for r in rows], next_cursor=next_cursor)
 
 
 @router.post(
@@ -377,13 +229,10 @@ def list_runs(
 )
 def cancel_run(run_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep) -> RunOut:
     """Cancel a queued run at once, or ask whoever runs it to stop it (202 either way)."""
-    run = load_run(services, principal, run_id)
-    if run.mode == RunMode.SYNC.value:
-        result = services.queue.cancel_sync(run_id)
-        if services.sync is not None:
-            services.sync.cancel_local(run_id)
-    else:
-        result = services.queue.cancel(run_id)
+    view_run(services, principal, run_id)
+    result = services.queue.cancel(run_id)
+    if services.sync is not None:
+        services.sync.cancel_local(run_id)  # here at once; elsewhere at its next renewal
     if result.status is not None and result.status.is_terminal and not result.cancelled_now:
         raise Problem(
             409,
@@ -391,7 +240,7 @@ def cancel_run(run_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep
             f"the run is already {result.status.value}",
             run_status=result.status.value,
         )
-    return RunOut.from_row(load_run(services, principal, run_id))
+    return RunOut.of(view_run(services, principal, run_id))
 
 
 @router.get(

@@ -60,7 +60,7 @@ def _admin(principal: Principal) -> None:
         raise Problem(403, "admin_required", "only an admin key may manage tenants' webhooks")
 
 
-def check_callback_url(services: Services, tenant: str, url: str, *, field: str) -> None:
+def check_callback_url(services: Services, tenant: str, url: str, field: str) -> None:
     """A 422 unless ``url`` is a webhook URL that leads to an allowed address (and, for a
     run's callback, unless its tenant has a secret to sign with)."""
     try:

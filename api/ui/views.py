@@ -384,19 +384,14 @@ async def submit(
         where = ".".join(str(part) for part in first["loc"])
         return again(f"{where}: {first['msg']}", 422)
     form_key = fields.get("form_key", "")
+    key = form_key if FORM_KEY.fullmatch(form_key) else None
     try:
-        run = await run_routes.submit_run(
-            request=request,
-            body=body,
-            response=Response(),
-            services=services,
-            principal=session.principal,
-            wait=0,
-            idempotency_key=form_key if FORM_KEY.fullmatch(form_key) else None,
+        submitted = await run_routes.submit(
+            request, services, body.request(session.principal.tenant, key)
         )
     except Problem as exc:
         return again(exc.detail, exc.status)
-    return RedirectResponse(f"/ui/runs/{run.id}", status_code=303)
+    return RedirectResponse(f"/ui/runs/{submitted.run.id}", status_code=303)
 
 
 @router.get("/queue")

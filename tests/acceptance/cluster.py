@@ -1,4 +1,5 @@
-"""A real cluster for fault tests: worker and reaper processes, Postgres, Docker, a checker.
+"""A real cluster for fault tests: worker, reaper and sync-mode API processes, Postgres,
+Docker, a checker.
 
 The checker records every accepted run and, once faults heal and the queue drains, asserts
 the six invariants: no run lost, no phantom result, exactly one finalize per run, attempts
@@ -10,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -21,6 +24,7 @@ from typing import Any
 
 import docker
 import docker.errors
+import httpx2
 from sqlalchemy import Engine, text
 
 from runyard.queue import JobQueue
@@ -70,6 +74,8 @@ class Cluster:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     accepted: dict[uuid.UUID, Expected] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
+    requests: list[threading.Thread] = field(default_factory=list)
 
     def _env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         base = {k: v for k, v in os.environ.items() if not k.startswith("RUNYARD_")}
@@ -101,6 +107,61 @@ class Cluster:
     def start_reaper(self, name: str = "reaper", **extra: str) -> None:
         """Start ``python -m reaper``."""
         self._spawn(name, ["-m", "reaper"], extra)
+
+    def start_api(self, name: str, *, fault: str | None = None, **extra: str) -> None:
+        """Start ``python -m api`` in sync mode (tools run inline) and wait until it answers."""
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = self.ports.setdefault(name, probe.getsockname()[1])
+        env = {"RUNYARD_QUEUE_ENABLED": "false", "RUNYARD_AUTH_DISABLED": "true", **extra}
+        if fault:
+            env["RUNYARD_FAULT"] = fault
+        self._spawn(name, ["-m", "api", "--host", "127.0.0.1", "--port", str(port)], env)
+        self.wait_for(lambda: self._answers(port), 30, f"{name} to answer")
+
+    def _answers(self, port: int) -> bool:
+        try:
+            return httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+        except httpx2.HTTPError:
+            return False
+
+    def submit_sync(self, api: str, tool: str, value: Any, expected: Expected) -> uuid.UUID | None:
+        """POST a run to a sync-mode API from a thread of its own (the answer comes when the
+        run ends, or never if the process dies); the run, once recorded, or None if refused."""
+        key = uuid.uuid4().hex
+        url = f"http://127.0.0.1:{self.ports[api]}/v1/runs"
+
+        def post() -> None:
+            try:
+                httpx2.post(
+                    url,
+                    json={"tool": tool, "input": value},
+                    headers={"Idempotency-Key": key},
+                    timeout=120,
+                )
+            except httpx2.HTTPError:
+                pass  # the API process was killed under the request
+
+        thread = threading.Thread(target=post, name=f"post-{key[:8]}", daemon=True)
+        thread.start()
+        self.requests.append(thread)
+        found: list[uuid.UUID] = []
+
+        def recorded() -> bool:
+            with self.engine.connect() as conn:
+                run_id = conn.execute(
+                    text("SELECT id FROM tool_runs WHERE idempotency_key = :key"), {"key": key}
+                ).scalar_one_or_none()
+            if run_id is not None:
+                found.append(run_id)
+            return bool(found) or not thread.is_alive()
+
+        self.wait_for(recorded, 30, "the sync run to be recorded")
+        if not found:
+            return None
+        expected.max_attempts = 1
+        self.accepted[found[0]] = expected
+        return found[0]
 
     def signal(self, name: str, sig: int) -> None:
         """Send a signal to one of the processes."""
@@ -190,12 +251,26 @@ class Cluster:
 
     def diagnostics(self) -> str:
         """Statuses and the tail of each process log, for a failing assertion."""
-        lines = [f"{r}: {self.status(r)}" for r in list(self.accepted)[:20]]
+        statuses = {r: self.status(r) for r in self.accepted}
+        # The runs still open first: they are what a drain waits on.
+        order = sorted(statuses, key=lambda r: statuses[r] in TERMINAL)
+        lines = [f"{r}: {statuses[r]} {self._job(r)}" for r in order[:20]]
         for name in self.procs:
             tail = self.log_of(name).splitlines()[-15:]
             lines.append(f"--- {name} (rc={self.procs[name].poll()})")
             lines.extend(tail)
         return "\n".join(lines)
+
+    def _job(self, run_id: uuid.UUID) -> dict[str, Any]:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                text(
+                    "SELECT queue, locked_by, locked_until, available_at, engine_id,"
+                    " cancel_requested_at FROM tool_run_jobs WHERE run_id = :id"
+                ),
+                {"id": run_id},
+            ).one_or_none()
+        return {} if row is None else dict(row._mapping)
 
     def check_invariants(self, *, leak_timeout: float = 15) -> dict[str, int]:
         """Assert the six invariants over every accepted run; return figures."""

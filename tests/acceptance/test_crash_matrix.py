@@ -145,3 +145,36 @@ def test_database_connections_killed_mid_run__worker_reconnects(cluster: Cluster
     cluster.check_invariants()
     assert cluster.procs["w1"].poll() is None  # it kept running
     assert len(more) == 3
+
+
+# --- sync mode: the API process that runs a tool inline dies --------------------------------
+
+
+def test_sync_kill9_while_container_runs__adopted_by_another_api_not_restarted(cluster: Cluster):
+    cluster.start_reaper()
+    cluster.start_api("a1")
+    run_id = cluster.submit_sync("a1", "shell", {"script": LONG}, Expected("failed", exit_code=7))
+    assert run_id is not None
+    cluster.wait_for(lambda: cluster.container_state(run_id) == "running", 30, "container")
+    cluster.kill9("a1")
+    cluster.start_api("a2")
+    cluster.check_invariants()
+    row = cluster.run_row(run_id)
+    assert row.attempts == 1 and row.adoptions == 1 and row.claims == 1
+    assert row.stdout.count("start") == 1  # the container was not restarted
+    kinds = [kind for kind, _ in events_of(cluster.engine, run_id)]
+    assert "requeued" not in kinds  # nothing ever waits in a queue in sync mode
+
+
+def test_sync_kill9_after_exit_before_finalize__finalized_once_by_another_api(cluster: Cluster):
+    cluster.start_reaper()
+    cluster.start_api("a1", fault=BEFORE_FINALIZE)
+    expected = Expected("succeeded", 0, {"k": "v"}, 1, True)
+    run_id = cluster.submit_sync("a1", "echo", {"k": "v"}, expected)
+    assert run_id is not None
+    assert cluster.wait_exit("a1", timeout=60) == 137  # died at the fault point
+    assert cluster.container_state(run_id) == "exited"
+    assert cluster.status(run_id) == "running"
+    cluster.start_api("a2")
+    cluster.check_invariants()
+    assert cluster.run_row(run_id).adoptions == 1

@@ -1,10 +1,12 @@
-"""A seeded soak: 200+ runs over 3 workers while faults are injected; the invariants hold."""
+"""A seeded soak: 200+ runs over 3 workers, and sync runs over 2 sync-mode API processes,
+while faults are injected (API processes killed mid-flight among them); the invariants hold."""
 
 from __future__ import annotations
 
 import random
 import signal
 import time
+import uuid
 from datetime import datetime
 
 import pytest
@@ -17,6 +19,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.timeout(420)]
 SEED = 20261125
 RUNS = 200
 WORKERS = ("w1", "w2", "w3")
+APIS = ("a1", "a2")
 
 
 def longest_recovery_seconds(cluster: Cluster) -> float:
@@ -47,6 +50,8 @@ def test_soak__faults_over_200_runs_keep_every_invariant(cluster: Cluster):
     cluster.start_reaper()
     for name in WORKERS:
         cluster.start_worker(name, concurrency=2)
+    for name in APIS:
+        cluster.start_api(name)
     sleepers = []
     for i in range(RUNS):
         kind = rng.choice(["echo", "echo", "sleep", "fail"])
@@ -59,7 +64,8 @@ def test_soak__faults_over_200_runs_keep_every_invariant(cluster: Cluster):
         else:
             cluster.submit("fail", {}, Expected("failed", exit_code=3))
 
-    faults = {"kill9": 0, "sigstop": 0, "sigterm": 0, "container_removed": 0}
+    faults = {"kill9": 0, "sigstop": 0, "sigterm": 0, "container_removed": 0, "api_kill9": 0}
+    synced: list[uuid.UUID] = []
     removed: set[object] = set()
     deadline = time.monotonic() + 150
     restarts = 0
@@ -73,9 +79,26 @@ def test_soak__faults_over_200_runs_keep_every_invariant(cluster: Cluster):
         ):
             break
         time.sleep(rng.uniform(0.5, 1.5))
+        # A sync run or two each round, inline in an API process that may be killed next.
+        last_api = rng.choice(APIS)
+        for _ in range(rng.choice([1, 2]) if sum(faults.values()) < 12 else 0):
+            last_api = rng.choice(APIS)
+            seconds = rng.choice([0.5, 1, 2])
+            run_id = cluster.submit_sync(
+                last_api, "sleep", {"seconds": seconds}, Expected("succeeded")
+            )
+            if run_id is not None:
+                synced.append(run_id)
         victim = rng.choice(WORKERS)
-        action = rng.choice(["kill9", "kill9", "sigstop", "sigterm", "container_removed"])
-        if action == "kill9":
+        action = rng.choice(
+            ["kill9", "kill9", "sigstop", "sigterm", "container_removed", "api_kill9"] * 2
+            + ["api_kill9"]
+        )
+        if action == "api_kill9":
+            # The API that was just given a run: killed with it in flight.
+            cluster.kill9(last_api)
+            cluster.start_api(last_api)
+        elif action == "kill9":
             cluster.kill9(victim)
             restarts += 1
             cluster.start_worker(victim, concurrency=2)
@@ -114,6 +137,9 @@ def test_soak__faults_over_200_runs_keep_every_invariant(cluster: Cluster):
         row = cluster.run_row(run_id)
         if row.error_code == "container_lost" and expected.max_attempts == row.attempts:
             cluster.accepted[run_id] = Expected("failed", max_attempts=expected.max_attempts)
+        # A sync run whose API process died before its container was made: never retried.
+        if row.error_code == "api_lost" and run_id in synced:
+            cluster.accepted[run_id] = Expected("failed")
     figures = cluster.check_invariants(leak_timeout=30)
     recovery = longest_recovery_seconds(cluster)
     lost = sum(1 for r in cluster.accepted if cluster.run_row(r).error_code == "container_lost")
@@ -131,8 +157,10 @@ def test_soak__faults_over_200_runs_keep_every_invariant(cluster: Cluster):
         f"\nsoak: runs={figures['runs']} faults={faults} worker_restarts={restarts} "
         f"extra_attempts={figures['extra_attempts']} container_lost={lost} "
         f"re_executed={re_executed} duplicates_executed={max(duplicates, 0)} "
-        f"longest_recovery={recovery:.1f}s"
+        f"longest_recovery={recovery:.1f}s sync_runs={len(synced)}"
     )
-    assert figures["runs"] == RUNS
+    assert figures["runs"] == RUNS + len(synced) and synced
+    if faults["api_kill9"]:
+        assert any(cluster.run_row(r).adoptions for r in synced), "no sync run was adopted"
     assert sum(faults.values()) >= 12
     assert duplicates <= 0, "a tool ran again without its container being lost"

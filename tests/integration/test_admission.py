@@ -21,13 +21,16 @@ from runyard.queue import (
     ApiQueue,
     ClaimedJob,
     EnqueueResult,
+    InlineClaim,
 )
 from runyard.runner import AttemptResult
 from tests.integration.test_queue import new_run
+from tests.integration.test_sync_jobs import adopt
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = 30.0
 SUCCESS = AttemptResult(status=RunStatus.SUCCEEDED, exit_code=0)
+INLINE = InlineClaim(owner="api-1", engine_id="engine-a", lease_seconds=LEASE)
 
 
 def counted(engine: Engine) -> dict[str, tuple[int, int]]:
@@ -154,11 +157,9 @@ def test_admission__sums_all_of_the_tenants_rows_of_counts(engine: Engine):
             api.submit(new_run(), caps, now=T0)
         assert refused.value.reason == reason
         with pytest.raises(AdmissionRefused):
-            api.record_sync(new_run(), caps, owner="api-1", lease_seconds=LEASE, now=T0)
+            api.submit(new_run(), caps, inline=INLINE, now=T0)
     assert api.submit(new_run(), AdmissionCaps(tenant_max_queued=4), now=T0).created
-    assert api.record_sync(
-        new_run(), AdmissionCaps(tenant_max_running=5), owner="api-1", lease_seconds=LEASE
-    ).created
+    assert api.submit(new_run(), AdmissionCaps(tenant_max_running=5), inline=INLINE).created
 
 
 def test_admission__a_replay_is_not_refused_when_the_queue_is_full(engine: Engine):
@@ -259,19 +260,17 @@ def test_counts__equal_a_real_count_after_every_transition(engine: Engine):
     step("release", lambda: api.release(jobs[5].job_id, jobs[5].lease_token, now=T0))
     failed = AttemptResult(status=RunStatus.FAILED, exit_code=1)
     step("fail", lambda: api.finalize(jobs[6].job_id, jobs[6].lease_token, failed, now=T0))
-    sync = api.record_sync(new_run(tenant="a"), caps, owner="api-1", lease_seconds=LEASE, now=T0)
-    step("sync record", lambda: sync.created)
+    synced = api.submit(new_run(tenant="a"), caps, inline=INLINE, now=T0)
+    step("sync submit: inserted claimed", lambda: synced.job)
+    adopted: list[ClaimedJob] = []
+    step("sync adopt", lambda: adopted.__iadd__(adopt(api, now=later)))
+    step("sync finish", lambda: api.finalize(adopted[0].job_id, adopted[0].lease_token, SUCCESS))
+    lost = api.submit(new_run(tenant="b"), caps, inline=INLINE, now=T0).job
+    assert lost is not None
     step(
-        "sync start",
-        lambda: api.start_sync(
-            sync.run_id, owner="api-1", engine_id="engine-a", lease_seconds=LEASE, now=T0
-        ),
+        "sync lost",
+        lambda: api.put_back(lost.job_id, lost.lease_token, charged=True, error="gone").owned,
     )
-    step(
-        "sync take over",
-        lambda: api.take_over_sync(sync.run_id, owner="api-2", lease_seconds=LEASE, now=later),
-    )
-    step("sync finish", lambda: api.finalize_sync(sync.run_id, SUCCESS, owner="api-2", now=later))
     step("prune", lambda: api.prune(retention_seconds=0, batch=100, now=later + timedelta(1)))
     step("delete active runs", lambda: delete(engine, DELETE_TWO_ACTIVE) == 2)
     assert counted(engine)  # active runs are left for the truncate to clear

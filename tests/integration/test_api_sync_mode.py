@@ -1,4 +1,6 @@
-"""Sync fallback mode (RUNYARD_QUEUE_ENABLED=false): inline runs under a global cap.
+"""Sync fallback mode (RUNYARD_QUEUE_ENABLED=false): inline runs under a global cap, each a
+job its API process claims at the insert, and adopted by another of its engine's API
+processes when its own is gone.
 
 The fake runner makes the cap and cancel races deterministic; the tests marked ``docker``
 run the same paths with the real Docker runner.
@@ -22,17 +24,19 @@ from sqlalchemy import Engine, text
 from reaper.service import Reaper, ReaperConfig
 from runyard.docker.runner import DockerRunner
 from runyard.models import RunStatus
-from runyard.queue import AdmissionCaps, ApiQueue, NewRun
+from runyard.queue import AdmissionCaps, ApiQueue, ClaimedJob, InlineClaim, NewRun
 from runyard.runner import (
     AttemptAbandoned,
     AttemptControl,
     AttemptResult,
     AttemptSpec,
     ContainerState,
+    Runner,
 )
-from runyard.sync_mode import SyncExecutor, SyncOrphanSettler
+from runyard.sync_mode import SyncExecutor
 from runyard.testing import FakeRunner, Handler, succeed_with_input
 from runyard.tools import ToolRegistry
+from runyard.workers import WorkerRegistry
 from tests.integration.test_api_helpers import (
     bearer,
     count,
@@ -41,6 +45,7 @@ from tests.integration.test_api_helpers import (
     run_status,
     wait_until,
 )
+from tests.integration.test_sync_jobs import adopt
 
 SYNC = {"queue_enabled": False}
 
@@ -48,6 +53,13 @@ SYNC = {"queue_enabled": False}
 def _run_row(engine: Engine, run_id: str | uuid.UUID) -> Any:
     with engine.connect() as conn:
         return conn.execute(text("SELECT * FROM tool_runs WHERE id = :id"), {"id": run_id}).one()
+
+
+def _job_row(engine: Engine, run_id: str | uuid.UUID) -> Any:
+    with engine.connect() as conn:
+        return conn.execute(
+            text("SELECT * FROM tool_run_jobs WHERE run_id = :id"), {"id": run_id}
+        ).one()
 
 
 def _event_types(engine: Engine, run_id: str | uuid.UUID) -> list[str]:
@@ -129,13 +141,15 @@ def test_sync__burst_of_3c_gets_c_runs_and_the_rest_429_at_once(
     assert all(r.json()["status"] == "succeeded" and r.json()["mode"] == "sync" for r in admitted)
     assert count(engine, "SELECT count(*) FROM tool_runs") == cap
     assert count(engine, "SELECT count(*) FROM tool_runs WHERE status IN ('queued','running')") == 0
-    assert count(engine, "SELECT count(*) FROM tool_run_jobs") == 0
+    # Each admitted run was a job of the sync queue, claimed at once; nothing ever queued.
+    assert count(engine, "SELECT count(*) FROM tool_run_jobs WHERE queue = 'sync'") == cap
+    assert count(engine, "SELECT count(*) FROM tool_run_events WHERE type = 'requeued'") == 0
 
 
 # --- every route ---
 
 
-def test_sync__every_route_with_truthful_timestamps_and_no_job_row(
+def test_sync__every_route_with_truthful_timestamps_and_its_job_row(
     database_url: str, engine: Engine, registry: ToolRegistry, acme
 ):
     gate = Gate()
@@ -171,9 +185,16 @@ def test_sync__every_route_with_truthful_timestamps_and_no_job_row(
         "stdout",
         "status:succeeded",
     ]
-    row = _run_row(engine, run["id"])
-    assert row.sync_owner is not None and row.sync_owner_until is None
-    assert count(engine, "SELECT count(*) FROM tool_run_jobs") == 0
+    job = _job_row(engine, run["id"])
+    assert (job.status, job.queue, job.attempts, job.max_attempts) == ("succeeded", "sync", 1, 1)
+    assert job.lease_token is None and job.locked_until is None and job.engine_id == "fake-engine"
+    assert job.finished_at is not None
+    with engine.connect() as conn:
+        claimed = conn.execute(
+            text("SELECT data FROM tool_run_events WHERE run_id = :id AND type = 'claimed'"),
+            {"id": run["id"]},
+        ).scalar_one()
+    assert claimed["worker_id"].startswith("api-") and claimed["engine_id"] == "fake-engine"
 
 
 def test_sync__idempotent_retry_does_not_run_the_tool_again(
@@ -254,48 +275,55 @@ def _only_run_id(engine: Engine) -> str | None:
     return None if value is None else str(value)
 
 
+def _executor(engine: Engine, runner: Runner, **overrides: Any) -> SyncExecutor:
+    values: dict[str, Any] = {"max_concurrency": 2, "registry": WorkerRegistry(engine)}
+    values.update(overrides)
+    executor = SyncExecutor(ApiQueue(engine), runner, **values)
+    executor.start()
+    return executor
+
+
 def test_sync__cancel_from_another_api_process_arrives_on_renewal(engine: Engine):
-    queue = ApiQueue(engine)
     gate = Gate()
-    executor = SyncExecutor(queue, FakeRunner(gate), max_concurrency=1)
-    recorded = queue.record_sync(
-        _new_run(), AdmissionCaps(), owner=executor.owner_id, lease_seconds=30
-    )
-    control = AttemptControl()
-    worker = threading.Thread(
-        target=executor.execute, args=(recorded.run_id, {"timeout_seconds": 30}, {}, control)
-    )
-    worker.start()
+    executor = _executor(engine, FakeRunner(gate), lease_seconds=300)
     try:
+        submitted = executor.claim_new(_new_run(), AdmissionCaps())
+        assert submitted.job is not None
+        done = executor.start_job(submitted.job)
         assert gate.started.acquire(timeout=10)
-        assert queue.cancel_sync(recorded.run_id).requested  # as another process would
-        assert not control.cancel.is_set()
-        executor.renew_once()
-        assert control.cancel.is_set()
-        worker.join(10)
+        # As another API process would: the job's cancel column, through the one statement.
+        assert ApiQueue(engine).cancel(submitted.run_id).requested
+        assert run_status(engine, submitted.run_id) == "running"
+        executor.heartbeat_once()
+        done.result(timeout=10)
     finally:
         gate.release.set()
-    assert run_status(engine, recorded.run_id) == "cancelled"
+        executor.stop()
+    assert run_status(engine, submitted.run_id) == "cancelled"
+    assert _job_row(engine, submitted.run_id).cancel_requested_at is not None
 
 
-def test_sync__an_owner_that_lost_its_run_walks_away(engine: Engine):
-    queue = ApiQueue(engine)
-    executor = SyncExecutor(queue, FakeRunner(), max_concurrency=1)
-    recorded = queue.record_sync(
-        _new_run(), AdmissionCaps(), owner=executor.owner_id, lease_seconds=30
-    )
-    assert queue.start_sync(
-        recorded.run_id, owner=executor.owner_id, engine_id=None, lease_seconds=30
-    )
-    far = _db_now(engine) + timedelta(seconds=60)
-    assert queue.take_over_sync(recorded.run_id, owner="settler-x", lease_seconds=30, now=far)
-    control = AttemptControl()
-    with executor._lock:  # as if the attempt were in flight here
-        executor._flights[recorded.run_id] = control
-    executor.renew_once()
-    assert control.abandon.is_set()
+def test_sync__an_owner_that_lost_its_lease_walks_away_and_writes_nothing(engine: Engine):
+    gate = Gate()
+    executor = _executor(engine, FakeRunner(gate), lease_seconds=300)
+    try:
+        submitted = executor.claim_new(_new_run(), AdmissionCaps())
+        job = submitted.job
+        assert job is not None
+        done = executor.start_job(job)
+        assert gate.started.acquire(timeout=10)
+        far = _db_now(engine) + timedelta(seconds=301)
+        adopted = adopt(ApiQueue(engine), engine_id="fake-engine", now=far)
+        assert [a.run_id for a in adopted] == [submitted.run_id]
+        executor.heartbeat_once()
+        done.result(timeout=10)  # the attempt was abandoned, not finalized
+    finally:
+        gate.release.set()
+        executor.stop()
+    assert run_status(engine, submitted.run_id) == "running"
     lost = AttemptResult(status=RunStatus.SUCCEEDED, exit_code=0)
-    assert not queue.finalize_sync(recorded.run_id, lost, owner=executor.owner_id)
+    assert not ApiQueue(engine).finalize(job.job_id, job.lease_token, lost)
+    assert _event_types(engine, submitted.run_id).count("adopted") == 1
 
 
 # --- orphans: the API process died mid-run ---
@@ -307,7 +335,7 @@ def _new_run(**overrides: Any) -> NewRun:
         "tool": "echo",
         "spec": {"name": "echo", "timeout_seconds": 300},
         "input": {},
-        "timeout_seconds": 30,
+        "timeout_seconds": 300,
     }
     values.update(overrides)
     return NewRun(**values)
@@ -318,66 +346,114 @@ def _db_now(engine: Engine) -> Any:
         return conn.execute(text("SELECT now()")).scalar_one()
 
 
-def _orphan(queue: ApiQueue, *, start: bool = True, engine_id: str | None = None) -> Any:
-    recorded = queue.record_sync(_new_run(), AdmissionCaps(), owner="api-dead", lease_seconds=30)
-    if not start:
-        return recorded.run_id, None
-    started = queue.start_sync(
-        recorded.run_id, owner="api-dead", engine_id=engine_id, lease_seconds=30
-    )
-    assert started is not None
-    return recorded.run_id, started
+def _orphan(
+    engine: Engine, *, engine_id: str = "fake-engine", lease: float = 0.01, **run: Any
+) -> ClaimedJob:
+    """A sync run claimed by an API process that died at once: past a short lease, adoptable."""
+    claim = InlineClaim(owner="api-dead", engine_id=engine_id, lease_seconds=lease)
+    job = ApiQueue(engine).submit(_new_run(**run), AdmissionCaps(), inline=claim).job
+    assert job is not None
+    if lease <= 2:
+        time.sleep(lease)
+    return job
 
 
-def test_sync_orphan__without_a_runner_fails_as_api_lost_only_after_its_deadline(engine: Engine):
-    queue = ApiQueue(engine)
-    run_id, started = _orphan(queue)
-    reaper = Reaper(queue, ReaperConfig())
-    lease_gone = started.started_at + timedelta(seconds=31)
-    assert reaper.run_once(now=lease_gone).sync_settled == 0
-    assert run_status(engine, run_id) == "running"
-    past_deadline = started.deadline_at + timedelta(seconds=61)
-    assert reaper.run_once(now=past_deadline).sync_settled == 1
-    row = _run_row(engine, run_id)
-    assert row.status == "failed" and row.error_code == "api_lost"
-    assert row.finished_at is not None
-    assert _event_types(engine, run_id)[-2:] == ["adopted", "status:failed"]
-    assert reaper.run_once(now=past_deadline).sync_settled == 0  # idempotent
-
-
-def test_sync_orphan__queued_one_fails_at_once_and_a_live_owner_is_left_alone(engine: Engine):
-    queue = ApiQueue(engine)
-    queued_id, _ = _orphan(queue, start=False)
-    running_id, _ = _orphan(queue)
-    reaper = Reaper(queue, ReaperConfig())
-    assert reaper.run_once().sync_settled == 0  # leases still valid
-    soon = _db_now(engine) + timedelta(seconds=31)
-    assert reaper.run_once(now=soon).sync_settled == 1
-    assert run_status(engine, queued_id) == "failed"
-    assert _run_row(engine, queued_id).error_code == "api_lost"
-    assert run_status(engine, running_id) == "running"
-
-
-def test_sync_orphan__with_a_runner_is_finalized_from_its_exited_container(engine: Engine):
-    queue = ApiQueue(engine)
+def test_sync_orphan__adopted_by_an_api_of_its_engine_and_settled_by_the_adoption_rule(
+    engine: Engine,
+):
     runner = FakeRunner(lambda spec, control: AttemptResult(RunStatus.SUCCEEDED, 0, {"done": 1}))
-    exited_id, _ = _orphan(queue, engine_id=runner.engine_id())
-    missing_id, _ = _orphan(queue, engine_id=runner.engine_id())
-    running_id, started = _orphan(queue, engine_id=runner.engine_id())
-    runner.containers[(exited_id, 1)] = ContainerState.EXITED
-    runner.containers[(running_id, 1)] = ContainerState.RUNNING
-    reaper = Reaper(queue, ReaperConfig(), SyncOrphanSettler(queue, runner))
-    soon = started.started_at + timedelta(seconds=31)
-    assert reaper.run_once(now=soon).sync_settled == 2
-    assert _run_row(engine, exited_id).result == {"done": 1}
-    assert run_status(engine, exited_id) == "succeeded"
-    assert (exited_id, 1) in runner.discarded
-    assert run_status(engine, missing_id) == "failed"
-    assert _run_row(engine, missing_id).error_code == "api_lost"
-    assert run_status(engine, running_id) == "running"  # within its time: looked at later
-    late = started.deadline_at + timedelta(seconds=1)
-    assert reaper.run_once(now=late).sync_settled == 1
-    assert run_status(engine, running_id) == "succeeded"
+    exited, missing, created, running = (_orphan(engine) for _ in range(4))
+    elsewhere = _orphan(engine, engine_id="another-engine")
+    runner.containers[(exited.run_id, 1)] = ContainerState.EXITED
+    runner.containers[(created.run_id, 1)] = ContainerState.CREATED
+    runner.containers[(running.run_id, 1)] = ContainerState.RUNNING
+    executor = _executor(engine, runner, max_concurrency=8)
+    try:
+        assert executor.adopt_once() == 4  # not the other engine's
+        wait_until(lambda: executor.busy == 0, timeout=10)
+    finally:
+        executor.stop()
+    assert _run_row(engine, exited.run_id).result == {"done": 1}
+    assert run_status(engine, exited.run_id) == "succeeded"
+    assert (exited.run_id, 1) in runner.discarded
+    for lost in (missing, created):
+        row = _run_row(engine, lost.run_id)
+        assert (row.status, row.error_code, row.attempts) == ("failed", "api_lost", 1)
+        assert row.finished_at is not None
+    assert (created.run_id, 1) in runner.discarded
+    # A running container is waited on (a slot can), under the same deadline.
+    assert run_status(engine, running.run_id) == "succeeded"
+    assert runner.started == []  # nothing started anew: every container was there or gone
+    assert run_status(engine, elsewhere.run_id) == "running"
+    assert _event_types(engine, exited.run_id)[-2:] == ["adopted", "status:succeeded"]
+
+
+def test_sync__an_engine_that_fails_under_the_run_ends_it_at_once(
+    database_url: str, engine: Engine, registry: ToolRegistry, acme
+):
+    runner = FakeRunner()
+    app = make_app(database_url, engine, registry, runner, **SYNC)
+    with TestClient(app) as client:
+        runner.unreachable.set()
+        response = client.post("/v1/runs", json={"tool": "echo"}, headers=acme)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert (body["status"], body["error_code"]) == ("failed", "infrastructure_error")
+
+
+def test_sync_orphan__an_adopter_whose_engine_fails_looks_again_later(engine: Engine):
+    orphan = _orphan(engine)
+    runner = FakeRunner()
+    runner.unreachable.set()
+    executor = _executor(engine, runner, lease_seconds=30)
+    try:
+        assert executor.adopt_once() == 1
+        wait_until(lambda: executor.busy == 0, timeout=10)
+        assert executor.adopt_once() == 0  # held back for a while, not adopted per poll
+    finally:
+        executor.stop()
+    job = _job_row(engine, orphan.run_id)
+    assert job.status == "running" and job.lease_token is None
+    assert job.available_at > _db_now(engine) + timedelta(seconds=20)
+    assert _event_types(engine, orphan.run_id)[-2:] == ["adopted", "released"]
+
+
+def test_sync_orphan__a_live_lease_is_left_alone_and_queued_work_never_adopted(engine: Engine):
+    live = _orphan(engine, lease=300)
+    ApiQueue(engine).enqueue(_new_run(), now=None)
+    executor = _executor(engine, FakeRunner())
+    try:
+        assert executor.adopt_once() == 0
+    finally:
+        executor.stop()
+    assert run_status(engine, live.run_id) == "running"
+    assert count(engine, "SELECT count(*) FROM tool_run_jobs WHERE status = 'queued'") == 1
+
+
+def test_sync_orphan__the_reaper_settles_one_whose_engine_has_no_live_api(engine: Engine):
+    orphan = _orphan(engine)
+    reaper = Reaper(ApiQueue(engine), ReaperConfig(engine_dead_after_seconds=60))
+    soon = _db_now(engine) + timedelta(seconds=1)
+    assert reaper.run_once(now=soon).leases_cleared == 1
+    assert run_status(engine, orphan.run_id) == "running"  # adoptable, not yet given up
+    late = soon + timedelta(seconds=61)
+    assert reaper.run_once(now=late).failed == 1
+    row = _run_row(engine, orphan.run_id)
+    assert (row.status, row.error_code) == ("failed", "container_lost")
+    assert reaper.run_once(now=late) == reaper.run_once(now=late)  # idempotent
+
+
+def test_sync_orphan__an_api_of_its_engine_keeps_the_reaper_from_giving_it_up(engine: Engine):
+    orphan = _orphan(engine)
+    registry = WorkerRegistry(engine)
+    registry.register("api-live", "fake-engine", 2)
+    reaper = Reaper(ApiQueue(engine), ReaperConfig(engine_dead_after_seconds=60))
+    soon = _db_now(engine) + timedelta(seconds=1)
+    assert reaper.run_once(now=soon).leases_cleared == 1
+    late = soon + timedelta(seconds=61)
+    registry.seen("api-live", now=late)
+    assert reaper.run_once(now=late).failed == 0
+    assert run_status(engine, orphan.run_id) == "running"
 
 
 class SlowEngine(FakeRunner):
@@ -397,20 +473,16 @@ class SlowEngine(FakeRunner):
         return super().state(run_id, attempt)
 
 
-def _sync_owner_until(engine: Engine, run_id: str | uuid.UUID) -> Any:
-    return _run_row(engine, run_id).sync_owner_until
+def _locked_until(engine: Engine, run_id: str | uuid.UUID) -> Any:
+    return _job_row(engine, run_id).locked_until
 
 
-def test_sync__a_slow_settle_never_delays_the_renewal_of_live_runs(
+def test_sync__a_slow_adoption_never_delays_the_renewal_of_live_runs(
     database_url: str, engine: Engine, registry: ToolRegistry, acme
 ):
     gate = Gate()
     runner = SlowEngine(gate)
-    queue = ApiQueue(engine)
-    orphan = queue.record_sync(_new_run(), AdmissionCaps(), owner="api-dead", lease_seconds=30)
-    assert queue.start_sync(
-        orphan.run_id, owner="api-dead", engine_id=runner.engine_id(), lease_seconds=0.01
-    )
+    orphan = _orphan(engine)
     app = make_app(
         database_url,
         engine,
@@ -425,13 +497,13 @@ def test_sync__a_slow_settle_never_delays_the_renewal_of_live_runs(
             pending = pool.submit(http.post, "/v1/runs", json={"tool": "echo"}, headers=acme)
             try:
                 assert gate.started.acquire(timeout=10)
-                assert runner.asked.wait(10)  # the settler hangs on the orphan's container
+                assert runner.asked.wait(10)  # the adopter hangs on the orphan's container
                 live = "SELECT id FROM tool_runs WHERE status = 'running' AND id <> :orphan"
                 with engine.connect() as conn:
                     run_id = conn.execute(text(live), {"orphan": orphan.run_id}).scalar_one()
-                first = wait_until(lambda: _sync_owner_until(engine, run_id))
-                wait_until(lambda: _sync_owner_until(engine, run_id) > first, timeout=10)
-                assert not runner.answer.is_set()  # renewed while the settle still hangs
+                first = wait_until(lambda: _locked_until(engine, run_id))
+                wait_until(lambda: _locked_until(engine, run_id) > first, timeout=10)
+                assert not runner.answer.is_set()  # renewed while the adoption still hangs
             finally:
                 runner.answer.set()
                 gate.release.set()
@@ -442,18 +514,23 @@ def test_sync__a_slow_settle_never_delays_the_renewal_of_live_runs(
 def test_sync_orphan__one_that_cannot_be_settled_never_stops_the_others(
     engine: Engine, caplog: pytest.LogCaptureFixture
 ):
-    queue = ApiQueue(engine)
     runner = SlowEngine()
     runner.answer.set()
-    bad_id, started = _orphan(queue, engine_id=runner.engine_id())
-    good_ids = [_orphan(queue, engine_id=runner.engine_id())[0] for _ in range(2)]
-    runner.broken = bad_id
-    soon = started.started_at + timedelta(seconds=31)
-    assert SyncOrphanSettler(queue, runner).run_once(now=soon) == 2
-    assert [run_status(engine, run_id) for run_id in good_ids] == ["failed", "failed"]
-    assert run_status(engine, bad_id) == "running"  # left for the next pass
+    bad = _orphan(engine)
+    good = [_orphan(engine) for _ in range(2)]
+    runner.broken = bad.run_id
+    executor = _executor(engine, runner, max_concurrency=4)
+    try:
+        assert executor.adopt_once() == 3
+        wait_until(lambda: executor.busy == 0, timeout=10)
+    finally:
+        executor.stop()
+    assert [_run_row(engine, j.run_id).error_code for j in good] == ["api_lost", "api_lost"]
+    # It would crash the same way on every adoption: the run ends instead of looping.
+    row = _run_row(engine, bad.run_id)
+    assert (row.status, row.error_code) == ("failed", "internal_error")
     assert any(
-        r.message.startswith("settling a sync orphan failed") and r.run_id == str(bad_id)  # type: ignore[attr-defined]
+        r.message.startswith("sync attempt crashed") and r.run_id == str(bad.run_id)  # type: ignore[attr-defined]
         for r in caplog.records
     )
 
@@ -585,51 +662,50 @@ def test_sync_docker__client_disconnect_stops_the_container(
 def test_sync_docker__orphan_of_a_dead_api_is_finalized_from_its_container(
     engine: Engine, registry: ToolRegistry, docker_client: docker.DockerClient
 ):
-    queue = ApiQueue(engine)
     runner = DockerRunner(docker_client)
     tool = registry.get("sleep")
     assert tool is not None
-    new_run = _new_run(tool="sleep", spec=tool.snapshot(), input={"seconds": 0.5})
-    recorded = queue.record_sync(new_run, AdmissionCaps(), owner="api-dead", lease_seconds=30)
-    started = queue.start_sync(
-        recorded.run_id, owner="api-dead", engine_id=runner.engine_id(), lease_seconds=30
+    job = _orphan(
+        engine,
+        engine_id=runner.engine_id(),
+        lease=2,
+        tool="sleep",
+        spec=tool.snapshot(),
+        input={"seconds": 0.5},
     )
-    assert started is not None
-    spec = AttemptSpec(recorded.run_id, 1, new_run.spec, new_run.input, started.deadline_at)
+    spec = AttemptSpec(job.run_id, 1, job.spec, job.input, job.deadline_at)
     # The API process ran the container to its end and died before it could finalize.
     runner.run(spec, AttemptControl())
-    assert run_status(engine, recorded.run_id) == "running"
-    assert runner.state(recorded.run_id, 1) is ContainerState.EXITED
+    assert run_status(engine, job.run_id) == "running"
+    assert runner.state(job.run_id, 1) is ContainerState.EXITED
 
-    reaper = Reaper(queue, ReaperConfig(), SyncOrphanSettler(queue, runner))
-    assert reaper.run_once().sync_settled == 0  # its owner's lease still holds
-    later = _db_now(engine) + timedelta(seconds=31)
-    assert reaper.run_once(now=later).sync_settled == 1
-    row = _run_row(engine, recorded.run_id)
+    executor = _executor(engine, runner)
+    try:
+        wait_until(lambda: executor.adopt_once() == 1, timeout=10)  # once its lease ran out
+        wait_until(lambda: executor.busy == 0, timeout=20)
+    finally:
+        executor.stop()
+    row = _run_row(engine, job.run_id)
     assert row.status == "succeeded" and row.result == {"slept": True}
     assert "sleeping" in row.stdout
-    assert runner.state(recorded.run_id, 1) is ContainerState.MISSING
+    assert runner.state(job.run_id, 1) is ContainerState.MISSING
 
 
 @pytest.mark.docker
 def test_sync_docker__the_api_sweeps_a_container_its_run_left_behind(
     database_url: str, engine: Engine, registry: ToolRegistry, docker_client: docker.DockerClient
 ):
-    queue = ApiQueue(engine)
     runner = DockerRunner(docker_client)
     tool = registry.get("echo")
     assert tool is not None
-    new_run = _new_run(spec=tool.snapshot(), input={"left": "behind"})
-    recorded = queue.record_sync(new_run, AdmissionCaps(), owner="api-gone", lease_seconds=30)
-    started = queue.start_sync(
-        recorded.run_id, owner="api-gone", engine_id=runner.engine_id(), lease_seconds=30
+    job = _orphan(
+        engine, engine_id=runner.engine_id(), lease=30, spec=tool.snapshot(), input={"left": 1}
     )
-    assert started is not None
-    spec = AttemptSpec(recorded.run_id, 1, new_run.spec, new_run.input, started.deadline_at)
+    spec = AttemptSpec(job.run_id, 1, job.spec, job.input, job.deadline_at)
     outcome = runner.run(spec, AttemptControl())
     # Finalized, and then the process died before it removed the container.
-    assert queue.finalize_sync(recorded.run_id, outcome, owner="api-gone")
-    assert runner.state(recorded.run_id, 1) is ContainerState.EXITED
+    assert ApiQueue(engine).finalize(job.job_id, job.lease_token, outcome)
+    assert runner.state(job.run_id, 1) is ContainerState.EXITED
     app = make_app(
         database_url,
         engine,
@@ -640,5 +716,5 @@ def test_sync_docker__the_api_sweeps_a_container_its_run_left_behind(
         **SYNC,
     )
     with TestClient(app):
-        wait_until(lambda: runner.state(recorded.run_id, 1) is ContainerState.MISSING, timeout=20)
+        wait_until(lambda: runner.state(job.run_id, 1) is ContainerState.MISSING, timeout=20)
     assert docker_client.volumes.list(filters={"name": spec.container_name}) == []

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
-from api.schemas import RunOut
+from api.routes.runs import RUN_JSON
 from runyard.db import autocommit
 from runyard.queue import JobQueue
-from runyard.submit import read_run_view
+from runyard.runs import RunReader
 from runyard.tenant_webhooks import TenantWebhooks
 from runyard.webhook_http import post
 from runyard.webhook_sql import CLAIM_DELIVERIES, SETTLE_DELIVERY
@@ -223,9 +223,9 @@ def test_deliverer__posts_the_run_signed_as_the_api_shows_it(
     assert set(by_run) == {str(r) for r in run_ids}
     for run_id in run_ids:
         got = by_run[str(run_id)]
-        view = read_run_view(engine, run_id, None)
+        view = RunReader(engine).view(run_id, None)
         assert view is not None
-        assert got.verified(secret) == json.loads(RunOut.from_row(view).model_dump_json())
+        assert got.verified(secret) == json.loads(RUN_JSON.dump_json(view))
         assert got.headers["content-type"] == "application/json"
         [delivery] = deliveries(engine, run_id)
         assert got.webhook_id == str(delivery["id"]) and delivery["status"] == "delivered"

@@ -6,7 +6,7 @@ import uuid
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import Engine, create_engine, inspect, text
 
 from runyard.db import alembic_config
 from runyard.runs import RunReader
@@ -30,6 +30,14 @@ def _tables(url: str) -> set[str]:
         return set(inspect(engine).get_table_names()) - {"alembic_version"}
     finally:
         engine.dispose()
+
+
+def _downgraded(database_url: str, revision: str) -> tuple[Config, Engine]:
+    """The test's database taken down to ``revision``, and an engine on it."""
+    config = alembic_config(database_url)
+    assert isinstance(config, Config)
+    command.downgrade(config, revision)
+    return config, create_engine(normalize_database_url(database_url))
 
 
 def test_upgrade_downgrade_upgrade__round_trips(database_url: str):
@@ -60,10 +68,7 @@ def test_adoptable_partial_index__exists(database_url: str):
 
 
 def test_tenant_run_counts__backfilled_from_the_runs_already_there(database_url: str):
-    config = alembic_config(database_url)
-    assert isinstance(config, Config)
-    command.downgrade(config, "0005")
-    engine = create_engine(normalize_database_url(database_url))
+    config, engine = _downgraded(database_url, "0005")
     try:
         with engine.begin() as conn:
             conn.execute(
@@ -90,10 +95,7 @@ def test_tenant_run_counts__backfilled_from_the_runs_already_there(database_url:
 
 
 def test_event_xact_id__rows_from_before_keep_their_order_and_ids_still_resume(database_url: str):
-    config = alembic_config(database_url)
-    assert isinstance(config, Config)
-    command.downgrade(config, "0006")
-    engine = create_engine(normalize_database_url(database_url))
+    config, engine = _downgraded(database_url, "0006")
     insert = text(
         "INSERT INTO tool_run_events (run_id, type, data) "
         "VALUES (:run_id, 'stdout', CAST(:data AS jsonb)) RETURNING id"
@@ -127,3 +129,70 @@ def test_event_xact_id__rows_from_before_keep_their_order_and_ids_still_resume(d
         engine.dispose()
     assert indexes == {"ix_tool_run_events_run_id_xact_id_id"}
     assert [e.id for e in page.events] == [old[1], old[2], new]
+
+
+def test_sync_runs_are_jobs__runs_in_flight_become_adoptable_jobs_and_come_back(
+    database_url: str,
+):
+    config, engine = _downgraded(database_url, "0007")
+    running, queued, done = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    """
+                    INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode,
+                                           started_at, attempts, sync_owner, sync_owner_until)
+                    VALUES (:running, 'a', 'echo', '{"timeout_seconds": 30}', '{}',
+                            'running', 'sync', now(), 1, 'api-1', now()),
+                           (:queued, 'a', 'echo', '{"timeout_seconds": 30}', '{}',
+                            'queued', 'sync', NULL, 0, 'api-1', now()),
+                           (:done, 'a', 'echo', '{"timeout_seconds": 30}', '{}',
+                            'succeeded', 'sync', now(), 1, 'api-1', NULL)
+                    """
+                ),
+                {"running": running, "queued": queued, "done": done},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO tool_run_events (run_id, type, data) VALUES "
+                    '(:id, \'claimed\', \'{"attempt": 1, "engine_id": "engine-a"}\')'
+                ),
+                {"id": running},
+            )
+        command.upgrade(config, "head")
+        with engine.connect() as conn:
+            jobs = conn.execute(
+                text(
+                    "SELECT run_id, CAST(status AS text) AS status, queue, engine_id,"
+                    " lease_token, locked_until, attempts, max_attempts,"
+                    " container_requested_at IS NOT NULL AS requested,"
+                    " deadline_at - started_at AS timeout FROM tool_run_jobs"
+                )
+            ).all()
+            lost = conn.execute(
+                text("SELECT CAST(status AS text), error_code FROM tool_runs WHERE id = :id"),
+                {"id": queued},
+            ).one()
+            counts = conn.execute(
+                text("SELECT sum(queued), sum(running) FROM tenant_run_counts WHERE tenant = 'a'")
+            ).one()
+        columns = {c["name"] for c in inspect(engine).get_columns("tool_runs")}
+        command.downgrade(config, "0007")
+        with engine.connect() as conn:
+            left = conn.execute(text("SELECT count(*) FROM tool_run_jobs")).scalar_one()
+            owner = conn.execute(
+                text("SELECT sync_owner, sync_owner_until <= now() FROM tool_runs WHERE id = :id"),
+                {"id": running},
+            ).one()
+        command.upgrade(config, "head")
+    finally:
+        engine.dispose()
+    assert [tuple(j)[:9] for j in jobs] == [
+        (running, "running", "sync", "engine-a", None, None, 1, 1, True)
+    ]
+    assert jobs[0].timeout.total_seconds() == 30
+    assert tuple(lost) == ("failed", "api_lost")
+    assert tuple(counts) == (0, 1)
+    assert not {"sync_owner", "sync_owner_until"} & columns
+    assert left == 0 and tuple(owner) == ("migration", True)

@@ -8,7 +8,10 @@ import anyio
 import pytest
 from fastapi import Request
 
-from api.routes.runs import _watching_disconnect
+from api.routes.runs import _watching_disconnect, submit_problem
+from runyard.queue import AdmissionRefused, IdempotencyConflict
+from runyard.settings import Settings
+from runyard.submit import InvalidInput, UnknownTool
 
 
 class FakeRequest:
@@ -48,3 +51,32 @@ def test_watching_disconnect__reports_a_client_that_leaves_and_returns_the_resul
 
     assert anyio.run(main) == "done"
     assert gone == [True]
+
+
+class FakeServices:
+    settings = Settings(database_url="unused", retry_after_seconds=7)
+
+
+@pytest.mark.parametrize(
+    ("refusal", "status", "code", "retry_after"),
+    [
+        (UnknownTool("no"), 422, "unknown_tool", None),
+        (InvalidInput("bad", "input.n"), 422, "invalid_input", None),
+        (IdempotencyConflict("other body"), 409, "idempotency_conflict", None),
+        (AdmissionRefused("queue_full", 10), 503, "queue_full", "7"),
+        (AdmissionRefused("tenant_queued", 10), 429, "tenant_queued_limit", "7"),
+        (AdmissionRefused("tenant_running", 10), 429, "tenant_running_limit", "7"),
+        (AdmissionRefused("sync_capacity_full", 4), 429, "sync_capacity_full", "7"),
+    ],
+)
+def test_submit_problem__one_problem_per_refusal(
+    refusal: Exception, status: int, code: str, retry_after: str | None
+):
+    problem = submit_problem(cast(Any, FakeServices()), refusal)
+    assert problem is not None
+    assert (problem.status, problem.code) == (status, code)
+    assert problem.headers.get("Retry-After") == retry_after
+
+
+def test_submit_problem__anything_else_is_not_a_refusal():
+    assert submit_problem(cast(Any, FakeServices()), LookupError("boom")) is None

@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import TypeAdapter
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from api.routes.runs import RUN_JSON
 from api.schemas import RunOut
 from runyard.models import RunStatus
+from runyard.runs import RunView
 from runyard.settings import Settings
-from runyard.submit import RunView
 from runyard.tenant_webhooks import new_secret
 from runyard.webhook_urls import (
     MAX_URL_LENGTH,
@@ -174,7 +176,8 @@ def test_run_json__is_what_the_api_serializes():
         started_at=stamp,
         finished_at=stamp,
     )
-    assert run_json(view) == RunOut.from_row(view).model_dump_json().encode()
+    assert run_json(view) == RUN_JSON.dump_json(view)  # what POST /v1/runs answers
+    assert run_json(view) == TypeAdapter(RunOut).dump_json(RunOut.of(view))  # GET's model
 
 
 def test_settings__webhook_lease_must_outlast_the_timeout():

@@ -9,8 +9,8 @@ calling the function, so runs that do not become terminal cost nothing more.
 The index of terminal runs by ``finished_at`` is built CONCURRENTLY, outside the migration's
 transaction, so a large ``tool_runs`` keeps taking writes while it builds.
 
-Revision ID: 0008
-Revises: 0007
+Revision ID: 0009
+Revises: 0008
 Create Date: 2026-11-27 09:00:00
 """
 
@@ -20,8 +20,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision = "0008"
-down_revision = "0007"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
