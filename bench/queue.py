@@ -415,7 +415,7 @@ def _profile_round_trips(url: str, jobs: int, concurrency: int, deadline: Deadli
     from sqlalchemy.engine import Engine
 
     import runyard.queue as queue_module
-    from runyard import queue_sql
+    from runyard.queue import sql as queue_sql
 
     counts: dict[str, int] = defaultdict(int)
     times: dict[str, float] = defaultdict(float)

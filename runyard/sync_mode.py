@@ -31,7 +31,7 @@ from runyard.faults import BEFORE_FINALIZE, crash_point
 from runyard.held import Held, QueueLogSink
 from runyard.models import RunStatus
 from runyard.queue import ApiQueue
-from runyard.queue_values import (
+from runyard.queue.values import (
     SYNC_QUEUE,
     AdmissionCaps,
     AdmissionRefused,

@@ -3,7 +3,7 @@
 Admission reads a tenant's few count rows (O(1)) instead of counting its active runs. Every
 statement that inserts, deletes or changes the status of runs adds its net change per tenant
 to one of ``SHARDS`` rows of the tenant, in the statement's own transaction. Inserts (the
-submits) go to row 0, the row an admitted submit locks (``runyard.queue_sql.SUBMIT``); every
+submits) go to row 0, the row an admitted submit locks (``runyard.queue.sql.SUBMIT``); every
 other statement picks one of the other rows at random, so workers moving one tenant's runs
 rarely wait on the same row, nor on submits. The sum over a tenant's rows is exact. One
 statement writes its rows in tenant order, so statements never deadlock on them.

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from tests.acceptance.cluster import TERMINAL, Cluster, Expected, events_of
-from tests.integration.test_api_helpers import bearer, make_app
+from tests.integration.api.test_api_helpers import bearer, make_app
 
 pytestmark = pytest.mark.docker
 

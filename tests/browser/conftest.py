@@ -29,8 +29,8 @@ from runyard.docker.runner import LABEL_MANAGED
 from runyard.settings import Settings
 from runyard.tools import load_registry
 from tests.acceptance.cluster import FAST_TIMINGS
+from tests.integration.api.test_api_helpers import live_server, make_app
 from tests.integration.conftest import _quietly
-from tests.integration.test_api_helpers import live_server, make_app
 
 ROOT = Path(__file__).resolve().parents[2]
 # Screenshots are test artefacts (git-ignored), one per page and width.

@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 from runyard.settings import Settings
 from runyard.tools import load_registry
 from tests.browser.conftest import ARTIFACTS
-from tests.integration.test_api_helpers import live_server, make_app
+from tests.integration.api.test_api_helpers import live_server, make_app
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 

@@ -12,7 +12,7 @@ from sqlalchemy import text
 from runyard.auth import create_api_key
 from runyard.queue import JobQueue
 from tests.browser.conftest import ARTIFACTS, Dashboard
-from tests.integration.test_api_helpers import wait_until
+from tests.integration.api.test_api_helpers import wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.browser, pytest.mark.timeout(240)]
 

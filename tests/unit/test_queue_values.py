@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runyard.queue_values import DepthEstimate
+from runyard.queue.values import DepthEstimate
 
 
 def test_depth_estimate__counts_until_a_count_says_far_below_the_cap():

@@ -14,7 +14,7 @@ from runyard.queue import JobQueue
 from runyard.testing import FakeRunner
 from runyard.tool_json import UNREADABLE_KEY
 from runyard.tools import ToolRegistry
-from tests.integration.test_api_helpers import bearer, make_app, run_status, wait_until
+from tests.integration.api.test_api_helpers import bearer, make_app, run_status, wait_until
 from worker.service import Worker, WorkerConfig
 
 

@@ -17,7 +17,7 @@ from api.main import create_app
 from runyard.db import DbTimeouts, make_engine
 from runyard.settings import Settings
 from runyard.tools import ToolRegistry
-from tests.integration.test_api_helpers import bearer, make_app, make_settings
+from tests.integration.api.test_api_helpers import bearer, make_app, make_settings
 
 RETRY_AFTER = 7
 SICK: dict[str, Any] = {"db_retry_after_seconds": RETRY_AFTER}

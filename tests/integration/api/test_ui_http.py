@@ -17,7 +17,7 @@ from runyard.auth import create_api_key
 from runyard.queue import JobQueue
 from runyard.tools import ToolRegistry
 from runyard.workers import WorkerRegistry
-from tests.integration.test_api_helpers import bearer, count, make_app, run_status
+from tests.integration.api.test_api_helpers import bearer, count, make_app, run_status
 
 MISSING = "00000000-0000-4000-8000-000000000000"
 

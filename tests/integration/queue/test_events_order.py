@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Engine, text
 from runyard.dashboard import log_snapshot, run_timeline
 from runyard.queue import JobQueue
 from runyard.runs import RunReader
-from tests.integration.test_queue import T0, new_run
+from tests.integration.queue.test_queue import T0, new_run
 
 INSERT = text(
     "INSERT INTO tool_run_events (run_id, type, data) "

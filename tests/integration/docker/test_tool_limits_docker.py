@@ -16,7 +16,8 @@ from runyard.models import RunStatus
 from runyard.runner import AttemptControl
 from runyard.settings import Settings
 from runyard.tools import ToolRegistry, load_registry
-from tests.integration.test_docker_runner import shell, spec_for
+from tests.integration.conftest import ROOT
+from tests.integration.docker.test_docker_runner import shell, spec_for
 
 pytestmark = pytest.mark.docker
 
@@ -93,7 +94,7 @@ def test_wordcount__the_shipped_example_does_real_work(
     docker_runner: DockerRunner, registry: ToolRegistry
 ):
     shipped = load_registry(
-        Path(__file__).resolve().parents[2] / "tools" / "tools.toml",
+        ROOT / "tools" / "tools.toml",
         Settings(database_url="unused"),
     )
     spec = spec_for(shipped, "wordcount", {"text": "the quick brown fox"})

@@ -26,9 +26,9 @@ from runyard.models import RunStatus
 from runyard.queue import JobQueue
 from runyard.runner import AttemptResult
 from runyard.tools import ToolRegistry
-from tests.integration.test_api_helpers import live_server, make_app, wait_until
+from tests.integration.api.test_api_helpers import live_server, make_app, wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CLI = [sys.executable, "-m", "runyard.cli"]
 
 

@@ -10,7 +10,16 @@ from sqlalchemy import Engine, text
 from runyard.models import RunStatus
 from runyard.queue import AdmissionCaps, ApiQueue, ClaimedJob, InlineClaim
 from runyard.runner import AttemptResult
-from tests.integration.test_queue import ENGINE, LEASE, SUCCESS, T0, claim, events, new_run, row
+from tests.integration.queue.test_queue import (
+    ENGINE,
+    LEASE,
+    SUCCESS,
+    T0,
+    claim,
+    events,
+    new_run,
+    row,
+)
 
 INLINE = InlineClaim(owner="api-1", engine_id=ENGINE, lease_seconds=LEASE)
 

@@ -11,7 +11,7 @@ from sqlalchemy import Engine, text
 
 from runyard.auth import AUTH_CACHE_SECONDS, PrincipalCache
 from runyard.tools import ToolRegistry
-from tests.integration.test_api_helpers import bearer, make_app, run_status
+from tests.integration.api.test_api_helpers import bearer, make_app, run_status
 
 
 @pytest.fixture

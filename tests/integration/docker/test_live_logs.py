@@ -14,7 +14,7 @@ from runyard.queue import JobQueue
 from runyard.runner import AttemptControl
 from runyard.submit import prepare_run
 from runyard.tools import ToolRegistry
-from tests.integration.test_docker_runner import shell
+from tests.integration.docker.test_docker_runner import shell
 from worker.service import Worker, WorkerConfig
 
 pytestmark = pytest.mark.docker

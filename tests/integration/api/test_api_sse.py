@@ -19,8 +19,8 @@ from runyard.queue import JobQueue
 from runyard.runner import AttemptControl, AttemptResult, AttemptSpec
 from runyard.testing import FakeRunner
 from runyard.tools import ToolRegistry
-from tests.integration.test_api_helpers import bearer, live_server, make_app, wait_until
-from tests.integration.test_events_order import insert
+from tests.integration.api.test_api_helpers import bearer, live_server, make_app, wait_until
+from tests.integration.queue.test_events_order import insert
 from worker.service import Worker, WorkerConfig
 
 

@@ -13,7 +13,7 @@ from runyard.runner import AttemptAbandoned, AttemptControl, AttemptResult, Atte
 from runyard.submit import prepare_run
 from runyard.testing import FakeRunner
 from runyard.tools import ToolRegistry
-from tests.integration.test_api_helpers import run_status
+from tests.integration.api.test_api_helpers import run_status
 from worker.service import InFlight, Worker, WorkerConfig
 
 

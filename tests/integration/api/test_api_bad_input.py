@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
 from runyard.tools import ToolRegistry
-from tests.integration.test_api_helpers import bearer, count, make_app
+from tests.integration.api.test_api_helpers import bearer, count, make_app
 
 MAX_BYTES = 8192
 JSON = {"content-type": "application/json"}

@@ -22,7 +22,7 @@ from schemathesis.specs.openapi.checks import (
 from sqlalchemy import Engine
 
 from runyard.tools import ToolRegistry
-from tests.integration.test_api_helpers import bearer, count, live_server, make_app
+from tests.integration.api.test_api_helpers import bearer, count, live_server, make_app
 
 CHECKS = [
     not_a_server_error,

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import Engine
 
 from runyard.queue import RESERVED_EVENT_TYPES, JobQueue
-from tests.integration.test_queue import LEASE, SUCCESS, T0, claim, enqueue_many, events
+from tests.integration.queue.test_queue import LEASE, SUCCESS, T0, claim, enqueue_many, events
 
 
 def test_heartbeat__returns_the_database_clock(queue: JobQueue):

@@ -15,7 +15,7 @@ from runyard.docker.runner import DockerRunner
 from runyard.models import RunStatus
 from runyard.runner import AttemptControl, ContainerState, container_name
 from runyard.tools import ToolRegistry
-from tests.integration.test_docker_runner import shell, spec_for
+from tests.integration.docker.test_docker_runner import shell, spec_for
 
 pytestmark = pytest.mark.docker
 

@@ -1,6 +1,6 @@
 """The job and run state machine: the ONLY code that writes job and run status.
 
-Each operation is one named, written-out SQL statement (in ``runyard.queue_sql``) run as its
+Each operation is one named, written-out SQL statement (in ``runyard.queue.sql``) run as its
 own transaction in one round trip (NOTIFYs included), or a short fixed sequence of them in
 one transaction. Every write after a claim is fenced by
 ``(job id, lease_token)`` and reports whether it still owned the lease. Every time-based
@@ -22,7 +22,7 @@ from sqlalchemy import Engine, TextClause, text
 
 from runyard.db import autocommit
 from runyard.models import RunStatus
-from runyard.queue_sql import (
+from runyard.queue.sql import (
     ADOPT,
     APPEND_LOG,
     CANCEL_QUEUED,
@@ -51,7 +51,7 @@ from runyard.queue_sql import (
     SELECT_ORPHANED,
     SUBMIT,
 )
-from runyard.queue_values import (
+from runyard.queue.values import (
     AdmissionCaps,
     AdmissionRefused,
     CancelResult,

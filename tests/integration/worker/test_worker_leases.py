@@ -20,8 +20,8 @@ from runyard.models import RunStatus
 from runyard.queue import Heartbeat, JobQueue
 from runyard.runner import AttemptAbandoned, AttemptControl, AttemptResult, AttemptSpec
 from runyard.testing import FakeRunner
-from tests.integration.test_api_helpers import run_status, wait_until
-from tests.integration.test_worker_loop import enqueue
+from tests.integration.api.test_api_helpers import run_status, wait_until
+from tests.integration.worker.test_worker_loop import enqueue
 from tests.tcp_proxy import BlackHoleProxy
 from worker.__main__ import worker_engines
 from worker.connection_watch import ConnectionWatch

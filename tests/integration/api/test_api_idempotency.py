@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 
 from runyard.queue import AdmissionCaps, ApiQueue, IdempotencyConflict, NewRun
 from runyard.tools import ToolRegistry
-from tests.integration.test_api_helpers import bearer, count, live_server, make_app
+from tests.integration.api.test_api_helpers import bearer, count, live_server, make_app
 
 PARALLEL = 20
 

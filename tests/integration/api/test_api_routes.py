@@ -20,7 +20,7 @@ from runyard.runner import AttemptControl, AttemptResult, AttemptSpec
 from runyard.settings import Settings
 from runyard.testing import FakeRunner
 from runyard.tools import ToolRegistry, ToolSpec
-from tests.integration.test_api_helpers import bearer, count, make_app, run_status, wait_until
+from tests.integration.api.test_api_helpers import bearer, count, make_app, run_status, wait_until
 from worker.service import Worker, WorkerConfig
 
 

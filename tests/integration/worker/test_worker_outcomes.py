@@ -16,8 +16,8 @@ from runyard.models import RunStatus
 from runyard.queue import ClaimedJob, JobQueue
 from runyard.runner import AttemptControl, AttemptResult, AttemptSpec, ContainerState
 from runyard.testing import FakeRunner
-from tests.integration.test_api_helpers import wait_until
-from tests.integration.test_worker_loop import enqueue
+from tests.integration.api.test_api_helpers import wait_until
+from tests.integration.worker.test_worker_loop import enqueue
 from worker.service import Worker, WorkerConfig
 
 

@@ -37,7 +37,7 @@ from runyard.sync_mode import SyncExecutor
 from runyard.testing import FakeRunner, Handler, succeed_with_input
 from runyard.tools import ToolRegistry
 from runyard.workers import WorkerRegistry
-from tests.integration.test_api_helpers import (
+from tests.integration.api.test_api_helpers import (
     bearer,
     count,
     live_server,
@@ -45,7 +45,7 @@ from tests.integration.test_api_helpers import (
     run_status,
     wait_until,
 )
-from tests.integration.test_sync_jobs import adopt
+from tests.integration.queue.test_sync_jobs import adopt
 
 SYNC = {"queue_enabled": False}
 

@@ -13,7 +13,7 @@ from sqlalchemy import Engine, text
 from runyard.db import make_engine
 from runyard.models import RunStatus
 from runyard.queue import JobQueue, NewRun
-from runyard.queue_sql import CLAIM, CLAIM_ANY_QUEUE
+from runyard.queue.sql import CLAIM, CLAIM_ANY_QUEUE
 from runyard.runner import AttemptResult
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)

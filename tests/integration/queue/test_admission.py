@@ -24,8 +24,8 @@ from runyard.queue import (
     InlineClaim,
 )
 from runyard.runner import AttemptResult
-from tests.integration.test_queue import new_run
-from tests.integration.test_sync_jobs import adopt
+from tests.integration.queue.test_queue import new_run
+from tests.integration.queue.test_sync_jobs import adopt
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = 30.0

@@ -1,0 +1,48 @@
+"""The queue: the only code that changes job and run state.
+
+``jobs`` holds ``JobQueue`` (and ``ApiQueue``, the API's view of it), one method per
+transition; ``sql`` holds each transition's named, literal statement; ``values`` the values
+they take and return. Importers use the names re-exported here.
+"""
+
+from __future__ import annotations
+
+from runyard.queue.jobs import (
+    CANCEL_CHANNEL,
+    EVENTS_CHANNEL,
+    JOBS_CHANNEL,
+    RESERVED_EVENT_TYPES,
+    RUNS_CHANNEL,
+    ApiQueue,
+    JobQueue,
+)
+from runyard.queue.values import (
+    AdmissionCaps,
+    AdmissionRefused,
+    ClaimedJob,
+    EnqueueResult,
+    Heartbeat,
+    IdempotencyConflict,
+    InlineClaim,
+    NewRun,
+    OrphanedJob,
+)
+
+__all__ = [
+    "CANCEL_CHANNEL",
+    "EVENTS_CHANNEL",
+    "JOBS_CHANNEL",
+    "RESERVED_EVENT_TYPES",
+    "RUNS_CHANNEL",
+    "AdmissionCaps",
+    "AdmissionRefused",
+    "ApiQueue",
+    "ClaimedJob",
+    "EnqueueResult",
+    "Heartbeat",
+    "IdempotencyConflict",
+    "InlineClaim",
+    "JobQueue",
+    "NewRun",
+    "OrphanedJob",
+]

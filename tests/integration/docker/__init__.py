@@ -1,0 +1,1 @@
+"""Integration tests of the Docker adapter against the real engine."""
