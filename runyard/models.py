@@ -103,7 +103,7 @@ class ToolRun(Base):
             "started_at",
             postgresql_where=text("started_at IS NOT NULL"),
         ),
-        # Retention deletes terminal runs oldest first (runyard.queue_sql.PRUNE).
+        # Retention deletes terminal runs oldest first (runyard.queue.sql.PRUNE).
         Index(
             "ix_tool_runs_finished_terminal",
             "finished_at",

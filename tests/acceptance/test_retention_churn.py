@@ -11,8 +11,8 @@ from sqlalchemy import Engine, text
 
 from runyard.queue import NewRun
 from tests.acceptance.cluster import Cluster
-from tests.integration.test_admission import counted, real
-from tests.integration.test_api_helpers import make_app
+from tests.integration.api.test_api_helpers import make_app
+from tests.integration.queue.test_admission import counted, real
 
 WAVES = 4
 RUNS_PER_WAVE = 5_000

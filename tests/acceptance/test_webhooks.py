@@ -23,7 +23,7 @@ from runyard.runner import AttemptResult
 from runyard.submit import prepare_run
 from runyard.tenant_webhooks import TenantWebhooks
 from tests.acceptance.cluster import Cluster, Expected, events_of
-from tests.integration.test_api_helpers import make_app
+from tests.integration.api.test_api_helpers import make_app
 from tests.webhook_receiver import Received, Receiver, receiver_on
 
 TENANT = "acceptance"

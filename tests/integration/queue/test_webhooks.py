@@ -23,7 +23,7 @@ from runyard.tenant_webhooks import TenantWebhooks
 from runyard.webhook_http import post
 from runyard.webhook_sql import CLAIM_DELIVERIES, SETTLE_DELIVERY
 from runyard.webhooks import WebhookConfig, WebhookDeliverer
-from tests.integration.test_queue import LEASE, SUCCESS, T0, events, new_run
+from tests.integration.queue.test_queue import LEASE, SUCCESS, T0, events, new_run
 from tests.webhook_receiver import Receiver, receiver_on
 
 FAST = WebhookConfig(

@@ -14,7 +14,7 @@ from sqlalchemy import Engine, text
 from runyard.testing import FakeRunner
 from runyard.tools import ToolRegistry
 from runyard.webhook_urls import MAX_URL_LENGTH
-from tests.integration.test_api_helpers import bearer, count, make_app, run_status, wait_until
+from tests.integration.api.test_api_helpers import bearer, count, make_app, run_status, wait_until
 from tests.webhook_receiver import receiver_on
 
 

@@ -14,9 +14,9 @@ from runyard.queue import JobQueue
 from runyard.retention import Deleted, delete_run, prune_expired, retention_seconds
 from runyard.tenant_webhooks import TenantWebhooks
 from runyard.webhook_sql import CLAIM_DELIVERIES, SETTLE_DELIVERY
-from tests.integration.test_admission import counted, real
-from tests.integration.test_queue import T0, claim, new_run
-from tests.integration.test_webhooks import finish
+from tests.integration.queue.test_admission import counted, real
+from tests.integration.queue.test_queue import T0, claim, new_run
+from tests.integration.queue.test_webhooks import finish
 
 DAY = 86400.0
 
