@@ -18,7 +18,7 @@ from api.docs_pages import install_docs
 from api.guard import RequestGuard
 from api.openapi import install_openapi
 from api.problems import install_problem_handlers
-from api.routes import events, health, metrics, run_delete, runs, tools, webhooks
+from api.routes import events, health, keys, metrics, run_delete, runs, tools, webhooks
 from api.ui.install import install_ui
 from runyard.chores import Chore, Chores
 from runyard.db import DbTimeouts, make_engine
@@ -228,6 +228,7 @@ def create_app(
     app.include_router(runs.router)
     app.include_router(events.router)
     app.include_router(tools.router)
+    app.include_router(keys.router)
     app.include_router(run_delete.router)
     app.include_router(webhooks.router)
     if settings.ui_enabled:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import pydantic
@@ -106,6 +107,7 @@ class ToolOut(BaseModel):
                     "cpus": 0.5,
                     "pids_limit": 64,
                     "max_attempts": 1,
+                    "network": "none",
                     "input_schema": {"type": "object"},
                 }
             ]
@@ -120,6 +122,9 @@ class ToolOut(BaseModel):
     cpus: float
     pids_limit: int
     max_attempts: int
+    network: str = Field(
+        description="'none' (no network), 'bridge' or the name of an operator's network"
+    )
     input_schema: dict[str, Any] | None
 
 
@@ -165,3 +170,54 @@ class HealthOut(BaseModel):
 
     status: str
     revision: str | None = None
+
+
+KEY_EXAMPLE: dict[str, Any] = {
+    "prefix": "3f9c2a71b04e",
+    "tenant": "acme",
+    "name": "ci",
+    "scopes": [],
+    "created_at": "2026-11-26T10:00:00.000000Z",
+    "last_used_at": "2026-11-26T10:05:00.000000Z",
+    "revoked_at": None,
+}
+
+
+class KeyCreate(BaseModel):
+    """A new API key for a tenant; ``admin`` keys see every tenant and manage keys."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={"examples": [{"tenant": "acme", "name": "ci"}]},
+    )
+
+    tenant: str = Field(min_length=1, max_length=128)
+    admin: bool = False
+    name: str | None = Field(default=None, max_length=200, description="A label for the key")
+
+
+class KeyOut(BaseModel):
+    """An API key without its secret or hash: the prefix names it."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [KEY_EXAMPLE]})
+
+    prefix: str
+    tenant: str
+    name: str | None
+    scopes: list[str]
+    created_at: datetime
+    last_used_at: datetime | None = Field(description="Written at most once a minute")
+    revoked_at: datetime | None
+
+
+class KeyCreated(KeyOut):
+    """A key just created: ``key`` is shown this once and cannot be recovered."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{**KEY_EXAMPLE, "last_used_at": None, "key": "ry_3f9c2a71b04e_…"}]
+        }
+    )
+
+    key: str = Field(description="Send as 'Authorization: Bearer <key>'; shown only once")

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import Engine, text
+from sqlalchemy.exc import SQLAlchemyError
+
+logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "ry"
 ADMIN_SCOPE = "admin"
@@ -19,15 +24,34 @@ ADMIN_SCOPE = "admin"
 # keeps working for at most this many seconds in each API process (docs/operations.md).
 AUTH_CACHE_SECONDS = 5.0
 AUTH_CACHE_MAX_KEYS = 4096
+# ``api_keys.last_used_at`` is written at most this often per key, whatever the traffic.
+LAST_USED_EVERY_SECONDS = 60.0
 
 INSERT_KEY = text(
     """
     INSERT INTO api_keys (id, prefix, key_hash, tenant, name, scopes)
     VALUES (:id, :prefix, :key_hash, :tenant, :name, :scopes)
+    RETURNING created_at
     """
 )
+# ``stale``: the key's last use is older than the interval, so this use is worth writing.
 FIND_KEY = text(
-    "SELECT key_hash, tenant, scopes FROM api_keys WHERE prefix = :prefix AND revoked_at IS NULL"
+    """
+    SELECT key_hash, tenant, scopes,
+           (last_used_at IS NULL OR last_used_at
+               <= coalesce(CAST(:now AS timestamptz), now()) - make_interval(secs => :every))
+               AS stale
+    FROM api_keys WHERE prefix = :prefix AND revoked_at IS NULL
+    """
+)
+# The same condition again inside the UPDATE: of API processes that race, one writes.
+TOUCH_KEY = text(
+    """
+    UPDATE api_keys SET last_used_at = coalesce(CAST(:now AS timestamptz), now())
+    WHERE prefix = :prefix AND revoked_at IS NULL
+      AND (last_used_at IS NULL OR last_used_at
+           <= coalesce(CAST(:now AS timestamptz), now()) - make_interval(secs => :every))
+    """
 )
 
 
@@ -37,22 +61,39 @@ class Principal:
 
     tenant: str
     admin: bool = False
+    # The key's lookup prefix (None with auth disabled): what a revoke names.
+    key_prefix: str | None = None
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    """A key just created: the only time its secret is seen."""
+
+    key: str
+    prefix: str
+    tenant: str
+    name: str | None
+    scopes: list[str]
+    created_at: datetime
 
 
 def _hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def create_api_key(
+def issue_api_key(
     engine: Engine, tenant: str, *, admin: bool = False, name: str | None = None
-) -> str:
-    """Store a new key for ``tenant`` and return it; it cannot be recovered later."""
+) -> IssuedKey:
+    """Store a new key for ``tenant``; the returned secret cannot be recovered later."""
     if not tenant or len(tenant) > 128:
         raise ValueError("tenant must be 1 to 128 characters")
+    if name is not None and len(name) > 200:
+        raise ValueError("name must be at most 200 characters")
     prefix = secrets.token_hex(6)
     secret = secrets.token_urlsafe(32)
+    scopes = [ADMIN_SCOPE] if admin else []
     with engine.begin() as conn:
-        conn.execute(
+        created_at = conn.execute(
             INSERT_KEY,
             {
                 "id": uuid.uuid4(),
@@ -60,27 +101,58 @@ def create_api_key(
                 "key_hash": _hash(secret),
                 "tenant": tenant,
                 "name": name,
-                "scopes": [ADMIN_SCOPE] if admin else [],
+                "scopes": scopes,
             },
-        )
-    return f"{KEY_PREFIX}_{prefix}_{secret}"
+        ).scalar_one()
+    return IssuedKey(
+        key=f"{KEY_PREFIX}_{prefix}_{secret}",
+        prefix=prefix,
+        tenant=tenant,
+        name=name,
+        scopes=scopes,
+        created_at=created_at,
+    )
 
 
-def authenticate(engine: Engine, presented: str) -> Principal | None:
-    """The principal a key belongs to, or None for an unknown, revoked or malformed key."""
+def create_api_key(
+    engine: Engine, tenant: str, *, admin: bool = False, name: str | None = None
+) -> str:
+    """Store a new key for ``tenant`` and return it; it cannot be recovered later."""
+    return issue_api_key(engine, tenant, admin=admin, name=name).key
+
+
+def authenticate(
+    engine: Engine,
+    presented: str,
+    *,
+    now: datetime | None = None,
+    touch_every: float = LAST_USED_EVERY_SECONDS,
+) -> Principal | None:
+    """The principal a key belongs to, or None for an unknown, revoked or malformed key.
+
+    A verified key's ``last_used_at`` is written when it is older than ``touch_every``; a
+    failure to write it is logged, never a reason to refuse the key.
+    """
     parts = presented.split("_", 2)
     if len(parts) != 3 or parts[0] != KEY_PREFIX:
         return None
     _, prefix, secret = parts
+    params = {"prefix": prefix, "now": now, "every": touch_every}
     with engine.connect() as conn:
-        row = conn.execute(FIND_KEY, {"prefix": prefix}).one_or_none()
-    if row is None:
-        # Same work as a hit, so timing does not tell a known prefix from an unknown one.
-        hmac.compare_digest(_hash(secret), _hash(""))
-        return None
-    if not hmac.compare_digest(row.key_hash, _hash(secret)):
-        return None
-    return Principal(tenant=row.tenant, admin=ADMIN_SCOPE in (row.scopes or []))
+        row = conn.execute(FIND_KEY, params).one_or_none()
+        if row is None:
+            # Same work as a hit, so timing does not tell a known prefix from an unknown one.
+            hmac.compare_digest(_hash(secret), _hash(""))
+            return None
+        if not hmac.compare_digest(row.key_hash, _hash(secret)):
+            return None
+        if row.stale:
+            try:
+                conn.execute(TOUCH_KEY, params)
+                conn.commit()
+            except SQLAlchemyError:
+                logger.warning("could not record the key's last use", extra={"key": prefix})
+    return Principal(tenant=row.tenant, admin=ADMIN_SCOPE in (row.scopes or []), key_prefix=prefix)
 
 
 class PrincipalCache:
@@ -113,6 +185,12 @@ class PrincipalCache:
                 del self._entries[digest]
                 return None
             return entry[1]
+
+    def forget(self, key_prefix: str) -> None:
+        """Drop the key with this prefix (just revoked): this process refuses it at once."""
+        with self._lock:
+            for digest in [d for d, (_, p) in self._entries.items() if p.key_prefix == key_prefix]:
+                del self._entries[digest]
 
     def put(self, presented: str, principal: Principal) -> None:
         """Remember a key the database just verified."""

@@ -6,6 +6,7 @@ The core does not import the services: their entry points are loaded by name whe
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
@@ -86,6 +87,48 @@ def _keys_create(args: argparse.Namespace) -> int:
     finally:
         engine.dispose()
     print(key)  # noqa: T201
+    return 0
+
+
+def _keys_ls(args: argparse.Namespace) -> int:
+    from runyard.db import make_engine
+    from runyard.keys import list_keys
+
+    engine = make_engine(Settings().database_url, pool_size=1, max_overflow=0)
+    try:
+        keys = list_keys(engine, tenant=args.tenant, include_revoked=args.all, limit=args.limit)
+    finally:
+        engine.dispose()
+    rows = [f"{'PREFIX':12}  {'TENANT':16}  {'SCOPES':8}  {'CREATED':25}  {'LAST USED':25}  NAME"]
+    for key in keys:
+        last = key.last_used_at.isoformat(timespec="seconds") if key.last_used_at else "never"
+        revoked = f"  (revoked {key.revoked_at:%Y-%m-%d %H:%M})" if key.revoked_at else ""
+        rows.append(
+            f"{key.prefix:12}  {key.tenant[:16]:16}  {','.join(key.scopes) or '-':8}  "
+            f"{key.created_at.isoformat(timespec='seconds'):25}  {last:25}  "
+            f"{key.name or ''}{revoked}"
+        )
+    value = [dataclasses.asdict(key) for key in keys]
+    _emit(args, value, "\n".join(rows))
+    return 0
+
+
+def _keys_revoke(args: argparse.Namespace) -> int:
+    from runyard.db import make_engine
+    from runyard.keys import prefix_of, revoke_key
+
+    prefix = prefix_of(args.key)
+    if prefix is None:
+        raise UsageError(f"not a key or key prefix: {args.key!r}")
+    engine = make_engine(Settings().database_url, pool_size=1, max_overflow=0)
+    try:
+        revoked = revoke_key(engine, prefix)
+    finally:
+        engine.dispose()
+    if revoked is None:
+        _status(f"runyard: error: there is no key {prefix}")
+        return EXIT_FAILED
+    _status(f"key {prefix} revoked at {revoked.isoformat(timespec='seconds')}")
     return 0
 
 
@@ -369,6 +412,21 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--admin", action="store_true", help="the key sees every tenant")
     create.add_argument("--name", help="a label for the key")
     create.set_defaults(func=_keys_create)
+    ls = keys_sub.add_parser(
+        "ls", help="list keys (prefix, tenant, scopes, created, last used), never a secret"
+    )
+    ls.add_argument("--tenant", help="only this tenant's keys")
+    ls.add_argument("--all", action="store_true", help="revoked keys too")
+    ls.add_argument("--limit", type=int, default=200)
+    ls.add_argument("--json", action="store_true", help="machine-readable output")
+    ls.set_defaults(func=_keys_ls)
+    revoke = keys_sub.add_parser(
+        "revoke",
+        help="revoke a key by its prefix (or the whole key); API processes refuse it "
+        "within the auth cache time (5 s)",
+    )
+    revoke.add_argument("key", help="the key's prefix, as `keys ls` shows it")
+    revoke.set_defaults(func=_keys_revoke)
     _add_client_commands(sub)
     return parser
 

@@ -1,7 +1,8 @@
 """Plain reads behind the dashboard's pages (nothing here writes).
 
 Every statement reads through an index: the job status index for queued and running work,
-the per-tenant partial index of active runs, ``started_at`` for wait times,
+the per-tenant partial index of active runs, ``started_at`` for wait times and starts per
+minute, the partial index of terminal runs by ``finished_at`` for finishes per minute,
 ``(run_id, xact_id, id)`` for a run's events. A tenant's figures and everyone's are two
 statements each, so neither plan has to cope with an optional filter.
 """
@@ -58,6 +59,37 @@ _WAITS = """
 """
 WAITS_ALL = text(_WAITS)
 WAITS_OF_TENANT = text(_WAITS + " AND tenant = :tenant")
+# The charts' window: whole minutes, the last one (now's) still filling.
+CHART_WINDOW = text(
+    """
+    SELECT date_trunc('minute', coalesce(CAST(:now AS timestamptz), now()))
+           - make_interval(mins => CAST(:minutes AS integer) - 1)
+    """
+)
+_STARTS = """
+    SELECT j.queue, date_trunc('minute', r.started_at) AS minute, count(*) AS started,
+           percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (
+               ORDER BY extract(epoch FROM r.started_at - r.requested_at)) AS waits
+    FROM tool_runs r JOIN tool_run_jobs j ON j.run_id = r.id
+    WHERE r.started_at >= :since
+      AND r.started_at < :since + make_interval(mins => CAST(:minutes AS integer))
+      AND r.mode = 'queue' {tenant}
+    GROUP BY 1, 2
+"""
+STARTS_PER_MINUTE_ALL = text(_STARTS.format(tenant=""))
+STARTS_PER_MINUTE_OF_TENANT = text(_STARTS.format(tenant="AND r.tenant = :tenant"))
+# The status list matches the partial index of terminal runs by finished_at.
+_FINISHES = """
+    SELECT j.queue, date_trunc('minute', r.finished_at) AS minute, count(*) AS finished
+    FROM tool_runs r JOIN tool_run_jobs j ON j.run_id = r.id
+    WHERE r.status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
+      AND r.finished_at >= :since
+      AND r.finished_at < :since + make_interval(mins => CAST(:minutes AS integer))
+      AND r.mode = 'queue' {tenant}
+    GROUP BY 1, 2
+"""
+FINISHES_PER_MINUTE_ALL = text(_FINISHES.format(tenant=""))
+FINISHES_PER_MINUTE_OF_TENANT = text(_FINISHES.format(tenant="AND r.tenant = :tenant"))
 WORKERS = text(
     """
     SELECT w.id, w.engine_id, w.host, w.pid, w.concurrency, w.started_at, w.last_seen_at,
@@ -100,6 +132,25 @@ class QueueOverview:
     wait_p95: float | None
     wait_p99: float | None
     window_seconds: float
+
+
+@dataclass(frozen=True)
+class QueueMinute:
+    """One minute of one queue: runs started and finished, and the started runs' waits."""
+
+    minute: datetime
+    started: int = 0
+    finished: int = 0
+    wait_p50: float | None = None
+    wait_p95: float | None = None
+
+
+@dataclass(frozen=True)
+class QueueActivity:
+    """A queue's last minutes, oldest first, one entry per minute (quiet ones too)."""
+
+    queue: str
+    minutes: list[QueueMinute]
 
 
 @dataclass(frozen=True)
@@ -175,6 +226,51 @@ def queue_overview(
         wait_p99=p99,
         window_seconds=window_seconds,
     )
+
+
+def queue_activity(
+    engine: Engine, tenant: str | None, *, minutes: int = 60, now: datetime | None = None
+) -> list[QueueActivity]:
+    """Per queue with runs started or finished in the last ``minutes``: every minute's
+    counts and wait percentiles, for one tenant or (``None``) all of them."""
+    params: dict[str, Any] = {"tenant": tenant, "minutes": minutes, "now": now}
+    with engine.connect() as conn:
+        since = conn.execute(CHART_WINDOW, params).scalar_one()
+        params["since"] = since
+        starts = conn.execute(
+            STARTS_PER_MINUTE_ALL if tenant is None else STARTS_PER_MINUTE_OF_TENANT, params
+        ).all()
+        finishes = conn.execute(
+            FINISHES_PER_MINUTE_ALL if tenant is None else FINISHES_PER_MINUTE_OF_TENANT, params
+        ).all()
+    return fill_minutes(
+        since,
+        minutes,
+        [(row.queue, row.minute, int(row.started), *(row.waits or (None, None))) for row in starts],
+        [(row.queue, row.minute, int(row.finished)) for row in finishes],
+    )
+
+
+def fill_minutes(
+    since: datetime,
+    minutes: int,
+    starts: list[tuple[str, datetime, int, float | None, float | None]],
+    finishes: list[tuple[str, datetime, int]],
+) -> list[QueueActivity]:
+    """The statements' sparse rows as one entry per minute and queue, queues by name."""
+    slots = [since + timedelta(minutes=offset) for offset in range(minutes)]
+    found: dict[str, dict[datetime, QueueMinute]] = {}
+    for queue, minute, started, p50, p95 in starts:
+        found.setdefault(queue, {})[minute] = QueueMinute(minute, started, 0, p50, p95)
+    for queue, minute, finished in finishes:
+        row = found.setdefault(queue, {}).get(minute, QueueMinute(minute))
+        found[queue][minute] = QueueMinute(
+            minute, row.started, finished, row.wait_p50, row.wait_p95
+        )
+    return [
+        QueueActivity(queue, [found[queue].get(slot, QueueMinute(slot)) for slot in slots])
+        for queue in sorted(found)
+    ]
 
 
 def worker_overview(

@@ -28,6 +28,8 @@ class ErrorCode(enum.StrEnum):
     INTERNAL = "internal_error"
     DISK_LIMIT = "disk_limit_exceeded"
     IDLE_TIMEOUT = "idle_timeout"
+    SECRET_UNAVAILABLE = "secret_unavailable"
+    ENGINE_UNSUPPORTED = "engine_unsupported"
 
 
 class ContainerState(enum.StrEnum):

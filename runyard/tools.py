@@ -14,8 +14,17 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Valid
 
 from runyard.settings import Settings
 from runyard.tool_json import DEFAULT_MAX_DEPTH, MAX_STORED_DEPTH
+from runyard.tool_secrets import reference_problem
 
 _NUMERIC_USER = re.compile(r"[0-9]{1,10}(:[0-9]{1,10})?")
+# Docker's rule for the names of containers, volumes and networks.
+DOCKER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{1,127}")
+RUNTIME_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}")
+NO_NETWORK = "none"
+BRIDGE_NETWORK = "bridge"
+# Network modes that are not a network of their own: the host's stack, the engine's alias for
+# the bridge, or another container's namespace.
+_REFUSED_NETWORKS = frozenset({"host", "default"})
 
 TOOL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 
@@ -36,6 +45,9 @@ class ToolSpec(BaseModel):
     entrypoint: list[str] | None = None
     workdir: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[str, str] = Field(default_factory=dict)
+    network: str = NO_NETWORK
+    runtime: str | None = None
     user: str = "65534:65534"
     timeout_seconds: StrictInt = Field(default=30, ge=1)
     memory_mb: StrictInt = Field(default=128, ge=6)
@@ -88,11 +100,32 @@ def _check_against_maxima(tool: ToolSpec, settings: Settings) -> list[str]:
         problems.append(f"user {tool.user!r} must be a numeric uid or uid:gid")
     elif tool.user.split(":")[0] == "0":
         problems.append("user must not be root")
+    problems.extend(isolation_problems(tool))
     if tool.input_schema is not None:
         try:
             jsonschema.Draft202012Validator.check_schema(tool.input_schema)
         except jsonschema.SchemaError as exc:
             problems.append(f"input_schema is not a valid JSON Schema: {exc.message}")
+    return problems
+
+
+def isolation_problems(tool: ToolSpec) -> list[str]:
+    """What is wrong with the tool's network, runtime and secrets (the engine is asked about
+    the network and runtime later, at worker start)."""
+    problems = []
+    network = tool.network
+    if network in _REFUSED_NETWORKS or not DOCKER_NAME.fullmatch(network):
+        problems.append(
+            f"network {network!r} must be 'none', 'bridge' or the name of a Docker network"
+        )
+    if tool.runtime is not None and not RUNTIME_NAME.fullmatch(tool.runtime):
+        problems.append(f"runtime {tool.runtime!r} is not a runtime name")
+    for name, reference in tool.secrets.items():
+        problem = reference_problem(name, reference)
+        if problem is not None:
+            problems.append(problem)
+        elif name in tool.env:
+            problems.append(f"{name} is both in env and in secrets")
     return problems
 
 

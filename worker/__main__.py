@@ -22,6 +22,7 @@ from runyard.queue import JobQueue
 from runyard.runner import RunnerUnavailable
 from runyard.settings import Settings
 from runyard.sweep import Sweeper
+from runyard.tools import RegistryError, load_registry
 from runyard.workers import WorkerRegistry, new_worker_id
 from worker.service import Worker, WorkerConfig
 from worker.wakeup import Wakeups
@@ -76,6 +77,17 @@ def worker_engines(
     return engine, heartbeat_engine
 
 
+def check_engine(settings: Settings, runner: DockerRunner) -> None:
+    """Refuse to start on an engine that lacks a runtime or network a tool names."""
+    tools = list(load_registry(settings.tools_file, settings).tools.values())
+    problems = runner.engine_problems(tools)
+    if problems:
+        raise ValueError(
+            f"the Docker engine cannot run every tool of {settings.tools_file}:\n  "
+            + "\n  ".join(problems)
+        )
+
+
 def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
     """Wire a worker from settings: engine, queue, Docker runner, registry."""
     slots = concurrency or settings.worker_concurrency
@@ -86,6 +98,7 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
         heartbeat_timeout=settings.heartbeat_round_timeout,
     )
     runner = DockerRunner.from_settings(settings)
+    check_engine(settings, runner)
     config = WorkerConfig(
         worker_id=settings.worker_id or new_worker_id(),
         concurrency=slots,
@@ -131,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         worker = build_worker(settings, args.concurrency)
         worker.start()
-    except (RunnerUnavailable, ValueError) as exc:
+    except (RunnerUnavailable, ValueError, RegistryError) as exc:
         logger.error("cannot start: %s", exc)
         return 2
     logger.info("worker started", extra={"worker_id": worker.worker_id})

@@ -24,6 +24,7 @@ def list_tools(services: ServicesDep, principal: PrincipalDep) -> list[ToolOut]:
             cpus=float(tool.cpus),
             pids_limit=tool.pids_limit,
             max_attempts=tool.max_attempts,
+            network=tool.network,
             input_schema=tool.input_schema,
         )
         for tool in services.registry.tools.values()

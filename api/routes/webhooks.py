@@ -57,7 +57,7 @@ class WebhookSettingsOut(BaseModel):
 
 def _admin(principal: Principal) -> None:
     if not principal.admin:
-        raise Problem(403, "admin_required", "only an admin key may manage tenants' webhooks")
+        raise Problem(403, "forbidden", "managing tenants' webhooks needs an admin key")
 
 
 def check_callback_url(services: Services, tenant: str, url: str, field: str) -> None:

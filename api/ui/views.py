@@ -20,6 +20,7 @@ from api.problems import Problem
 from api.routes import events as event_routes
 from api.routes import runs as run_routes
 from api.schemas import RunCreate
+from api.ui.charts import QueueCharts, counts_chart, waits_chart
 from api.ui.context import (
     SessionDep,
     UiContext,
@@ -32,6 +33,7 @@ from api.ui.session import COOKIE_NAME, COOKIE_PATH, Session, key_prefix
 from runyard.auth import authenticate
 from runyard.dashboard import (
     log_snapshot,
+    queue_activity,
     queue_overview,
     run_holder,
     run_timeline,
@@ -398,9 +400,16 @@ async def submit(
 def queue_page(
     request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
 ) -> HTMLResponse:
-    """Depth by queue and status, the oldest ready run, wait-time percentiles."""
-    overview = queue_overview(services.engine, visible_tenant(session.principal))
-    return page(ui, request, "queue.html", {"title": "Queue", "overview": overview})
+    """Depth by queue and status, the oldest ready run, wait-time percentiles, and each
+    queue's last hour as charts."""
+    tenant = visible_tenant(session.principal)
+    overview = queue_overview(services.engine, tenant)
+    charts = [
+        QueueCharts(a.queue, counts_chart(a, f"q{i}-counts"), waits_chart(a, f"q{i}-waits"))
+        for i, a in enumerate(queue_activity(services.engine, tenant))
+    ]
+    context = {"title": "Queue", "overview": overview, "charts": charts}
+    return page(ui, request, "queue.html", context)
 
 
 @router.get("/workers")

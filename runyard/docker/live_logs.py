@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from runyard.capture import to_text
+from runyard.redact import Redactor
 from runyard.runner import LogSink
 
 logger = logging.getLogger(__name__)
@@ -36,20 +37,29 @@ def _since_seconds(stamp: str) -> int:
 class LogFollower:
     """One thread per stream; stops at container exit, on ``stop()``, or at the byte cap."""
 
-    def __init__(self, container: Any, stream: str, sink: LogSink, cap_bytes: int) -> None:
+    def __init__(
+        self,
+        container: Any,
+        stream: str,
+        sink: LogSink,
+        cap_bytes: int,
+        redactor: Redactor | None = None,
+    ) -> None:
         self._container = container
         self._stream = stream
         self._sink = sink
         self._cap = cap_bytes
+        self._redactor = redactor or Redactor(())
         self._handle: Any = None
         self._stopped = threading.Event()
         self.sent_bytes = 0
-        # Lines read but not yet written: flushed by size, by the next chunk after the flush
-        # interval, or by a timer, so a quiet container's last line never waits for another.
+        # Entries read but not yet written, with their stamps: flushed by size, by the next
+        # chunk after the flush interval, or by a timer, so a quiet container's last line
+        # never waits for another. Entries that may hold the start of a secret stay until
+        # the next entry (or the end) shows whether they do.
         self._lock = threading.Lock()
-        self._pending: list[bytes] = []
+        self._pending: list[tuple[bytes, str]] = []
         self._pending_size = 0
-        self._pending_stamp = ""
         self._last_flush = 0.0
         self._timer: threading.Timer | None = None
         self._finished = False
@@ -126,7 +136,7 @@ class LogFollower:
                         return
             with self._lock:
                 if self._pending:
-                    self._flush_pending()
+                    self._flush_pending(final=True)
         finally:
             with self._lock:
                 self._finished = True
@@ -135,9 +145,8 @@ class LogFollower:
                     self._timer = None
 
     def _add(self, data: bytes, stamp: str) -> None:
-        self._pending.append(data)
+        self._pending.append((data, stamp))
         self._pending_size += len(data)
-        self._pending_stamp = stamp
 
     def _flush_due(self) -> bool:
         """Flush now if enough is pending or it is time, else make sure a timer will;
@@ -166,14 +175,28 @@ class LogFollower:
         if not accepted:
             self.stop()
 
-    def _flush_pending(self) -> bool:
-        pending, until = self._pending, self._pending_stamp
-        self._pending, self._pending_size = [], 0
+    def _flush_pending(self, *, final: bool = False) -> bool:
+        pending = self._pending
         self._last_flush = time.monotonic()
-        return self._flush(pending, until)
+        data = b"".join(payload for payload, _ in pending)
+        count = len(pending)
+        if self._redactor.active and not final:
+            # Held back by whole entries: a chunk's stamp stays that of its last entry, so
+            # an adopter that resumes after it repeats nothing and skips nothing.
+            starts, offset = [], 0
+            for payload, _ in pending:
+                starts.append(offset)
+                offset += len(payload)
+            cut = self._redactor.safe_cut(data, starts)
+            count = starts.index(cut) if cut < len(data) else count
+            data = data[:cut]
+        self._pending = pending[count:]
+        self._pending_size = sum(len(payload) for payload, _ in self._pending)
+        if count == 0:
+            return True
+        return self._flush(self._redactor.mask(data), pending[count - 1][1])
 
-    def _flush(self, pending: list[bytes], until: str) -> bool:
-        data = b"".join(pending)
+    def _flush(self, data: bytes, until: str) -> bool:
         if self.sent_bytes + len(data) > self._cap:
             data = data[: max(0, self._cap - self.sent_bytes)]
             text = to_text(data) + "\n[live log truncated; the stored log keeps head and tail]\n"

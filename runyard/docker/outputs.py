@@ -15,6 +15,7 @@ from typing import Any
 from docker.types import CancellableStream
 
 from runyard.capture import HeadTailBuffer
+from runyard.redact import Redactor, StreamRedactor
 from runyard.tool_json import DEFAULT_MAX_DEPTH, decode_result
 
 STDOUT_FRAME = 1
@@ -93,21 +94,29 @@ def frames(raw: Any) -> Iterator[tuple[int, bytes]]:
             yield stream_id, piece
 
 
-def stored_logs(api: Any, container_id: str, cap: int) -> tuple[HeadTailBuffer, HeadTailBuffer]:
-    """stdout and stderr of a container as kept by its log driver, each capped, one request."""
+def stored_logs(
+    api: Any, container_id: str, cap: int, redactor: Redactor | None = None
+) -> tuple[HeadTailBuffer, HeadTailBuffer]:
+    """stdout and stderr of a container as kept by its log driver, each capped and with the
+    tool's secrets masked before they are kept, one request."""
     out, err = HeadTailBuffer(cap), HeadTailBuffer(cap)
+    masks = {
+        STDOUT_FRAME: StreamRedactor(redactor or Redactor(())),
+        STDERR_FRAME: StreamRedactor(redactor or Redactor(())),
+    }
+    buffers = {STDOUT_FRAME: out, STDERR_FRAME: err}
     url = api._url("/containers/{0}/logs", container_id)
     params = _log_params(stdout=True, stderr=True, follow=False, timestamps=False, since=None)
     response = api._get(url, params=params, stream=True)
     try:
         api._raise_for_status(response)
         for stream_id, piece in frames(response.raw):
-            if stream_id == STDOUT_FRAME:
-                out.write(piece)
-            elif stream_id == STDERR_FRAME:
-                err.write(piece)
+            if stream_id in buffers:
+                buffers[stream_id].write(masks[stream_id].feed(piece))
     finally:
         response.close()
+    for stream_id, buffer in buffers.items():
+        buffer.write(masks[stream_id].finish())
     return out, err
 
 

@@ -18,6 +18,7 @@ import requests.exceptions
 from docker.types import DriverConfig, LogConfig, Mount, Ulimit
 
 from runyard.capture import HeadTailBuffer
+from runyard.docker.engine_check import engine_problems
 from runyard.docker.engine_marker import EngineMarker
 from runyard.docker.host_workdirs import HostWorkdirs
 from runyard.docker.live_logs import LogFollower, timestamp_key
@@ -31,6 +32,7 @@ from runyard.docker.watch import AttemptWatch
 from runyard.faults import AFTER_CREATE, crash_point
 from runyard.models import RunStatus
 from runyard.outcomes import ExitFacts, StopReason, ToolLimits, decide_exit, decide_result
+from runyard.redact import Redactor
 from runyard.runner import (
     AttemptAbandoned,
     AttemptControl,
@@ -45,6 +47,8 @@ from runyard.runner import (
 )
 from runyard.settings import Settings
 from runyard.tool_json import DEFAULT_MAX_DEPTH
+from runyard.tool_secrets import SecretSource, SecretUnavailable
+from runyard.tools import NO_NETWORK, ToolSpec
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +88,10 @@ class DockerLimits:
     api_timeout_seconds: float = 30.0
 
 
+class _EngineRefused(Exception):
+    """The engine lacks what the tool's definition names (its network or runtime)."""
+
+
 def _parse_docker_time(value: str | None) -> datetime | None:
     if not value or value.startswith("0001-"):
         return None
@@ -102,11 +110,14 @@ class DockerRunner:
         limits: DockerLimits | None = None,
         workdirs: HostWorkdirs | None = None,
         marker: EngineMarker | None = None,
+        secrets: SecretSource | None = None,
     ) -> None:
         self._client = client
         self._api = client.api
         self._limits = limits or DockerLimits()
         self._marker = marker or EngineMarker(client)
+        # Values of the tools' secrets come from this process (docs/tools.md, "Secrets").
+        self._secrets = secrets or SecretSource()
         # With ``workdirs`` the input is written on the host, not uploaded (host_workdirs.py).
         # ``_workdirs`` stays for the reads and the cleanup of attempts made that way, while
         # ``_input_dirs`` drops to None (uploads) for good if the engine cannot see them.
@@ -141,6 +152,13 @@ class DockerRunner:
     def engine_id(self) -> str:
         """The id kept in the engine's marker (``engine_marker``), made on first use."""
         return self._marker.engine_id()
+
+    def engine_problems(self, tools: list[ToolSpec]) -> list[str]:
+        """The tools whose runtime or network this engine lacks, one line each."""
+        try:
+            return engine_problems(self._api, tools)
+        except _TRANSPORT_ERRORS as exc:
+            raise RunnerUnavailable(f"cannot ask the engine about runtimes: {exc}") from exc
 
     def ping(self) -> None:
         """Ask the engine for ``/_ping``: the cheapest call that proves it answers."""
@@ -192,8 +210,11 @@ class DockerRunner:
                 crash_point(AFTER_CREATE)
                 # Left unstarted, the next owner removes it after a grace and creates anew.
                 _fence(control, spec)
-                if not self._start(created, spec):
-                    continue
+                try:
+                    if not self._start(created, spec):
+                        continue
+                except _EngineRefused as exc:
+                    return _unsupported(str(exc))
                 return self._wait_and_collect(created, spec, control, started_here=True)
             attrs = self._settled(self._inspect(spec.container_name))
             if attrs is not None:
@@ -210,6 +231,12 @@ class DockerRunner:
         try:
             self._api.start(container_id)
             return True
+        except docker.errors.NotFound as exc:
+            # The network is joined at the start; a missing one is the definition's fault.
+            if "network" in str(exc.explanation or ""):
+                network = spec.tool.get("network")
+                raise _EngineRefused(f"the Docker engine has no network {network!r}") from exc
+            raise RunnerUnavailable(f"cannot start container: {exc}") from exc
         except docker.errors.APIError as exc:
             if self._input_dirs is None or "failed to mount local volume" not in str(exc):
                 raise RunnerUnavailable(f"cannot start container: {exc}") from exc
@@ -252,7 +279,7 @@ class DockerRunner:
             raise RunnerUnavailable(f"cannot pull image {image}: {exc}") from exc
         return None
 
-    def _create_args(self, spec: AttemptSpec) -> dict[str, Any]:
+    def _create_args(self, spec: AttemptSpec, secrets: dict[str, str]) -> dict[str, Any]:
         """The container's configuration: the contract's labels, env and hardening flags."""
         tool = spec.tool
         name = spec.container_name
@@ -266,6 +293,7 @@ class DockerRunner:
         if self._input_dirs is not None:
             labels[LABEL_WORKDIR] = "host"
         env = dict(tool.get("env") or {})
+        env.update(secrets)
         env.update(
             {
                 "RUNYARD_RUN_ID": str(spec.run_id),
@@ -285,7 +313,8 @@ class DockerRunner:
             security_opt=["no-new-privileges"],
             read_only=True,
             tmpfs={"/tmp": f"rw,noexec,nosuid,nodev,size={tmpfs_mb}m"},
-            network_mode="none",
+            network_mode=str(tool.get("network") or NO_NETWORK),
+            runtime=tool.get("runtime"),
             mem_limit=memory,
             memswap_limit=memory,
             nano_cpus=int(float(tool["cpus"]) * 1e9),
@@ -327,10 +356,18 @@ class DockerRunner:
     def _create(self, spec: AttemptSpec) -> str | AttemptResult | None:
         """Create the container and write its input: its id, or None if it already exists."""
         name = spec.container_name
+        try:
+            secrets = self._secrets.resolve(spec.tool.get("secrets") or {})
+        except SecretUnavailable as exc:
+            if self._inspect(name) is not None:
+                return None  # made by an owner that could read them: adopt it
+            return AttemptResult(
+                status=RunStatus.FAILED, error_code=ErrorCode.SECRET_UNAVAILABLE, error=str(exc)
+            )
         user = str(spec.tool.get("user", "65534:65534"))
         host_dir = self._input_dirs
         fresh_dir = host_dir.prepare(name, spec.input, user) if host_dir is not None else False
-        args = self._create_args(spec)
+        args = self._create_args(spec, secrets)
         pulled = False
         while True:
             try:
@@ -353,6 +390,10 @@ class DockerRunner:
                     # The attempt's container already exists: look again, never make a twin.
                     self._not_ours(name, fresh_dir)
                     return None
+                if exc.status_code == 400 and "runtime" in str(exc.explanation or "").lower():
+                    self._not_ours(name, fresh_dir)
+                    runtime = spec.tool.get("runtime")
+                    return _unsupported(f"the Docker engine has no runtime {runtime!r}")
                 raise RunnerUnavailable(f"cannot create container {name}: {exc}") from exc
             except _TRANSPORT_ERRORS as exc:
                 raise RunnerUnavailable(f"cannot create container {name}: {exc}") from exc
@@ -378,7 +419,8 @@ class DockerRunner:
         self, container_id: str, spec: AttemptSpec, control: AttemptControl, *, started_here: bool
     ) -> AttemptResult:
         cap = int(spec.tool.get("stdout_cap_bytes") or self._limits.stdout_cap_bytes)
-        live = _LiveLogs(ContainerLogs(self._api, container_id), control.logs, cap)
+        redactor = self._redactor(container_id, spec)
+        live = _LiveLogs(ContainerLogs(self._api, container_id), control.logs, cap, redactor)
         if not started_here:
             live.start()  # the previous owner was streaming: carry on at once
         watch = self._watch(container_id, spec, control)
@@ -389,6 +431,17 @@ class DockerRunner:
             raise
         live.join()
         return self._collect(container_id, spec, control, stopped_for, live, watch)
+
+    def _redactor(self, container_id: str, spec: AttemptSpec) -> Redactor:
+        """The tool's secret values as the container has them (whoever resolved them)."""
+        names = set(spec.tool.get("secrets") or {})
+        if not names:
+            return Redactor(())
+        attrs = self._inspect(container_id)
+        if attrs is None:
+            raise RunnerUnavailable(f"container {spec.container_name} disappeared")
+        pairs = (entry.partition("=") for entry in attrs.get("Config", {}).get("Env") or [])
+        return Redactor(value for name, _, value in pairs if name in names)
 
     def _wait(
         self,
@@ -571,7 +624,7 @@ class DockerRunner:
         image_digest = str(attrs.get("Image") or "") or None
         cap = int(spec.tool.get("stdout_cap_bytes") or self._limits.stdout_cap_bytes)
         try:
-            stdout, stderr = stored_logs(self._api, container_id, cap)
+            stdout, stderr = stored_logs(self._api, container_id, cap, live.redactor)
         except _TRANSPORT_ERRORS as exc:
             raise RunnerUnavailable(f"cannot read logs of {container_id}: {exc}") from exc
         if not live.started and finished_at is not None and (stdout.total or stderr.total):
@@ -600,9 +653,10 @@ class DockerRunner:
             depth = int(spec.tool.get("result_max_depth") or DEFAULT_MAX_DEPTH)
             result, problem = self._read_result(container_id, spec, attrs, result_cap, depth)
             verdict = decide_result(problem)
-            common["result"] = result if problem is None else None
+            common["result"] = live.redactor.json(result) if problem is None else None
+        error = None if verdict.error is None else live.redactor.text(verdict.error)
         return AttemptResult(
-            status=verdict.status, error_code=verdict.error_code, error=verdict.error, **common
+            status=verdict.status, error_code=verdict.error_code, error=error, **common
         )
 
     def _read_result(
@@ -662,10 +716,14 @@ class DockerRunner:
 class _LiveLogs:
     """The live log followers of one attempt, started on demand (or never, for quick runs)."""
 
-    def __init__(self, source: ContainerLogs, sink: LogSink | None, cap: int) -> None:
+    def __init__(
+        self, source: ContainerLogs, sink: LogSink | None, cap: int, redactor: Redactor
+    ) -> None:
         self._source = source
         self._sink = sink
         self._cap = cap
+        # The tool's secret values: masked in every chunk and in the stored outputs.
+        self.redactor = redactor
         self._followers: list[LogFollower] = []
         self.started = sink is None  # nothing to stream: never start
 
@@ -675,7 +733,7 @@ class _LiveLogs:
             return
         self.started = True
         self._followers = [
-            LogFollower(self._source, stream, self._sink, self._cap)
+            LogFollower(self._source, stream, self._sink, self._cap, self.redactor)
             for stream in ("stdout", "stderr")
         ]
         for follower in self._followers:
@@ -709,6 +767,12 @@ class _LiveLogs:
             except Exception:
                 # As for a follower: live chunks are a courtesy, the stored log is the record.
                 logger.warning("could not send the log of a quick attempt", exc_info=True)
+
+
+def _unsupported(error: str) -> AttemptResult:
+    return AttemptResult(
+        status=RunStatus.FAILED, error_code=ErrorCode.ENGINE_UNSUPPORTED, error=error
+    )
 
 
 def _unless_gone(call: Callable[[], object], what: str) -> None:

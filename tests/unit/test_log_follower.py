@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from runyard.docker.live_logs import FLUSH_BYTES, LogFollower
+from runyard.redact import Redactor
 
 PIECE = 16 * 1024  # the engine splits output without newlines into 16 KiB entries
 
@@ -106,3 +107,34 @@ def test_follower__partial_entries_keep_no_timestamps_in_the_text():
     sink = TextSink()
     LogFollower(Container(pieces), "stdout", sink, 1 << 20)._run()
     assert "".join(sink.texts) == "a" * PIECE + "b" * PIECE + "end\n"
+
+
+class StampSink(TextSink):
+    """Keeps every chunk's text and the stamp it ends at."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.untils: list[str] = []
+
+    def write(self, stream: str, text: str, until: str) -> bool:
+        self.untils.append(until)
+        return super().write(stream, text, until)
+
+
+def test_follower__a_secret_split_over_two_flushes_is_masked():
+    # The first entry fills a flush and ends with the secret's start: it waits for the next.
+    pieces = iter([b"x" * FLUSH_BYTES + b" token=TOPSE", b"CRET tail\n", b"y" * FLUSH_BYTES])
+    sink = StampSink()
+    LogFollower(Container(pieces), "stdout", sink, 1 << 20, Redactor(["TOPSECRET"]))._run()
+    joined = "".join(sink.texts)
+    assert joined == "x" * FLUSH_BYTES + " token=*** tail\n" + "y" * FLUSH_BYTES
+    assert not any("TOPSE" in text or "CRET" in text for text in sink.texts)
+    # Held by whole entries: the first chunk ends at the second entry's stamp, not the first.
+    assert sink.untils[0].endswith(".000000001Z")
+
+
+def test_follower__a_secret_at_the_very_end_is_masked_when_the_stream_ends():
+    pieces = iter([b"x" * FLUSH_BYTES + b"TOP", b"SEC", b"RET"])
+    sink = StampSink()
+    LogFollower(Container(pieces), "stdout", sink, 1 << 20, Redactor(["TOPSECRET"]))._run()
+    assert "".join(sink.texts) == "x" * FLUSH_BYTES + "***"

@@ -108,3 +108,52 @@ def test_snapshot__is_plain_json():
     assert tool is not None
     snap = tool.snapshot()
     assert snap["name"] == "a" and snap["cpus"] == 1 and snap["user"] == "65534:65534"
+
+
+def test_isolation_keys__default_to_no_network_and_the_engines_runtime():
+    tool = parse_registry({"tools": {"t": BASE}}, SETTINGS).get("t")
+    assert tool is not None
+    assert (tool.network, tool.runtime, tool.secrets) == ("none", None, {})
+    assert tool.snapshot()["network"] == "none"
+
+
+@pytest.mark.parametrize("network", ["none", "bridge", "egress", "tools_net.1", "a-b"])
+def test_network__none_bridge_or_a_docker_name_is_accepted(network: str):
+    tool = parse_registry({"tools": {"t": {**BASE, "network": network}}}, SETTINGS).get("t")
+    assert tool is not None and tool.network == network
+
+
+@pytest.mark.parametrize(
+    "network", ["host", "default", "container:abc", "", "x", "-net", "a b", "n" * 129, "ünet"]
+)
+def test_network__anything_else_is_refused_at_load(network: str):
+    with pytest.raises(RegistryError, match=r"tools\.t: network .* must be 'none', 'bridge'"):
+        parse_registry({"tools": {"t": {**BASE, "network": network}}}, SETTINGS)
+
+
+def test_runtime__a_name_is_accepted_and_a_malformed_one_refused():
+    tool = parse_registry({"tools": {"t": {**BASE, "runtime": "runsc"}}}, SETTINGS).get("t")
+    assert tool is not None and tool.runtime == "runsc"
+    with pytest.raises(RegistryError, match="runtime '--privileged' is not a runtime name"):
+        parse_registry({"tools": {"t": {**BASE, "runtime": "--privileged"}}}, SETTINGS)
+    with pytest.raises(RegistryError, match=r"tools\.t\.runtime"):
+        parse_registry({"tools": {"t": {**BASE, "runtime": 1}}}, SETTINGS)
+
+
+def test_secrets__references_are_checked_at_load():
+    good = {"TOKEN": "env:TOOL_TOKEN", "CERT": "file:/run/secrets/cert"}
+    tool = parse_registry({"tools": {"t": {**BASE, "secrets": good}}}, SETTINGS).get("t")
+    assert tool is not None and tool.snapshot()["secrets"] == good
+    cases = {
+        "TOKEN": ("plain-value", "must be 'env:VAR' or 'file:/path'"),
+        "1BAD": ("env:X", "not an environment variable name"),
+        "RUNYARD_X": ("env:X", "prefix is the platform's"),
+        "REL": ("file:relative/path", "absolute path"),
+        "VAR": ("env:not a var", "not an environment variable name"),
+    }
+    for name, (reference, message) in cases.items():
+        with pytest.raises(RegistryError, match=message):
+            parse_registry({"tools": {"t": {**BASE, "secrets": {name: reference}}}}, SETTINGS)
+    both = {**BASE, "env": {"TOKEN": "x"}, "secrets": {"TOKEN": "env:T"}}
+    with pytest.raises(RegistryError, match="TOKEN is both in env and in secrets"):
+        parse_registry({"tools": {"t": both}}, SETTINGS)

@@ -464,6 +464,7 @@ def test_tools__lists_the_registry(client: TestClient, acme):
     assert {"echo", "sleep", "fail", "shell"} <= set(tools)
     assert tools["sleep"]["input_schema"]["required"] == ["seconds"]
     assert "command" not in tools["echo"]
+    assert tools["echo"]["network"] == "none" and "secrets" not in tools["echo"]
 
 
 def test_auth__missing_bad_and_revoked_keys_are_401(client: TestClient, engine: Engine, acme):

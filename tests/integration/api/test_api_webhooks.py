@@ -76,7 +76,7 @@ def test_put_webhook__only_for_admins(client: TestClient, acme: dict[str, str]):
         client.get("/v1/tenants/acme/webhook", headers=acme),
     ):
         assert response.status_code == 403
-        assert response.json()["code"] == "admin_required"
+        assert response.json()["code"] == "forbidden"
 
 
 def test_put_webhook__a_private_default_is_refused_without_the_setting(

@@ -1,0 +1,91 @@
+"""API keys for admins: list, create (the secret shown once), revoke."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query, Response
+
+from api.deps import PrincipalDep, ServicesDep
+from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
+from api.problems import Problem
+from api.schemas import KeyCreate, KeyCreated, KeyOut
+from runyard.auth import Principal, issue_api_key
+from runyard.keys import PREFIX_PATTERN, list_keys, revoke_key
+
+logger = logging.getLogger(__name__)
+
+FORBIDDEN = problem("Only an admin key may manage keys")
+MAX_KEYS = 1000
+
+
+async def admin_principal(principal: PrincipalDep) -> Principal:
+    """The caller, if it holds an admin key; 403 otherwise."""
+    if not principal.admin:
+        raise Problem(403, "forbidden", "managing API keys needs an admin key")
+    return principal
+
+
+AdminDep = Annotated[Principal, Depends(admin_principal)]
+router = APIRouter(prefix="/v1/keys", tags=["keys"], responses={**COMMON_ERRORS, 403: FORBIDDEN})
+
+
+@router.get("")
+def get_keys(
+    services: ServicesDep,
+    admin: AdminDep,
+    tenant: Annotated[
+        str | None, Query(min_length=1, max_length=128, description="Only this tenant's keys")
+    ] = None,
+    include_revoked: Annotated[bool, Query(description="Revoked keys too")] = False,
+    limit: Annotated[int, Query(ge=1, le=MAX_KEYS, description="At most this many")] = 200,
+) -> list[KeyOut]:
+    """Keys newest first, live ones unless ``include_revoked``; never a secret or hash."""
+    keys = list_keys(services.engine, tenant=tenant, include_revoked=include_revoked, limit=limit)
+    return [KeyOut.model_validate(key, from_attributes=True) for key in keys]
+
+
+@router.post("", status_code=201, responses={**BODY_ERRORS})
+def create_key(body: KeyCreate, services: ServicesDep, admin: AdminDep) -> KeyCreated:
+    """Create a key; the answer is the only place its secret ever appears."""
+    issued = issue_api_key(services.engine, body.tenant, admin=body.admin, name=body.name)
+    logger.info(
+        "api key created",
+        extra={"key": issued.prefix, "tenant": issued.tenant, "by": admin.key_prefix},
+    )
+    return KeyCreated(
+        key=issued.key,
+        prefix=issued.prefix,
+        tenant=issued.tenant,
+        name=issued.name,
+        scopes=issued.scopes,
+        created_at=issued.created_at,
+        last_used_at=None,
+        revoked_at=None,
+    )
+
+
+@router.delete(
+    "/{prefix}",
+    status_code=204,
+    response_class=Response,
+    responses={404: problem("There is no key with this prefix")},
+)
+def delete_key(
+    prefix: Annotated[str, Path(description="The key's prefix (GET /v1/keys)")],
+    services: ServicesDep,
+    admin: AdminDep,
+) -> Response:
+    """Revoke a key (again is fine): this process refuses it at once, others within
+    the auth cache's few seconds."""
+    revoked = revoke_key(services.engine, prefix) if _well_formed(prefix) else None
+    if revoked is None:
+        raise Problem(404, "key_not_found", f"there is no key {prefix!r}")
+    services.auth_cache.forget(prefix)
+    logger.info("api key revoked", extra={"key": prefix, "by": admin.key_prefix})
+    return Response(status_code=204)
+
+
+def _well_formed(prefix: str) -> bool:
+    return PREFIX_PATTERN.fullmatch(prefix) is not None
