@@ -17,7 +17,7 @@ from pathlib import Path
 import uvicorn
 
 from api.main import create_app
-from reaper.__main__ import build_reaper
+from reaper.__main__ import build_deliverer, build_reaper
 from runyard.db import migrate
 from runyard.logs import configure
 from runyard.settings import Settings
@@ -55,10 +55,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     worker = build_worker(settings)
     reaper = build_reaper(settings)
+    deliverer = build_deliverer(settings)
     wakeups = Wakeups(settings.database_url, worker.notify_job, worker.notify_cancel)
     wakeups.start()
     threading.Thread(target=worker.run_forever, name="dev-worker", daemon=True).start()
     threading.Thread(target=reaper.run_forever, name="dev-reaper", daemon=True).start()
+    threading.Thread(target=deliverer.run_forever, name="dev-webhooks", daemon=True).start()
 
     host = args.host or settings.api_host
     port = args.port or settings.api_port
@@ -76,6 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         wakeups.stop()
         worker.hand_over()
         reaper.stop()
+        deliverer.stop()
         stop_postgres()
     return 0
 

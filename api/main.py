@@ -18,13 +18,14 @@ from api.docs_pages import install_docs
 from api.guard import RequestGuard
 from api.openapi import install_openapi
 from api.problems import install_problem_handlers
-from api.routes import events, health, keys, metrics, runs, tools
+from api.routes import events, health, keys, metrics, run_delete, runs, tools, webhooks
 from api.ui.install import install_ui
 from runyard.chores import Chore, Chores
 from runyard.db import DbTimeouts, make_engine
 from runyard.docker.runner import DockerRunner
 from runyard.notify import RunNotifier
 from runyard.queue import AdmissionCaps, ApiQueue
+from runyard.retention import retention_seconds
 from runyard.runner import Runner
 from runyard.schema_version import script_heads
 from runyard.settings import Settings
@@ -32,6 +33,8 @@ from runyard.submission import Submissions, WaitLimits
 from runyard.sweep import Sweeper
 from runyard.sync_mode import SyncExecutor
 from runyard.tools import ToolRegistry, load_registry
+from runyard.upkeep import Upkeep
+from runyard.webhooks import WebhookConfig, WebhookDeliverer
 from runyard.workers import WorkerRegistry
 
 logger = logging.getLogger(__name__)
@@ -95,6 +98,31 @@ def _start_sync_mode(
     )
 
 
+def _start_upkeep(
+    settings: Settings, queue: ApiQueue, own_engine: bool, timeouts: DbTimeouts
+) -> tuple[Upkeep, list[Engine]]:
+    """Sync mode: retention and webhook delivery in this process (no reaper needed for them);
+    deliveries on a small pool of their own unless the engine was injected."""
+    config = WebhookConfig.from_settings(settings)
+    engine = queue.engine
+    if own_engine:
+        engine = make_engine(
+            settings.database_url,
+            pool_size=config.concurrency + 1,
+            max_overflow=0,
+            timeouts=timeouts,
+        )
+    upkeep = Upkeep(
+        queue,
+        WebhookDeliverer(engine, config),
+        retention_seconds=retention_seconds(settings.retention_days),
+        batch_size=settings.reaper_batch_size,
+        interval_seconds=settings.reaper_interval_seconds,
+    )
+    upkeep.start()
+    return upkeep, [engine] if own_engine else []
+
+
 def create_app(
     settings: Settings,
     *,
@@ -107,8 +135,9 @@ def create_app(
     Nothing connects until startup. The lifespan then builds the engine (unless ``engine`` is
     given), the queue, the registry (unless ``registry`` is given) and the LISTEN notifier.
     With ``RUNYARD_QUEUE_ENABLED=false`` it also starts sync mode: the inline executor with
-    ``runner`` (else a Docker runner from ``settings``), its renewal thread, and the orphan
-    settling and sweep chores on a thread of their own.
+    ``runner`` (else a Docker runner from ``settings``), its renewal thread, the orphan
+    settling and sweep chores on a thread of their own, and retention and webhook delivery
+    (``runyard.upkeep``).
     """
 
     # No API statement waits for a run (``?wait`` and SSE sleep on LISTEN between short
@@ -160,6 +189,10 @@ def create_app(
         app.state.services = services
         background = Chores(chores, thread_name="runyard-sync-chores")
         background.start()
+        upkeep: Upkeep | None = None
+        if not settings.queue_enabled:
+            upkeep, upkeep_engines = _start_upkeep(settings, queue, own_engine, timeouts)
+            engines += upkeep_engines
         listening = asyncio.create_task(notifier.run(), name="runyard-listen")
         try:
             yield
@@ -168,6 +201,8 @@ def create_app(
             with contextlib.suppress(asyncio.CancelledError):
                 await listening
             await anyio.to_thread.run_sync(background.stop)
+            if upkeep is not None:
+                await anyio.to_thread.run_sync(upkeep.stop)
             if services.sync is not None:
                 await anyio.to_thread.run_sync(services.sync.stop)
             for own in engines:
@@ -194,6 +229,8 @@ def create_app(
     app.include_router(events.router)
     app.include_router(tools.router)
     app.include_router(keys.router)
+    app.include_router(run_delete.router)
+    app.include_router(webhooks.router)
     if settings.ui_enabled:
         install_ui(app, settings)
     install_openapi(app)

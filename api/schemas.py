@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from runyard.runs import RunView
 from runyard.submit import RunRequest
 from runyard.tools import TOOL_NAME_PATTERN
+from runyard.webhook_urls import MAX_URL_LENGTH
 
 RUN_EXAMPLE: dict[str, Any] = {
     "id": "0f8a3c52-5a7e-4d6b-9a53-2d1f8f5f9c11",
@@ -74,6 +75,13 @@ class RunCreate(BaseModel):
     limits: RunLimits | None = Field(
         default=None, description="Per-run limits, up to the tool's max_* values (GET /v1/tools)"
     )
+    callback_url: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_URL_LENGTH,
+        description="http(s) URL that gets the run, signed, when it ends (else the tenant's "
+        "default webhook, if any); it must resolve to public addresses",
+    )
 
     def request(
         self, tenant: str, idempotency_key: str | None, max_priority: int | None = None
@@ -81,7 +89,14 @@ class RunCreate(BaseModel):
         """The core's request for ``tenant``, whose key allows at most ``max_priority``."""
         limits = self.limits.model_dump(exclude_none=True) if self.limits else {}
         return RunRequest(
-            tenant, self.tool, self.input, self.priority, idempotency_key, max_priority, limits
+            tenant,
+            self.tool,
+            self.input,
+            self.priority,
+            idempotency_key,
+            self.callback_url,
+            max_priority=max_priority,
+            limits=limits,
         )
 
 

@@ -416,6 +416,7 @@ def admission_cost(url: str, backlogs: list[int]) -> list[tuple[object, ...]]:
                                 "priority": 0,
                                 "idempotency_key": None,
                                 "request_hash": None,
+                                "callback_url": None,
                                 "owner": None,  # queue mode: not claimed at the insert
                                 "engine_id": None,
                                 "lease": None,

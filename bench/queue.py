@@ -240,6 +240,7 @@ def psycopg_floor_round(url: str, jobs: int, threads: int, deadline: Deadline) -
                     "priority": 0,
                     "idempotency_key": None,
                     "request_hash": None,
+                    "callback_url": None,
                     "owner": None,  # queue mode: not claimed at the insert
                     "engine_id": None,
                     "lease": None,
@@ -682,6 +683,7 @@ def _profile_claim_vs_backlog(url: str, backlogs: list[int], deadline: Deadline)
                             "priority": 0,
                             "idempotency_key": None,
                             "request_hash": None,
+                            "callback_url": None,
                             "owner": None,  # queue mode: not claimed at the insert
                             "engine_id": None,
                             "lease": None,

@@ -1,4 +1,5 @@
-"""``python -m reaper`` / ``runyard reaper``: run the stale-lease reaper."""
+"""``python -m reaper`` / ``runyard reaper``: run the stale-lease reaper, and deliver
+completion webhooks on a thread beside it."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import logging
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from types import FrameType
 
@@ -14,13 +16,15 @@ from runyard.db import DbTimeouts, make_engine
 from runyard.logs import configure
 from runyard.metrics import Metrics
 from runyard.queue import JobQueue
+from runyard.retention import retention_seconds
 from runyard.settings import Settings
+from runyard.webhooks import WebhookConfig, WebhookDeliverer
 
 logger = logging.getLogger("reaper")
 
 
-def build_reaper(settings: Settings) -> Reaper:
-    """Wire a reaper from settings."""
+def build_reaper(settings: Settings, metrics: Metrics | None = None) -> Reaper:
+    """Wire a reaper from settings (serving ``metrics`` if a port is set)."""
     engine = make_engine(
         settings.database_url,
         pool_size=2,
@@ -35,13 +39,26 @@ def build_reaper(settings: Settings) -> Reaper:
     config = ReaperConfig(
         batch_size=settings.reaper_batch_size,
         engine_dead_after_seconds=settings.engine_dead_after_seconds,
-        retention_seconds=settings.retention_days * 86400,
+        retention_seconds=retention_seconds(settings.retention_days),
         interval_seconds=settings.reaper_interval_seconds,
     )
-    metrics = Metrics()
+    metrics = metrics or Metrics()
     if settings.reaper_metrics_port:
         metrics.serve(settings.reaper_metrics_port, settings.metrics_host)
     return Reaper(queue, config, metrics=metrics)
+
+
+def build_deliverer(settings: Settings, metrics: Metrics | None = None) -> WebhookDeliverer:
+    """Wire a webhook deliverer from settings, on a pool of its own (a connection per
+    delivery thread, plus the claim's)."""
+    config = WebhookConfig.from_settings(settings)
+    engine = make_engine(
+        settings.database_url,
+        pool_size=config.concurrency + 1,
+        max_overflow=0,
+        timeouts=DbTimeouts.from_settings(settings),
+    )
+    return WebhookDeliverer(engine, config, metrics=metrics)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -51,18 +68,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = Settings()
     configure(settings.log_level, settings.log_format)
-    reaper = build_reaper(settings)
+    metrics = Metrics()
+    reaper = build_reaper(settings, metrics)
+    deliverer = build_deliverer(settings, metrics)
     if args.once:
         result = reaper.run_once()
-        logger.info("reaper --once done", extra=result.__dict__)
+        delivered = deliverer.run_once()
+        deliverer.close()
+        logger.info("reaper --once done", extra={**result.__dict__, **delivered.__dict__})
         return 0
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         reaper.stop()
+        deliverer.stop()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    webhooks = threading.Thread(target=deliverer.run_forever, name="runyard-webhooks")
+    webhooks.start()
     reaper.run_forever()
+    deliverer.stop()
+    webhooks.join()
     return 0
 
 

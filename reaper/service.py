@@ -8,13 +8,11 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime
 
-import psycopg.errors
-from sqlalchemy.exc import OperationalError
-
 from runyard.adoption import AdoptionFacts, decide
 from runyard.metrics import Metrics
 from runyard.models import RunStatus
 from runyard.queue import JobQueue, OrphanedJob
+from runyard.retention import prune_expired
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +23,7 @@ class ReaperConfig:
 
     batch_size: int = 500
     engine_dead_after_seconds: float = 120.0
-    retention_seconds: float = 30 * 86400.0
+    retention_seconds: float | None = 30 * 86400.0  # None: keep every run
     interval_seconds: float = 5.0
 
 
@@ -126,24 +124,12 @@ class Reaper:
         return result.status
 
     def _prune(self, now: datetime | None) -> int:
-        """Delete old runs batch by batch; a batch that runs past the statement timeout (runs
-        with very many events) is halved for the rest of the pass instead of failing it."""
-        total = 0
-        batch = self._config.batch_size
-        while True:
-            try:
-                deleted = self._queue.prune(
-                    retention_seconds=self._config.retention_seconds, batch=batch, now=now
-                )
-            except OperationalError as exc:
-                if batch == 1 or not isinstance(exc.orig, psycopg.errors.QueryCanceled):
-                    raise
-                batch = max(1, batch // 2)
-                logger.warning("prune ran past the statement timeout", extra={"batch": batch})
-                continue
-            total += deleted
-            if deleted < batch:
-                return total
+        return prune_expired(
+            self._queue,
+            retention_seconds=self._config.retention_seconds,
+            batch=self._config.batch_size,
+            now=now,
+        )
 
     def run_forever(self) -> None:
         """Pass every ``interval_seconds`` until ``stop()``; errors are logged, not fatal."""

@@ -168,7 +168,9 @@ def _submit(args: argparse.Namespace) -> int:
     value = _read_input(args.input)
     client = _client(args)
     if not args.wait:
-        run = client.submit(args.tool, value, idempotency_key=args.idempotency_key)
+        run = client.submit(
+            args.tool, value, idempotency_key=args.idempotency_key, callback_url=args.callback_url
+        )
         _status(_run_line(run))
         _emit(args, run, str(run["id"]))
         return EXIT_OK
@@ -182,7 +184,9 @@ def _submit(args: argparse.Namespace) -> int:
 
     try:
         with spinner:
-            run = client.submit_and_wait(args.tool, value, key, on_update=on_update)
+            run = client.submit_and_wait(
+                args.tool, value, key, on_update=on_update, callback_url=args.callback_url
+            )
     except KeyboardInterrupt:
         if seen:
             _status(f"interrupted while waiting for run {seen[0]} (runyard get {seen[0]})")
@@ -234,6 +238,84 @@ def _cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rm(args: argparse.Namespace) -> int:
+    client = _client(args)
+    for run_id in args.run_ids:
+        client.delete(run_id)
+        _emit(args, {"id": run_id, "deleted": True}, f"deleted {run_id}")
+    return 0
+
+
+def _webhook_set(args: argparse.Namespace) -> int:
+    """stdout: the tenant's settings; the new secret, when one was made, is shown this once."""
+    settings = _client(args).set_webhook(
+        args.tenant, args.webhook_url, rotate_secret=args.rotate_secret
+    )
+    human = f"tenant {settings['tenant']}: default webhook {settings['url'] or '(none)'}"
+    if settings.get("secret"):
+        human += f"\nsigning secret (shown once, keep it): {settings['secret']}"
+    _emit(args, settings, human)
+    return 0
+
+
+def _webhook_verify(args: argparse.Namespace) -> int:
+    """Check a received delivery's signature with the Standard Webhooks library."""
+    from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+    if not args.secret:
+        raise UsageError("give the tenant's secret: --secret or RUNYARD_WEBHOOK_SECRET")
+    try:
+        body = sys.stdin.buffer.read() if args.body == "-" else Path(args.body).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read the body: {exc}") from exc
+    headers = {
+        "webhook-id": args.id,
+        "webhook-timestamp": args.timestamp,
+        "webhook-signature": args.signature,
+    }
+    try:
+        Webhook(args.secret).verify(body, headers)
+    except WebhookVerificationError as exc:
+        _status(f"signature NOT valid: {exc}")
+        return EXIT_FAILED
+    except ValueError as exc:
+        raise UsageError(f"cannot verify: {exc}") from exc
+    _status("signature valid")
+    return EXIT_OK
+
+
+def _add_webhook_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    webhook = sub.add_parser("webhook", help="tenant webhooks: set the default, verify one")
+    actions = webhook.add_subparsers(dest="webhook_command", required=True, metavar="ACTION")
+    set_ = actions.add_parser(
+        "set",
+        parents=[common],
+        help="set a tenant's default webhook URL (admin key); prints a new secret once",
+    )
+    set_.add_argument("tenant")
+    set_.add_argument(
+        "webhook_url",
+        nargs="?",
+        metavar="URL",
+        help="the default for runs without a callback_url (omit: no default)",
+    )
+    set_.add_argument("--rotate-secret", action="store_true", help="make a new signing secret")
+    set_.set_defaults(func=_webhook_set)
+    verify = actions.add_parser(
+        "verify",
+        help="check a delivery's signature (exit 0: valid, 1: not)",
+        description="Verify a received delivery: its body (a file, or - for stdin) and its "
+        "webhook-id, webhook-timestamp and webhook-signature headers, with the tenant's "
+        "secret (or RUNYARD_WEBHOOK_SECRET). The timestamp must be within 5 minutes.",
+    )
+    verify.add_argument("body", help="file with the body exactly as received, or -")
+    verify.add_argument("--id", required=True, help="the webhook-id header")
+    verify.add_argument("--timestamp", required=True, help="the webhook-timestamp header")
+    verify.add_argument("--signature", required=True, help="the webhook-signature header")
+    verify.add_argument("--secret", default=os.environ.get("RUNYARD_WEBHOOK_SECRET"))
+    verify.set_defaults(func=_webhook_verify)
+
+
 def _tools(args: argparse.Namespace) -> int:
     tools = _client(args).tools()
     human = "\n".join(
@@ -270,6 +352,9 @@ def _add_client_commands(sub: Any) -> None:
         help="retries with the same key and input return the first run (default with --wait: "
         "a fresh key)",
     )
+    submit.add_argument(
+        "--callback-url", help="http(s) URL that gets the run, signed, when it ends"
+    )
     submit.set_defaults(func=_submit)
     get = sub.add_parser("get", parents=[common], help="show a run")
     get.add_argument("run_id")
@@ -297,6 +382,12 @@ def _add_client_commands(sub: Any) -> None:
     cancel.set_defaults(func=_cancel)
     tools = sub.add_parser("tools", parents=[common], help="list the registered tools")
     tools.set_defaults(func=_tools)
+    rm = sub.add_parser(
+        "rm", parents=[common], help="delete terminal runs with their events and deliveries"
+    )
+    rm.add_argument("run_ids", nargs="+", metavar="run_id")
+    rm.set_defaults(func=_rm)
+    _add_webhook_commands(sub, common)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -157,6 +157,12 @@ class Metrics:
         self.reaper_actions = Counter(
             "runyard_reaper_actions", "What the reaper did", ["action"], registry=r
         )
+        self.webhook_attempts = Counter(
+            "runyard_webhook_attempts",
+            "Webhook delivery attempts, by outcome (delivered, retrying, gave_up)",
+            ["outcome"],
+            registry=r,
+        )
         self.submissions = Counter(
             "runyard_api_submissions", "Runs submitted, by result", ["result"], registry=r
         )

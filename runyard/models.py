@@ -103,6 +103,12 @@ class ToolRun(Base):
             "started_at",
             postgresql_where=text("started_at IS NOT NULL"),
         ),
+        # Retention deletes terminal runs oldest first (runyard.queue.sql.PRUNE).
+        Index(
+            "ix_tool_runs_finished_terminal",
+            "finished_at",
+            postgresql_where=text("status IN ('succeeded', 'failed', 'timed_out', 'cancelled')"),
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
@@ -128,6 +134,8 @@ class ToolRun(Base):
     stderr: Mapped[str | None] = mapped_column(Text)
     stdout_truncated: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     stderr_truncated: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    # Where the run's completion webhook goes (else the tenant's default, if any).
+    callback_url: Mapped[str | None] = mapped_column(Text)
     error_code: Mapped[str | None] = mapped_column(Text)
     error: Mapped[str | None] = mapped_column(Text)
     idempotency_key: Mapped[str | None] = mapped_column(Text)
@@ -275,3 +283,49 @@ class ApiKey(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class TenantSettings(Base):
+    """A tenant's default webhook URL and its signing secret (one row per tenant)."""
+
+    __tablename__ = "tenant_settings"
+
+    tenant: Mapped[str] = mapped_column(Text, primary_key=True)
+    webhook_url: Mapped[str | None] = mapped_column(Text)
+    # Standard Webhooks form (``whsec_`` + base64); needed in the clear to sign deliveries.
+    webhook_secret: Mapped[str | None] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class WebhookDelivery(Base):
+    """One completion webhook of a run: written by a trigger when the run becomes terminal
+    (migration 0009), then claimed, attempted and settled by ``runyard.webhooks``."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        Index(
+            "ix_webhook_deliveries_due",
+            "next_attempt_at",
+            postgresql_where=text("status = 'pending'"),
+        ),
+        CheckConstraint("status IN ('pending', 'delivered', 'failed')", name="status_known"),
+    )
+
+    # Also the ``webhook-id`` of every attempt: a receiver drops duplicates by it.
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    run_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("tool_runs.id", ondelete="CASCADE"), index=True
+    )
+    tenant: Mapped[str] = mapped_column(Text)
+    url: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(Text, server_default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # When it is due; a claim moves it a lease ahead, so a delivery whose process died is
+    # due again when the lease runs out.
+    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    lease_token: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    locked_by: Mapped[str | None] = mapped_column(Text)
+    last_status_code: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -25,7 +25,8 @@ class Settings(BaseSettings):
     reaper_interval_seconds: float = Field(default=5.0, gt=0)
     reaper_batch_size: int = Field(default=500, ge=1, le=10_000)
     engine_dead_after_seconds: float = Field(default=120.0, gt=0)
-    retention_days: float = Field(default=30.0, gt=0)
+    # Terminal runs are deleted this long after they finished (fractions allowed; 0 keeps all).
+    retention_days: float = Field(default=30.0, ge=0)
     retry_backoff_base_seconds: float = Field(default=2.0, ge=0)
     retry_backoff_max_seconds: float = Field(default=300.0, ge=0)
 
@@ -99,6 +100,19 @@ class Settings(BaseSettings):
     # as root): inputs are written there instead of uploaded. Empty: upload them.
     host_workdir_root: str = ""
 
+    # Completion webhooks (runyard.webhooks): retried with a doubling backoff from base to max
+    # for up to retry_hours after the run ended; each attempt has timeout_seconds in all.
+    webhook_retry_hours: float = Field(default=24.0, gt=0)
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
+    webhook_backoff_base_seconds: float = Field(default=5.0, gt=0)
+    webhook_backoff_max_seconds: float = Field(default=3600.0, gt=0)
+    # A claimed delivery whose process dies is attempted again after this lease.
+    webhook_lease_seconds: float = Field(default=60.0, gt=0)
+    webhook_concurrency: int = Field(default=8, ge=1, le=256)
+    webhook_poll_seconds: float = Field(default=1.0, gt=0)
+    # Private, loopback and link-local destinations are refused unless this is set (SSRF).
+    webhook_allow_private: bool = False
+
     log_format: Literal["text", "json"] = "text"
     log_level: str = "INFO"
 
@@ -120,6 +134,15 @@ class Settings(BaseSettings):
             raise ValueError(
                 "RUNYARD_DB_LOCK_TIMEOUT_SECONDS must not exceed "
                 "RUNYARD_DB_STATEMENT_TIMEOUT_SECONDS"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_webhook_lease(self) -> Settings:
+        # A delivery still in progress must not be claimed and sent again by another process.
+        if self.webhook_lease_seconds <= self.webhook_timeout_seconds:
+            raise ValueError(
+                "RUNYARD_WEBHOOK_LEASE_SECONDS must be longer than RUNYARD_WEBHOOK_TIMEOUT_SECONDS"
             )
         return self
 

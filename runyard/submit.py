@@ -62,6 +62,7 @@ class RunRequest:
     input: Any
     priority: int = 0
     idempotency_key: str | None = None
+    callback_url: str | None = None
     # The caller's highest priority (None: any, as for admin keys).
     max_priority: int | None = None
     # Per-run limits asked for (timeout_seconds, memory_mb, cpus), within the tool's maxima.
@@ -96,12 +97,20 @@ class RunRequest:
             queue=tool.queue,
             priority=self.priority,
             idempotency_key=self.idempotency_key,
+            callback_url=self.callback_url,
             limits=limits,
         )
 
 
 def prepare_run(
-    registry: ToolRegistry, *, tenant: str, tool_name: str, input_value: Any, priority: int = 0
+    registry: ToolRegistry,
+    *,
+    tenant: str,
+    tool_name: str,
+    input_value: Any,
+    priority: int = 0,
+    callback_url: str | None = None,
 ) -> NewRun:
     """``RunRequest.prepare`` for callers outside the API (tests, benchmarks)."""
-    return RunRequest(tenant, tool_name, input_value, priority).prepare(registry)
+    request = RunRequest(tenant, tool_name, input_value, priority, callback_url=callback_url)
+    return request.prepare(registry)

@@ -8,12 +8,14 @@ from typing import Annotated, Literal, TypeVar
 
 import anyio
 from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse
 from pydantic import TypeAdapter
 
 from api.deps import PrincipalDep, Services, ServicesDep, visible_tenant
 from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
 from api.problems import Problem
+from api.routes.webhooks import check_callback_url
 from api.schemas import RunCreate, RunOut, RunPage
 from runyard.auth import Principal, priority_ceiling
 from runyard.models import RunMode, RunStatus, ToolRun
@@ -166,6 +168,11 @@ async def post_run(
     ] = None,
 ) -> Response:
     """Validate the tool and input, then enqueue (queue mode) or run inline (sync mode)."""
+    if body.callback_url is not None:
+        # Resolves the host (blocking), so off the event loop.
+        await run_in_threadpool(
+            check_callback_url, services, principal.tenant, body.callback_url, "callback_url"
+        )
     submitted = await submit(
         request,
         services,

@@ -23,6 +23,7 @@ EVENT_LABELS = {
     "released": "Released (worker handed over)",
     "cancel_requested": "Cancel requested",
     "status": "Status",
+    "webhook": "Webhook delivery",
 }
 
 
@@ -94,7 +95,17 @@ def event_label(event: ToolRunEvent) -> str:
 
 # Only these fields of an event are shown: never an engine or API process id, a container,
 # or whatever a later statement adds to an event's data.
-EVENT_DETAILS = ("attempt", "worker_id", "exit_code", "error_code", "available_at", "unstarted")
+EVENT_DETAILS = (
+    "attempt",
+    "worker_id",
+    "exit_code",
+    "error_code",
+    "available_at",
+    "unstarted",
+    "outcome",
+    "status_code",
+    "error",
+)
 
 
 def event_details(event: ToolRunEvent) -> str:

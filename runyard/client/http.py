@@ -1,4 +1,4 @@
-"""The HTTP client behind ``runyard submit | get | ls | logs | cancel | tools``."""
+"""The HTTP client behind ``runyard submit | get | ls | logs | cancel | rm | tools | webhook``."""
 
 from __future__ import annotations
 
@@ -62,6 +62,7 @@ class RunyardClient:
         *,
         wait: float = 0,
         idempotency_key: str | None = None,
+        callback_url: str | None = None,
     ) -> dict[str, Any]:
         """POST a run; with ``wait`` the API holds the answer up to that many seconds.
 
@@ -73,7 +74,8 @@ class RunyardClient:
         body = self._call(
             "POST",
             "/v1/runs",
-            json={"tool": tool, "input": value},
+            json={"tool": tool, "input": value}
+            | ({"callback_url": callback_url} if callback_url else {}),
             params=params,
             headers=headers,
             timeout=httpx2.Timeout(self._timeout, read=None),
@@ -89,6 +91,7 @@ class RunyardClient:
         on_update: Callable[[dict[str, Any]], None] = lambda run: None,
         wait_slice: float = WAIT_SLICE_SECONDS,
         reconnect_seconds: float = RECONNECT_SECONDS,
+        callback_url: str | None = None,
     ) -> dict[str, Any]:
         """Submit, then long-poll until the run is terminal; returns the final run.
 
@@ -98,12 +101,18 @@ class RunyardClient:
         dropped connection safe.
         """
         # The first answer comes at once, so the caller knows the run id while it waits.
-        run = self.submit(tool, value, idempotency_key=idempotency_key)
+        run = self.submit(tool, value, idempotency_key=idempotency_key, callback_url=callback_url)
         on_update(run)
         trouble_since: float | None = None
         while run["status"] not in TERMINAL:
             try:
-                run = self.submit(tool, value, wait=wait_slice, idempotency_key=idempotency_key)
+                run = self.submit(
+                    tool,
+                    value,
+                    wait=wait_slice,
+                    idempotency_key=idempotency_key,
+                    callback_url=callback_url,
+                )
             except ClientError as exc:
                 if not (exc.unreachable or exc.status in RETRYABLE_STATUS):
                     raise
@@ -128,6 +137,15 @@ class RunyardClient:
     def cancel(self, run_id: str) -> dict[str, Any]:
         """Cancel a run."""
         return dict(self._call("POST", f"/v1/runs/{run_id}/cancel").json())
+
+    def delete(self, run_id: str) -> None:
+        """Delete a terminal run with everything that belongs to it."""
+        self._call("DELETE", f"/v1/runs/{run_id}")
+
+    def set_webhook(self, tenant: str, url: str | None, *, rotate_secret: bool) -> dict[str, Any]:
+        """Set a tenant's default webhook URL (admins); a new secret comes back once."""
+        body = {"url": url, "rotate_secret": rotate_secret}
+        return dict(self._call("PUT", f"/v1/tenants/{tenant}/webhook", json=body).json())
 
     def logs(self, run_id: str, stream: str = "both") -> str:
         """The stored output of a run."""

@@ -61,6 +61,9 @@ LABEL_DEADLINE = "io.runyard.deadline"
 LABEL_WORKDIR = "io.runyard.workdir"
 WORKDIR = "/runyard"
 DEFAULT_DISK_MB = 1024
+SIGKILL_EXIT = 137
+# How long an unexplained SIGKILL exit waits for the engine's OOM record (seconds, in steps).
+OOM_EVENT_WAITS = (0.1, 0.2, 0.3, 0.4)
 POLL_SECONDS = 0.5
 CREATED_GRACE_SECONDS = 2.0
 # Live log followers start only for attempts still running this long after their start; a
@@ -604,6 +607,27 @@ class DockerRunner:
         except _TRANSPORT_ERRORS as exc:
             raise RunnerUnavailable(f"cannot kill {container_id}: {exc}") from exc
 
+    def _exited_attrs(self, container_id: str, stopped_for: StopReason | None) -> dict[str, Any]:
+        """The exited container's inspect document. A SIGKILL nobody here sent may be the
+        kernel's OOM killer, whose event the engine can record just after the exit: such an
+        exit is looked at again for a moment before it counts as the tool's own."""
+        attrs = self._exited_inspect(container_id)
+        for pause in OOM_EVENT_WAITS:
+            state = attrs["State"]
+            killed = int(state.get("ExitCode", -1)) == SIGKILL_EXIT and stopped_for is None
+            if not killed or state.get("OOMKilled"):
+                break
+            time.sleep(pause)
+            attrs = self._exited_inspect(container_id)
+        return attrs
+
+    def _exited_inspect(self, container_id: str) -> dict[str, Any]:
+        attrs = self._inspect(container_id)
+        if attrs is None or attrs["State"]["Status"] in _GOING:
+            # Released, the next owner sees it missing and requeues it as container_lost.
+            raise RunnerUnavailable(f"container {container_id} disappeared before its outputs")
+        return attrs
+
     def _collect(
         self,
         container_id: str,
@@ -613,10 +637,7 @@ class DockerRunner:
         live: _LiveLogs,
         watch: AttemptWatch,
     ) -> AttemptResult:
-        attrs = self._inspect(container_id)
-        if attrs is None or attrs["State"]["Status"] in _GOING:
-            # Released, the next owner sees it missing and requeues it as container_lost.
-            raise RunnerUnavailable(f"container {container_id} disappeared before its outputs")
+        attrs = self._exited_attrs(container_id, stopped_for)
         state = attrs["State"]
         exit_code = int(state.get("ExitCode", -1))
         finished_text = state.get("FinishedAt")

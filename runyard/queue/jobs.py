@@ -496,7 +496,7 @@ class JobQueue:
         ]
 
     def prune(self, *, retention_seconds: float, batch: int, now: datetime | None = None) -> int:
-        """Delete the job rows and events of runs terminal for longer than the retention."""
+        """Delete up to ``batch`` runs terminal for longer than the retention (PRUNE)."""
         with self._engine.begin() as conn:
             deleted = conn.execute(
                 PRUNE, {"retention": retention_seconds, "batch": batch, "now": now}

@@ -28,13 +28,13 @@ _ENQUEUE_CTES: LiteralString = """
     run AS (
         INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode, requested_at,
                                started_at, attempts, max_attempts, idempotency_key,
-                               request_hash)
+                               request_hash, callback_url)
         SELECT :run_id, :tenant, :tool, CAST(:spec AS jsonb), CAST(:input AS jsonb),
                CASE WHEN claim.by_api THEN 'running' ELSE 'queued' END::run_status,
                CASE WHEN claim.by_api THEN 'sync' ELSE 'queue' END, {NOW},
                CASE WHEN claim.by_api THEN {NOW} END, CAST(claim.by_api AS integer),
                CASE WHEN claim.by_api THEN 1 ELSE :max_attempts END,
-               :idempotency_key, :request_hash
+               :idempotency_key, :request_hash, CAST(:callback_url AS text)
         FROM admitted, claim
         ON CONFLICT (tenant, idempotency_key) DO NOTHING
         RETURNING id, status, attempts, max_attempts
@@ -658,18 +658,26 @@ SELECT_ORPHANED = _sql(
 )
 
 
+# Retention: up to :batch runs (either mode) terminal for longer than :retention seconds,
+# oldest first, deleted with everything that belongs to them (their job, events and webhook
+# deliveries go by ON DELETE CASCADE). Terminal runs never change again, and the per-tenant
+# counts (migration 0006) only count queued and running ones, so they stay exact. A run whose
+# webhook is still being retried stays until its delivery ends. SKIP LOCKED: reapers running
+# at once take different runs.
 PRUNE = _sql(
     """
-    WITH old AS (
-        SELECT run_id FROM tool_run_jobs
-        WHERE status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
-          AND finished_at < {NOW} - make_interval(secs => CAST(:retention AS double precision))
+    WITH old AS MATERIALIZED (
+        SELECT r.id FROM tool_runs r
+        WHERE r.status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
+          AND r.finished_at < {NOW} - make_interval(secs => CAST(:retention AS double precision))
+          AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d
+                          WHERE d.run_id = r.id AND d.status = 'pending')
+        ORDER BY r.finished_at
         LIMIT :batch
-    ), events AS (
-        DELETE FROM tool_run_events e USING old WHERE e.run_id = old.run_id
+        FOR UPDATE SKIP LOCKED
     )
-    DELETE FROM tool_run_jobs j USING old WHERE j.run_id = old.run_id
-    RETURNING j.id
+    DELETE FROM tool_runs r USING old WHERE r.id = old.id
+    RETURNING r.id
     """
 )
 

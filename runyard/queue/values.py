@@ -28,6 +28,7 @@ class NewRun:
     queue: str = "default"
     priority: int = 0
     idempotency_key: str | None = None
+    callback_url: str | None = None
     # The per-run limits the caller asked for (already in ``spec``): part of the request.
     limits: dict[str, float] = field(default_factory=dict)
 
@@ -38,13 +39,11 @@ class NewRun:
     def request_hash(self) -> str:
         """Hash of what the caller asked for, to tell a retry from a different request."""
         asked: dict[str, Any] = {"tool": self.tool, "input": self.input, "priority": self.priority}
-        if self.limits:
+        if self.callback_url is not None:  # absent: the hash of requests from before it
+            asked["callback_url"] = self.callback_url
+        if self.limits:  # likewise
             asked["limits"] = self.limits
-        body = json.dumps(
-            asked,
-            sort_keys=True,
-            separators=(",", ":"),
-        )
+        body = json.dumps(asked, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(body.encode()).hexdigest()
 
 
@@ -163,6 +162,7 @@ def enqueue_params(
         "priority": run.priority,
         "idempotency_key": run.idempotency_key,
         "request_hash": run.key_hash(),
+        "callback_url": run.callback_url,
         "now": now,
     }
 

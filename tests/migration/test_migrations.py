@@ -19,6 +19,8 @@ TABLES = {
     "workers",
     "api_keys",
     "tenant_run_counts",
+    "tenant_settings",
+    "webhook_deliveries",
 }
 
 

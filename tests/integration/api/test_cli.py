@@ -277,3 +277,55 @@ def test_cli_logs_follow__survives_any_event_and_resumes_after_a_dropped_stream(
     assert "to stderr\n" in done.stderr and "skipped 3 malformed" in done.stderr
     assert "Traceback" not in done.stderr
     assert last_ids == [None, "8"]  # resumed after the last complete event
+
+
+# --- rm and webhook -------------------------------------------------------------------------
+
+
+def test_cli_rm__deletes_terminal_runs_and_refuses_a_live_one(api: Api):
+    run_id = api.run("submit", "echo").stdout.strip()
+    live = api.run("rm", run_id)
+    assert live.returncode == 5 and "409 run_not_finished" in live.stderr
+    api.finish(RunStatus.CANCELLED)
+    done = api.run("rm", run_id)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"deleted {run_id}\n"
+    assert api.only_run_id() is None
+    assert api.run("rm", run_id).returncode == 5
+
+
+def test_cli_webhook__set_prints_the_secret_once_and_verify_checks_a_delivery(
+    api: Api, tmp_path: Path
+):
+    from runyard.webhooks import signed_headers
+
+    admin = create_api_key(api.engine, "ops", admin=True)
+    env = api.env() | {"RUNYARD_API_KEY": admin}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=60)
+
+    made = cli("webhook", "set", "acme", "--json")
+    assert made.returncode == 0, made.stderr
+    secret = json.loads(made.stdout)["secret"]
+    assert secret.startswith("whsec_")
+    again = cli("webhook", "set", "acme")
+    assert again.returncode == 0 and "whsec_" not in again.stdout
+    assert api.run("webhook", "set", "acme").returncode == 5  # not an admin key
+
+    body = tmp_path / "body.json"
+    body.write_bytes(b'{"id":"r1","status":"succeeded"}')
+    from datetime import UTC, datetime
+
+    headers = signed_headers(secret, "msg-1", body.read_bytes(), datetime.now(UTC))
+    flags = [
+        f"--id={headers['webhook-id']}",
+        f"--timestamp={headers['webhook-timestamp']}",
+        f"--signature={headers['webhook-signature']}",
+    ]
+    good = cli("webhook", "verify", str(body), *flags, "--secret", secret)
+    assert (good.returncode, good.stderr) == (0, "signature valid\n")
+    body.write_bytes(b'{"id":"r1","status":"failed"}')
+    bad = cli("webhook", "verify", str(body), *flags, "--secret", secret)
+    assert bad.returncode == 1 and "NOT valid" in bad.stderr
+    assert cli("webhook", "verify", str(body), *flags).returncode == 2  # no secret given

@@ -708,7 +708,9 @@ def test_cancel__lost_container_of_cancelled_run_is_not_retried(queue: JobQueue,
     assert row(engine, run_id)["run_status"] == "cancelled"
 
 
-def test_prune__removes_old_terminal_jobs_and_events(queue: JobQueue, engine: Engine):
+def test_prune__removes_old_terminal_runs_with_their_jobs_and_events(
+    queue: JobQueue, engine: Engine
+):
     old, recent, live = enqueue_many(queue, 3)
     jobs = {j.run_id: j for j in claim(queue, limit=3)}
     queue.finalize(jobs[old].job_id, jobs[old].lease_token, SUCCESS, now=T0)
@@ -721,8 +723,9 @@ def test_prune__removes_old_terminal_jobs_and_events(queue: JobQueue, engine: En
         remaining = set(conn.execute(text("SELECT run_id FROM tool_run_jobs")).scalars())
         runs = set(conn.execute(text("SELECT id FROM tool_runs")).scalars())
     assert remaining == {recent, live}
-    assert runs == {old, recent, live}  # the user-facing record stays
+    assert runs == {recent, live}
     assert events(engine, old) == []
+    assert events(engine, recent) != []
 
 
 def test_admission__caps_refuse(engine: Engine):

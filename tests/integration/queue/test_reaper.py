@@ -59,6 +59,17 @@ def test_run_once__prunes_after_retention(queue: JobQueue, engine: Engine):
     reaper = Reaper(queue, ReaperConfig(retention_seconds=86400))
     assert reaper.run_once(now=T0 + timedelta(hours=23)).pruned == 0
     assert reaper.run_once(now=T0 + timedelta(hours=25)).pruned == 2
+    assert statuses(engine) == {}
+
+
+def test_run_once__keeps_everything_without_a_retention(queue: JobQueue, engine: Engine):
+    enqueue(queue, 1)
+    [job] = queue.claim(worker_id="w", engine_id="e", limit=1, lease_seconds=30, now=T0)
+    queue.cancel(job.run_id, now=T0)
+    queue.requeue(job.job_id, job.lease_token, error_code="x", error="x", now=T0)
+    reaper = Reaper(queue, ReaperConfig(retention_seconds=None))
+    assert reaper.run_once(now=T0 + timedelta(days=3650)).pruned == 0
+    assert statuses(engine) == {"cancelled": 1}
 
 
 def test_run_once__prune_past_the_statement_timeout_halves_its_batch(
@@ -88,7 +99,7 @@ def test_run_once__prune_past_the_statement_timeout_halves_its_batch(
         assert reaper.run_once(now=T0 + timedelta(hours=25)).pruned == 10
     finally:
         timed.dispose()
-    assert statuses(engine) == {"cancelled": 10}  # the runs stay; their jobs are gone
+    assert statuses(engine) == {}  # the runs went, and their jobs with them
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM tool_run_jobs")).scalar_one() == 0
 

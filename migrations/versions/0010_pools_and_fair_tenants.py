@@ -7,8 +7,8 @@ probe per tenant with work, so it interleaves tenants without reading the backlo
 resource tell a queue no live worker serves). ``api_keys.max_priority`` bounds the priority
 a tenant key may ask for (default 0).
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-11-26 10:00:00
 """
 
@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision = "0009"
-down_revision = "0008"
+revision = "0010"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 

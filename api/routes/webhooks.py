@@ -1,0 +1,114 @@
+"""A tenant's webhook settings (admins), and the check of a run's callback URL at submit."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.deps import PrincipalDep, Services, ServicesDep
+from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
+from api.problems import Problem
+from runyard.auth import Principal
+from runyard.tenant_webhooks import TenantWebhooks
+from runyard.webhook_urls import (
+    MAX_URL_LENGTH,
+    BadCallbackUrl,
+    DestinationRefused,
+    check_destination,
+)
+
+router = APIRouter(prefix="/v1/tenants", tags=["webhooks"], responses=COMMON_ERRORS)
+
+TenantPath = Annotated[str, Path(min_length=1, max_length=128, description="The tenant's name")]
+ADMIN_ONLY = problem("The API key is not an admin key")
+
+
+class WebhookSettingsIn(BaseModel):
+    """A tenant's default webhook URL; unknown fields are refused."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={"examples": [{"url": None}, {"url": None, "rotate_secret": True}]},
+    )
+
+    url: str | None = Field(
+        min_length=1,
+        max_length=MAX_URL_LENGTH,
+        description="Where the tenant's runs without a callback_url report (null: nowhere)",
+    )
+    rotate_secret: bool = Field(
+        default=False, description="Make a new signing secret even if the tenant has one"
+    )
+
+
+class WebhookSettingsOut(BaseModel):
+    """A tenant's webhook settings; ``secret`` only in the answer that made it (once)."""
+
+    tenant: str
+    url: str | None
+    has_secret: bool
+    secret: str | None = Field(
+        default=None, description="The new signing secret (whsec_…): shown this once only"
+    )
+
+
+def _admin(principal: Principal) -> None:
+    if not principal.admin:
+        raise Problem(403, "forbidden", "managing tenants' webhooks needs an admin key")
+
+
+def check_callback_url(services: Services, tenant: str, url: str, field: str) -> None:
+    """A 422 unless ``url`` is a webhook URL that leads to an allowed address (and, for a
+    run's callback, unless its tenant has a secret to sign with)."""
+    try:
+        check_destination(url, allow_private=services.settings.webhook_allow_private)
+    except BadCallbackUrl as exc:
+        raise Problem(422, "invalid_callback_url", f"{field}: {exc}", field=field) from exc
+    except DestinationRefused as exc:
+        raise Problem(
+            422,
+            "callback_url_refused",
+            f"{field}: {exc}; webhooks may not reach private, loopback or link-local addresses",
+            field=field,
+        ) from exc
+    if field == "callback_url" and not TenantWebhooks(services.engine).get(tenant).has_secret:
+        raise Problem(
+            422,
+            "webhook_secret_missing",
+            f"tenant {tenant!r} has no webhook secret to sign with yet; an admin makes one "
+            f"with PUT /v1/tenants/{tenant}/webhook",
+            field=field,
+        )
+
+
+@router.get("/{tenant}/webhook", responses={403: ADMIN_ONLY})
+def get_webhook(
+    tenant: TenantPath, services: ServicesDep, principal: PrincipalDep
+) -> WebhookSettingsOut:
+    """The tenant's default webhook URL and whether it has a secret (never the secret)."""
+    _admin(principal)
+    found = TenantWebhooks(services.engine).get(tenant)
+    return WebhookSettingsOut(tenant=tenant, url=found.url, has_secret=found.has_secret)
+
+
+@router.put("/{tenant}/webhook", responses={403: ADMIN_ONLY, **BODY_ERRORS})
+def put_webhook(
+    tenant: TenantPath,
+    body: WebhookSettingsIn,
+    services: ServicesDep,
+    principal: PrincipalDep,
+) -> WebhookSettingsOut:
+    """Set the tenant's default webhook URL; the first call (or ``rotate_secret``) makes the
+    signing secret and returns it, this once."""
+    _admin(principal)
+    if body.url is not None:
+        check_callback_url(services, tenant, body.url, field="url")
+    configured = TenantWebhooks(services.engine).configure(
+        tenant, body.url, rotate_secret=body.rotate_secret
+    )
+    return WebhookSettingsOut(
+        tenant=tenant, url=configured.url, has_secret=True, secret=configured.secret
+    )
