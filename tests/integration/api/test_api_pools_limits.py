@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from runyard.settings import Settings
 from runyard.tools import ToolRegistry, parse_registry
 from runyard.workers import WorkerRegistry
 from tests.integration.api.test_api_helpers import bearer, make_app
+from tests.integration.api.test_ui_http import log_in
 
 TOOL = {"image": "runyard/toolbox:latest", "command": ["true"], "timeout_seconds": 30}
 
@@ -177,3 +179,25 @@ def test_limits__beyond_a_maximum_are_refused_naming_it(
     problem = refused.json()
     assert problem["code"] == "above_maximum" and field in problem["detail"]
     assert f"maximum {maximum}" in problem["detail"]
+
+
+def test_dashboard__run_page_and_queue_page_tell_a_queue_without_workers(
+    database_url: str, engine: Engine, pools_registry: ToolRegistry
+):
+    key = issue_api_key(engine, "acme").key
+    app = make_app(database_url, engine, pools_registry)
+    with TestClient(app, follow_redirects=False) as client:
+        run = client.post(
+            "/v1/runs", json={"tool": "render"}, headers={"Authorization": f"Bearer {key}"}
+        ).json()
+        WorkerRegistry(engine).register("w-default", "engine-a", 2)
+        log_in(client, key)
+        run_page = client.get(f"/ui/runs/{run['id']}").text
+        assert re.search(r'id="run-waiting-for"[^>]*>no live worker serves queue gpu<', run_page)
+        pools = re.search(r'<table id="pools">.*?</table>', client.get("/ui/queue").text, re.S)
+        assert pools is not None
+        assert re.search(r"<td>default</td><td class=\"num\">1</td>", pools.group(0))
+        assert "no live worker serves queue gpu" in pools.group(0)
+
+        WorkerRegistry(engine).register("w-gpu", "engine-b", 1, queues=("gpu",))
+        assert "run-waiting-for" not in client.get(f"/ui/runs/{run['id']}").text
