@@ -212,28 +212,32 @@ class SyncExecutor:
     # --- adoption ---
 
     def adopt_once(self) -> int:
-        """Adopt, for free slots, sync jobs of this engine whose owner is gone."""
-        slots = 0
-        while slots < self.max_concurrency and self.try_acquire():
-            slots += 1
-        jobs: list[ClaimedJob] = []
-        try:
-            if slots and not self._stop.is_set():
-                jobs = self._queue.claim(
-                    worker_id=self.owner_id,
-                    engine_id=self.engine_id,
-                    limit=slots,
-                    lease_seconds=self._lease,
-                    queues=(SYNC_QUEUE,),
-                    adopt_only=True,
-                )
-        finally:
-            for _ in range(slots - len(jobs)):
-                self.release()
+        """Adopt, for free slots, sync jobs of this engine whose owner is gone.
+
+        No slot is held while the claim runs (a submit meanwhile would find the executor
+        full); a job claimed for a slot that a submit took in between is given back at once.
+        """
+        free = self.max_concurrency - self.busy
+        if free <= 0 or self._stop.is_set():
+            return 0
+        jobs = self._queue.claim(
+            worker_id=self.owner_id,
+            engine_id=self.engine_id,
+            limit=free,
+            lease_seconds=self._lease,
+            queues=(SYNC_QUEUE,),
+            adopt_only=True,
+        )
+        adopted = 0
         for job in jobs:
+            if not self.try_acquire():
+                logger.info("no free slot for an adopted sync run", extra=self._log(job))
+                self._queue.release(job.job_id, job.lease_token)
+                continue
             logger.info("adopted a sync run", extra={**self._log(job), "action": "adopted"})
             self._pool.submit(self._execute, self._take(job))
-        return len(jobs)
+            adopted += 1
+        return adopted
 
     # --- one attempt, in its slot's thread ---
 

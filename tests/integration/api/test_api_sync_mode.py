@@ -718,3 +718,31 @@ def test_sync_docker__the_api_sweeps_a_container_its_run_left_behind(
     with TestClient(app):
         wait_until(lambda: runner.state(job.run_id, 1) is ContainerState.MISSING, timeout=20)
     assert docker_client.volumes.list(filters={"name": spec.container_name}) == []
+
+
+def test_sync__a_submit_during_an_adoption_pass_finds_its_slot(engine: Engine):
+    executor = _executor(engine, FakeRunner(), max_concurrency=1, lease_seconds=300)
+    queue = executor._queue
+    claim = queue.claim
+    in_claim, finish_claim = threading.Event(), threading.Event()
+
+    def slow_claim(**kwargs: Any) -> Any:
+        in_claim.set()
+        assert finish_claim.wait(10)
+        return claim(**kwargs)
+
+    try:
+        queue.claim = slow_claim  # type: ignore[method-assign]
+        adoption = threading.Thread(target=executor.adopt_once)
+        adoption.start()
+        assert in_claim.wait(10)
+        # The adoption pass is inside its claim: the one slot is still free for a submit.
+        submitted = executor.claim_new(_new_run(), AdmissionCaps())
+        assert submitted.job is not None
+        finish_claim.set()
+        adoption.join(10)
+        executor.start_job(submitted.job).result(timeout=10)
+        assert run_status(engine, submitted.run_id) == "succeeded"
+    finally:
+        finish_claim.set()
+        executor.stop()
