@@ -113,6 +113,14 @@ def decide_exit(facts: ExitFacts, limits: ToolLimits) -> Verdict:
             ErrorCode.OOM_KILLED,
             f"the tool ran out of memory ({limits.memory_mb} MB)",
         )
+    if facts.exit_code == SIGNAL_EXITS[0]:
+        # The engine can miss an OOM kill (seen on cgroup v1 under load): say what is likely.
+        return Verdict(
+            RunStatus.FAILED,
+            ErrorCode.TOOL_FAILED,
+            f"the tool was killed by SIGKILL (exit 137); the engine recorded no out-of-memory "
+            f"kill, but the memory limit ({limits.memory_mb} MB) is the usual cause",
+        )
     if failed:
         return Verdict(
             RunStatus.FAILED, ErrorCode.TOOL_FAILED, f"the tool exited with code {facts.exit_code}"

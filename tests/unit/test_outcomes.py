@@ -103,6 +103,11 @@ def test_decide_exit__messages_name_the_limit():
         "the tool ran out of memory (64 MB)"
     )
     assert decide_exit(facts(9), LIMITS).error == "the tool exited with code 9"
+    unattributed = decide_exit(facts(137), LIMITS)
+    assert (unattributed.error_code, "memory limit (64 MB)" in str(unattributed.error)) == (
+        "tool_failed",
+        True,
+    )
 
 
 def test_decide_result__invalid_or_succeeded():
