@@ -70,22 +70,6 @@ from runyard.queue.values import (
 )
 from runyard.runner import AttemptResult, ErrorCode
 
-__all__ = [
-    "AdmissionCaps",
-    "AdmissionRefused",
-    "ApiQueue",
-    "CancelResult",
-    "ClaimedJob",
-    "EnqueueResult",
-    "Heartbeat",
-    "IdempotencyConflict",
-    "InlineClaim",
-    "JobQueue",
-    "NewRun",
-    "OrphanedJob",
-    "RequeueResult",
-]
-
 logger = logging.getLogger(__name__)
 
 # Event types the queue's own transitions write: an attempt's note may not forge them.
