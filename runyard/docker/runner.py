@@ -616,10 +616,29 @@ class DockerRunner:
             state = attrs["State"]
             killed = int(state.get("ExitCode", -1)) == SIGKILL_EXIT and stopped_for is None
             if not killed or state.get("OOMKilled"):
-                break
+                return attrs
             time.sleep(pause)
             attrs = self._exited_inspect(container_id)
+        if not attrs["State"].get("OOMKilled") and self._oom_event_seen(container_id, attrs):
+            # The engine clears the flag when the kernel's OOM note reaches it after the exit;
+            # the "oom" event it logged for the container still says what happened.
+            attrs["State"]["OOMKilled"] = True
         return attrs
+
+    def _oom_event_seen(self, container_id: str, attrs: dict[str, Any]) -> bool:
+        """Whether the engine's event log holds an "oom" event for this container."""
+        created = _parse_docker_time(attrs.get("Created"))
+        since = int(created.timestamp()) if created is not None else int(time.time()) - 3600
+        try:
+            events = self._api.events(
+                since=since,
+                until=round(time.time(), 3),
+                filters={"container": [container_id], "event": ["oom"]},
+                decode=True,
+            )
+            return any(event.get("Action") == "oom" for event in events)
+        except _TRANSPORT_ERRORS:
+            return False  # no proof either way: the exit stays the tool's own
 
     def _exited_inspect(self, container_id: str) -> dict[str, Any]:
         attrs = self._inspect(container_id)
