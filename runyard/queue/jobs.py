@@ -513,7 +513,7 @@ class ApiQueue(JobQueue):
         )
         self._depth = DepthEstimate()
 
-    def _queue_full(self, cap: int) -> bool:
+    def queue_full(self, cap: int) -> bool:
         """Whether the queue holds ``cap`` jobs (counted only when near it; 0: no cap)."""
         if cap <= 0 or self._depth.far_below(cap):
             return False
@@ -546,7 +546,7 @@ class ApiQueue(JobQueue):
         of counts that every submit's insert is counted in until it commits (``SUBMIT``).
         Raises ``AdmissionRefused`` or ``IdempotencyConflict``.
         """
-        if inline is None and self._queue_full(caps.max_queue_depth):
+        if inline is None and self.queue_full(caps.max_queue_depth):
             return self.replay_or_refuse(run, AdmissionRefused("queue_full", caps.max_queue_depth))
         params = enqueue_params(run, uuid.uuid4(), uuid.uuid4(), now, inline)
         row = self._first(

@@ -167,12 +167,13 @@ _CLAIM_CTES: LiteralString = """
         SELECT GREATEST(:limit - (SELECT count(*) FROM adoptable), 0) AS n
     ), tenants (queue, tenant) AS (
         SELECT q.name, (SELECT tenant FROM tool_run_jobs
-                        WHERE status = 'queued' AND queue = q.name AND {FRESH}
+                        WHERE status = 'queued' AND waiting_on = 0 AND queue = q.name AND {FRESH}
                         ORDER BY tenant LIMIT 1)
         FROM {QUEUES} AS q(name), wanted WHERE wanted.n > 0
         UNION ALL
         SELECT t.queue, (SELECT tenant FROM tool_run_jobs
-                         WHERE status = 'queued' AND queue = t.queue AND tenant > t.tenant
+                         WHERE status = 'queued' AND waiting_on = 0 AND queue = t.queue
+                           AND tenant > t.tenant
                          ORDER BY tenant LIMIT 1)
         FROM tenants t WHERE t.tenant IS NOT NULL
     ), offers AS MATERIALIZED (
@@ -183,7 +184,7 @@ _CLAIM_CTES: LiteralString = """
                    PARTITION BY t.tenant ORDER BY o.priority DESC, o.created_at) AS share
         FROM tenants t CROSS JOIN wanted CROSS JOIN LATERAL (
             SELECT id, priority, created_at FROM tool_run_jobs
-            WHERE status = 'queued' AND queue = t.queue AND tenant = t.tenant
+            WHERE status = 'queued' AND waiting_on = 0 AND queue = t.queue AND tenant = t.tenant
               AND available_at <= {NOW} AND attempts < max_attempts
             ORDER BY priority DESC, created_at
             LIMIT wanted.n + {SPARE}
@@ -196,6 +197,7 @@ _CLAIM_CTES: LiteralString = """
     ), fresh AS MATERIALIZED (
         SELECT id FROM tool_run_jobs
         WHERE id = ANY(CAST((SELECT ids FROM ranked) AS uuid[])) AND status = 'queued'
+          AND waiting_on = 0
         ORDER BY array_position((SELECT ids FROM ranked), id)
         LIMIT (SELECT n FROM wanted)
         FOR UPDATE SKIP LOCKED

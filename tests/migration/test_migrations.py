@@ -21,6 +21,8 @@ TABLES = {
     "tenant_run_counts",
     "tenant_settings",
     "webhook_deliveries",
+    "batches",
+    "tool_run_deps",
 }
 
 
