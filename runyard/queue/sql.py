@@ -242,14 +242,27 @@ _CLAIM_CTES: LiteralString = """
     )
 """
 
-_CLAIMED: LiteralString = """
+# What the runs a claimed run depends on returned (``/runyard/deps.json``), keyed by run id;
+# NULL for a run that depends on none.
+_DEPS: LiteralString = """
+    (SELECT jsonb_object_agg(CAST(p.id AS text), jsonb_build_object(
+                'tool', p.tool, 'ref', p.ref, 'status', p.status, 'result', p.result))
+     FROM tool_run_deps d JOIN tool_runs p ON p.id = d.depends_on
+     WHERE d.run_id = c.run_id) AS deps
+"""
+
+_CLAIMED: LiteralString = (
+    """
     SELECT c.id, c.run_id, c.attempts, c.max_attempts, c.lease_token, c.locked_until,
            c.deadline_at, c.cancel_requested_at, c.container_requested_at, c.adopted,
-           c.started_at, r.requested_at, r.spec, r.input
+           c.started_at, r.requested_at, r.spec, r.input,"""
+    + _DEPS
+    + """
     FROM claimed c CROSS JOIN LATERAL (
         SELECT requested_at, spec, input FROM tool_runs WHERE id = c.run_id
     ) r
 """
+)
 
 _ORDER: LiteralString = "ORDER BY c.adopted DESC, c.priority DESC, c.created_at"
 
@@ -379,13 +392,15 @@ FINALIZE_AND_CLAIM = _sql(
                NULL::timestamptz AS cancel_requested_at,
                NULL::timestamptz AS container_requested_at, NULL::boolean AS adopted,
                NULL::timestamptz AS started_at, NULL::timestamptz AS requested_at,
-               NULL::jsonb AS spec, NULL::jsonb AS input,
+               NULL::jsonb AS spec, NULL::jsonb AS input, NULL::jsonb AS deps,
                NULL::integer AS priority, NULL::timestamptz AS created_at
         UNION ALL
         SELECT 1, NULL, c.id, c.run_id, c.attempts, c.max_attempts, c.lease_token,
                c.locked_until, c.deadline_at, c.cancel_requested_at,
                c.container_requested_at, c.adopted, c.started_at, r.requested_at, r.spec,
-               r.input, c.priority, c.created_at
+               r.input,"""
+    + _DEPS
+    + """, c.priority, c.created_at
         FROM claimed c CROSS JOIN LATERAL (
             SELECT requested_at, spec, input FROM tool_runs WHERE id = c.run_id
         ) r

@@ -93,6 +93,8 @@ class ClaimedJob:
     container_requested: bool = True
     requested_at: datetime | None = None
     started_at: datetime | None = None
+    # What its dependencies returned, by run id (None: it depends on no run).
+    deps: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,7 @@ def claimed_job(row: Any) -> ClaimedJob:
         container_requested=row.container_requested_at is not None,
         requested_at=row.requested_at,
         started_at=row.started_at,
+        deps=getattr(row, "deps", None),
     )
 
 

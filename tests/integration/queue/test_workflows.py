@@ -244,3 +244,18 @@ def test_dependency_ending_while_a_dependent_is_submitted__never_leaves_it_block
             )
         assert waiting == 0
         assert run_all(queue) == made
+
+
+def test_claim__brings_what_the_dependencies_returned(queue, writer):
+    ids, _ = batch(writer, [("a", []), ("b", []), ("c", ["a", "b"])])
+    assert len(run_all(queue)) == 2
+    (job,) = claim(queue)
+    assert job.run_id == ids["c"]
+    assert job.deps == {
+        str(ids[ref]): {"tool": "echo", "ref": ref, "status": "succeeded", "result": {"ok": True}}
+        for ref in ("a", "b")
+    }
+    assert queue.finalize(job.job_id, job.lease_token, SUCCESS, now=T0)
+    alone = queue.enqueue(new_run(), now=T0).run_id
+    (job,) = claim(queue)
+    assert (job.run_id, job.deps) == (alone, None)
