@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 
 from api.problems import Problem
 from runyard.auth import Principal, PrincipalCache, authenticate
+from runyard.batches import Batches
 from runyard.notify import RunNotifier
 from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.settings import Settings
@@ -39,6 +40,8 @@ class Services:
     events_limiter: anyio.CapacityLimiter
     # The submit use case (runyard.submission), in either mode.
     submissions: Submissions
+    # Batches (runyard.batches): queue mode only.
+    batches: Batches
     # Sync mode only: the inline executor, whose slots have threads of their own.
     sync: SyncExecutor | None = None
     open_streams: int = 0

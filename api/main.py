@@ -18,8 +18,9 @@ from api.docs_pages import install_docs
 from api.guard import RequestGuard
 from api.openapi import install_openapi
 from api.problems import install_problem_handlers
-from api.routes import events, health, keys, metrics, run_delete, runs, tools, webhooks
+from api.routes import batches, events, health, keys, metrics, run_delete, runs, tools, webhooks
 from api.ui.install import install_ui
+from runyard.batches import Batches
 from runyard.chores import Chore, Chores
 from runyard.db import DbTimeouts, make_engine
 from runyard.docker.runner import DockerRunner
@@ -184,6 +185,7 @@ def create_app(
             migration_heads=script_heads(),
             events_limiter=anyio.CapacityLimiter(settings.events_db_concurrency),
             submissions=Submissions(queue, tools, caps, notifier, sync=sync, limits=limits),
+            batches=Batches(queue, tools, caps, queue_mode=sync is None),
             sync=sync,
         )
         app.state.services = services
@@ -231,6 +233,7 @@ def create_app(
     app.include_router(keys.router)
     app.include_router(run_delete.router)
     app.include_router(webhooks.router)
+    app.include_router(batches.router)
     if settings.ui_enabled:
         install_ui(app, settings)
     install_openapi(app)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 import pydantic
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
@@ -85,7 +85,7 @@ class RunCreate(BaseModel):
         "default webhook, if any); it must resolve to public addresses",
     )
 
-    depends_on: list[uuid.UUID] = Field(
+    depends_on: list[Annotated[uuid.UUID, Field(strict=False)]] = Field(
         default_factory=list,
         max_length=MAX_DEPENDENCIES,
         description="Runs of yours this one waits for: it starts once all have succeeded, "
@@ -93,6 +93,7 @@ class RunCreate(BaseModel):
     )
     run_at: AwareDatetime | None = Field(
         default=None,
+        strict=False,
         description="RFC 3339 time before which the run does not start, at most 30 days "
         "ahead; a past time means now (queue mode)",
     )

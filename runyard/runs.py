@@ -139,12 +139,22 @@ class BadCursor(Exception):
 
 def encode_cursor(run: ToolRun) -> str:
     """An opaque keyset cursor: the last row's ``requested_at`` and ``id``."""
-    raw = f"{run.requested_at.isoformat()}|{run.id}".encode()
+    return encode_cursor_parts(run.requested_at, run.id)
+
+
+def encode_cursor_parts(stamp: datetime, row_id: uuid.UUID) -> str:
+    """An opaque keyset cursor of a time and an id."""
+    raw = f"{stamp.isoformat()}|{row_id}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
     """Inverse of ``encode_cursor``; raises ``BadCursor`` for anything else."""
+    return decode_cursor_parts(cursor)
+
+
+def decode_cursor_parts(cursor: str) -> tuple[datetime, uuid.UUID]:
+    """Inverse of ``encode_cursor_parts``; raises ``BadCursor`` for anything else."""
     try:
         raw = base64.b64decode(
             cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -81,6 +82,7 @@ class RunRequest:
     # Workflows (queue mode): runs it waits for (ids, or refs of its batch), when it may start.
     depends_on: tuple[str, ...] = ()
     run_at: datetime | None = None
+    rerun_of: uuid.UUID | None = None
 
     @property
     def in_graph(self) -> bool:
@@ -121,6 +123,7 @@ class RunRequest:
             idempotency_key=self.idempotency_key,
             callback_url=self.callback_url,
             limits=limits,
+            rerun_of=self.rerun_of,
         )
 
 

@@ -261,6 +261,43 @@ def cancel_run(run_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep
     return RunOut.of(view_run(services, principal, run_id))
 
 
+@router.post(
+    "/{run_id}/rerun",
+    status_code=202,
+    response_model=RunOut,
+    responses={
+        404: NOT_FOUND,
+        422: problem("The tool is gone from the registry, or its input no longer fits"),
+        429: problem("A tenant cap is full", retry_after=True),
+        503: problem("The queue is full, or the database is unavailable", retry_after=True),
+    },
+)
+async def rerun(
+    request: Request, run_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep
+) -> Response:
+    """A new run of the same tool and input (``rerun_of`` names this one), with the tool's
+    definition as the registry has it now; its priority and callback are kept."""
+    old = await run_in_threadpool(load_run, services, principal, run_id)
+    priority = int(await run_in_threadpool(services.queue.priority_of, run_id))
+    run_request = RunRequest(
+        old.tenant,
+        old.tool,
+        old.input,
+        priority,
+        callback_url=old.callback_url,
+        max_priority=priority_ceiling(principal),
+        rerun_of=old.id,
+    )
+    submitted = await submit(request, services, run_request)
+    run = submitted.run
+    return Response(
+        RUN_JSON.dump_json(run),
+        status_code=200 if run.status.is_terminal else 202,
+        headers={"Location": f"/v1/runs/{run.id}"},
+        media_type="application/json",
+    )
+
+
 @router.get(
     "/{run_id}/logs",
     response_class=PlainTextResponse,

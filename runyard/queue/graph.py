@@ -19,9 +19,12 @@ from sqlalchemy import Connection, Engine, text
 from runyard.graph import Dependency, GraphProblem, Node, Resolved, resolve, starts
 from runyard.queue.graph_sql import (
     ADMIT_MANY,
+    CANCEL_BATCH_QUEUED,
+    CANCEL_BATCH_RUNNING,
     FIND_BATCH_IDEMPOTENT,
     INSERT_BATCH,
     INSERT_GRAPH,
+    LOCK_BATCH_FOR_RETRY,
     LOCK_DEPENDENCIES,
 )
 from runyard.queue.values import (
@@ -30,6 +33,10 @@ from runyard.queue.values import (
     IdempotencyConflict,
     NewRun,
 )
+
+
+class BatchRetried(Exception):
+    """A concurrent retry of the same batch wrote its runs first."""
 
 
 class UnknownDependency(GraphProblem):
@@ -43,7 +50,6 @@ class GraphRun:
     run: NewRun
     node: Node
     run_at: datetime | None = None
-    rerun_of: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -54,8 +60,9 @@ class GraphSubmit:
     runs: Sequence[GraphRun]
     batch: bool = False
     idempotency_key: str | None = None
-    # A batch's retry adds runs to it (``batch_id``), each re-running one of its runs.
+    # A batch's retry adds runs to its batch (``batch_id``), re-running ``replaces``.
     batch_id: uuid.UUID | None = None
+    replaces: tuple[uuid.UUID, ...] = ()
 
     def request_hash(self) -> str:
         """What the caller asked for, to tell a retried batch from a different one."""
@@ -107,7 +114,9 @@ class GraphWriter:
         run_ids = [uuid.uuid4() for _ in graph.runs]
         with self._engine.begin() as conn:
             batch_id = graph.batch_id
-            if graph.batch and batch_id is None:
+            if batch_id is not None:
+                self._lock_for_retry(conn, batch_id, graph.replaces)
+            elif graph.batch:
                 batch_id = self._insert_batch(conn, graph, now)
                 if batch_id is None:
                     return self._batch_replay(conn, graph)
@@ -119,6 +128,23 @@ class GraphWriter:
                 conn.rollback()
                 return self._run_replay(graph)
         return GraphResult(batch_id=batch_id, run_ids=run_ids, created=True)
+
+    def cancel_batch(self, batch_id: uuid.UUID, *, now: datetime | None = None) -> int:
+        """Cancel the batch's queued runs and flag its running ones; how many it touched."""
+        with self._engine.begin() as conn:
+            cancelled = conn.execute(CANCEL_BATCH_QUEUED, {"batch_id": batch_id, "now": now})
+            flagged = conn.execute(CANCEL_BATCH_RUNNING, {"batch_id": batch_id, "now": now})
+            return int(cancelled.scalar_one()) + int(flagged.scalar_one())
+
+    def _lock_for_retry(
+        self, conn: Connection, batch_id: uuid.UUID, replaces: Sequence[uuid.UUID]
+    ) -> None:
+        params = {"batch_id": batch_id, "replaced": list(replaces)}
+        row = conn.execute(LOCK_BATCH_FOR_RETRY, params).first()
+        if row is None:
+            raise LookupError(f"no batch {batch_id}")
+        if row.already_retried:
+            raise BatchRetried("these runs of the batch were retried already")
 
     def _insert_batch(
         self, conn: Connection, graph: GraphSubmit, now: datetime | None
@@ -207,7 +233,7 @@ class GraphWriter:
         return {
             "tenant": graph.tenant,
             "batch_id": batch_id,
-            "rerun_ofs": [item.rerun_of for item in graph.runs],
+            "rerun_ofs": [item.run.rerun_of for item in graph.runs],
             "idempotency_key": graph.idempotency_key if single else None,
             "run_ids": run_ids,
             "job_ids": [uuid.uuid4() for _ in run_ids],

@@ -139,3 +139,59 @@ INSERT_GRAPH = _sql(
                   WHERE status = 'queued' AND waiting_on = 0) q) AS woken
     """
 )
+
+
+# A batch's retry, in the transaction of its graph submit: the batch is locked (two retries
+# at once write one set of runs), and nothing may have re-run the runs it replaces already.
+LOCK_BATCH_FOR_RETRY = _sql(
+    """
+    SELECT b.id,
+           EXISTS (SELECT 1 FROM tool_runs r
+                   WHERE r.rerun_of = ANY(CAST(:replaced AS uuid[]))) AS already_retried
+    FROM batches b WHERE b.id = :batch_id
+    FOR UPDATE
+    """
+)
+
+
+# Cancelling a batch: its queued runs at once (their dependents in the batch are cancelled
+# by the same statement, so none of them ends dependency_failed), its running ones flagged
+# for their owners, as ``CANCEL_QUEUED`` and ``CANCEL_RUNNING`` do for one run.
+CANCEL_BATCH_QUEUED = _sql(
+    """
+    WITH job AS (
+        UPDATE tool_run_jobs
+        SET status = 'cancelled', cancel_requested_at = {NOW}, finished_at = {NOW},
+            updated_at = {NOW}
+        WHERE status = 'queued'
+          AND run_id IN (SELECT id FROM tool_runs WHERE batch_id = :batch_id)
+        RETURNING run_id
+    ), run AS (
+        UPDATE tool_runs r SET status = 'cancelled', finished_at = {NOW},
+                               error_code = 'cancelled', error = 'its batch was cancelled'
+        FROM job WHERE r.id = job.run_id
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT run_id, {NOW}, 'status', jsonb_build_object('status', 'cancelled') FROM job
+    )
+    SELECT count(n.*) AS cancelled
+    FROM (SELECT pg_notify('runyard_runs', CAST(run_id AS text)) FROM job) n
+    """
+)
+
+CANCEL_BATCH_RUNNING = _sql(
+    """
+    WITH job AS (
+        UPDATE tool_run_jobs
+        SET cancel_requested_at = coalesce(cancel_requested_at, {NOW}), updated_at = {NOW}
+        WHERE status = 'running'
+          AND run_id IN (SELECT id FROM tool_runs WHERE batch_id = :batch_id)
+        RETURNING id, run_id
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT run_id, {NOW}, 'cancel_requested', '{}'::jsonb FROM job
+    )
+    SELECT count(n.*) AS flagged
+    FROM (SELECT pg_notify('runyard_cancel', CAST(id AS text)) FROM job) n
+    """
+)

@@ -35,6 +35,7 @@ from runyard.queue.sql import (
     FINALIZE_AND_CLAIM,
     FIND_IDEMPOTENT,
     HEARTBEAT,
+    JOB_PRIORITY,
     LAST_LOG_POSITION,
     LEASE_HELD,
     MARK_CONTAINER_REQUESTED,
@@ -439,6 +440,11 @@ class JobQueue:
         if status is None:
             return CancelResult(found=False, status=None)
         return CancelResult(found=True, status=RunStatus(status))
+
+    def priority_of(self, run_id: uuid.UUID) -> int:
+        """The priority the run was queued with (0 if it has no job row)."""
+        row = self._first(JOB_PRIORITY, {"run_id": run_id})
+        return 0 if row is None else int(row.priority)
 
     # --- reaper operations ---
 

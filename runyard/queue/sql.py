@@ -28,13 +28,14 @@ _ENQUEUE_CTES: LiteralString = """
     run AS (
         INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode, requested_at,
                                started_at, attempts, max_attempts, idempotency_key,
-                               request_hash, callback_url)
+                               request_hash, callback_url, rerun_of)
         SELECT :run_id, :tenant, :tool, CAST(:spec AS jsonb), CAST(:input AS jsonb),
                CASE WHEN claim.by_api THEN 'running' ELSE 'queued' END::run_status,
                CASE WHEN claim.by_api THEN 'sync' ELSE 'queue' END, {NOW},
                CASE WHEN claim.by_api THEN {NOW} END, CAST(claim.by_api AS integer),
                CASE WHEN claim.by_api THEN 1 ELSE :max_attempts END,
-               :idempotency_key, :request_hash, CAST(:callback_url AS text)
+               :idempotency_key, :request_hash, CAST(:callback_url AS text),
+               CAST(:rerun_of AS uuid)
         FROM admitted, claim
         ON CONFLICT (tenant, idempotency_key) DO NOTHING
         RETURNING id, status, attempts, max_attempts
@@ -618,6 +619,9 @@ LAST_LOG_POSITION = _sql(
     ORDER BY xact_id DESC, id DESC LIMIT 1
     """
 )
+
+
+JOB_PRIORITY = _sql("SELECT priority FROM tool_run_jobs WHERE run_id = :run_id")
 
 
 RUN_STATUS = _sql("SELECT CAST(status AS text) FROM tool_runs WHERE id = :run_id")
