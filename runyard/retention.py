@@ -88,4 +88,5 @@ def prune_expired(
             continue
         total += deleted
         if deleted < batch:
+            queue.prune_batches(retention_seconds=retention_seconds, batch=batch, now=now)
             return total

@@ -40,6 +40,7 @@ from runyard.queue.sql import (
     LEASE_HELD,
     MARK_CONTAINER_REQUESTED,
     PRUNE,
+    PRUNE_BATCHES,
     QUEUE_DEPTH,
     RECORD_EVENT,
     RELEASE,
@@ -492,6 +493,13 @@ class JobQueue:
                 PRUNE, {"retention": retention_seconds, "batch": batch, "now": now}
             ).all()
         return len(deleted)
+
+    def prune_batches(
+        self, *, retention_seconds: float, batch: int, now: datetime | None = None
+    ) -> int:
+        """Delete up to ``batch`` batches past the retention that have no run left."""
+        params = {"retention": retention_seconds, "batch": batch, "now": now}
+        return len(self._run(PRUNE_BATCHES, params))
 
 
 # --- admission ---

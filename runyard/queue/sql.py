@@ -680,8 +680,9 @@ SELECT_ORPHANED = _sql(
 
 
 # Retention: up to :batch runs (either mode) terminal for longer than :retention seconds,
-# oldest first, deleted with everything that belongs to them (their job, events and webhook
-# deliveries go by ON DELETE CASCADE). Terminal runs never change again, and the per-tenant
+# oldest first, deleted with everything that belongs to them (their job, events, edges and
+# webhook deliveries go by ON DELETE CASCADE). A run that queued or running runs depend on
+# stays until they end: what it returned is their /runyard/deps.json. Terminal runs never change again, and the per-tenant
 # counts (migration 0006) only count queued and running ones, so they stay exact. A run whose
 # webhook is still being retried stays until its delivery ends. SKIP LOCKED: reapers running
 # at once take different runs.
@@ -693,12 +694,31 @@ PRUNE = _sql(
           AND r.finished_at < {NOW} - make_interval(secs => CAST(:retention AS double precision))
           AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d
                           WHERE d.run_id = r.id AND d.status = 'pending')
+          AND NOT (r.has_dependents AND EXISTS (
+              SELECT 1 FROM tool_run_deps e JOIN tool_runs w ON w.id = e.run_id
+              WHERE e.depends_on = r.id AND w.status IN ('queued', 'running')))
         ORDER BY r.finished_at
         LIMIT :batch
         FOR UPDATE SKIP LOCKED
     )
     DELETE FROM tool_runs r USING old WHERE r.id = old.id
     RETURNING r.id
+    """
+)
+
+# Batches older than the retention whose runs are all gone (runs keep their batch row).
+PRUNE_BATCHES = _sql(
+    """
+    WITH old AS MATERIALIZED (
+        SELECT b.id FROM batches b
+        WHERE b.created_at < {NOW} - make_interval(secs => CAST(:retention AS double precision))
+          AND NOT EXISTS (SELECT 1 FROM tool_runs r WHERE r.batch_id = b.id)
+        ORDER BY b.created_at
+        LIMIT :batch
+        FOR UPDATE SKIP LOCKED
+    )
+    DELETE FROM batches b USING old WHERE b.id = old.id
+    RETURNING b.id
     """
 )
 

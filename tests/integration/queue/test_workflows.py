@@ -13,6 +13,7 @@ from runyard.graph import GraphProblem, Node
 from runyard.models import RunStatus
 from runyard.queue import AdmissionCaps, AdmissionRefused, IdempotencyConflict, JobQueue
 from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter, UnknownDependency
+from runyard.retention import prune_expired
 from runyard.runner import AttemptResult, ErrorCode
 from tests.integration.queue.test_queue import SUCCESS, T0, claim, events, new_run, row
 
@@ -259,3 +260,22 @@ def test_claim__brings_what_the_dependencies_returned(queue, writer):
     alone = queue.enqueue(new_run(), now=T0).run_id
     (job,) = claim(queue)
     assert (job.run_id, job.deps) == (alone, None)
+
+
+def test_retention__keeps_a_dependency_while_its_dependents_wait_and_empty_batches_go(
+    queue, writer, engine
+):
+    ids, result = batch(writer, [("a", []), ("b", ["a"])])
+    run_all(queue)  # a succeeds; b is claimable and still queued
+    later = T0 + timedelta(days=2)
+    assert prune_expired(queue, retention_seconds=86400.0, batch=10, now=later) == 0
+    run_all(queue)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE tool_runs SET finished_at = :t"), {"t": T0})
+    assert prune_expired(queue, retention_seconds=86400.0, batch=10, now=later) == 2
+    with engine.connect() as conn:
+        assert conn.scalar(text("SELECT count(*) FROM tool_run_deps")) == 0
+        left = conn.scalar(
+            text("SELECT count(*) FROM batches WHERE id = :id"), {"id": result.batch_id}
+        )
+    assert left == 0
