@@ -13,45 +13,32 @@ import os
 import sys
 import uuid
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any, cast
 
 import runyard
-from runyard.client.http import ClientError, RunyardClient, follow_logs
+from runyard.cli_common import (
+    EXIT_API_ERROR,
+    EXIT_CODES_HELP,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    OUTCOME_EXIT,
+    UsageError,
+    client_for,
+    emit,
+    read_input,
+    run_line,
+    say,
+)
+from runyard.cli_workflows import add_workflow_commands
+from runyard.client.http import ClientError, follow_logs
 from runyard.client.spinner import Spinner
 from runyard.settings import Settings
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_TIMED_OUT = 3
-EXIT_CANCELLED = 4
-EXIT_API_ERROR = 5
-EXIT_UNREACHABLE = 6
-EXIT_INTERRUPTED = 130
-OUTCOME_EXIT = {
-    "succeeded": EXIT_OK,
-    "failed": EXIT_FAILED,
-    "timed_out": EXIT_TIMED_OUT,
-    "cancelled": EXIT_CANCELLED,
-}
-EXIT_CODES_HELP = f"""\
-exit codes:
-  {EXIT_OK}    success; with --wait or logs --follow: the run succeeded
-  {EXIT_FAILED}    the run failed
-  {EXIT_USAGE}    usage error (bad arguments, --input that is not JSON)
-  {EXIT_TIMED_OUT}    the run timed out
-  {EXIT_CANCELLED}    the run was cancelled
-  {EXIT_API_ERROR}    the API answered with an error (HTTP 4xx/5xx: unknown run, bad key, ...)
-  {EXIT_UNREACHABLE}    the API could not be reached (connection refused, reset, timed out)
-  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)
-"""
-
-
-class UsageError(Exception):
-    """An argument the parser accepted but the command cannot use."""
-
 
 SERVICES = {
     "api": ("api.__main__", "serve the HTTP API"),
@@ -82,7 +69,7 @@ def _keys_create(args: argparse.Namespace) -> int:
     try:
         key = create_api_key(engine, args.tenant, admin=args.admin, name=args.name)
     except ValueError as exc:
-        _status(f"runyard: error: {exc}")
+        say(f"runyard: error: {exc}")
         return EXIT_USAGE
     finally:
         engine.dispose()
@@ -109,7 +96,7 @@ def _keys_ls(args: argparse.Namespace) -> int:
             f"{key.name or ''}{revoked}"
         )
     value = [dataclasses.asdict(key) for key in keys]
-    _emit(args, value, "\n".join(rows))
+    emit(args, value, "\n".join(rows))
     return 0
 
 
@@ -126,53 +113,41 @@ def _keys_revoke(args: argparse.Namespace) -> int:
     finally:
         engine.dispose()
     if revoked is None:
-        _status(f"runyard: error: there is no key {prefix}")
+        say(f"runyard: error: there is no key {prefix}")
         return EXIT_FAILED
-    _status(f"key {prefix} revoked at {revoked.isoformat(timespec='seconds')}")
+    say(f"key {prefix} revoked at {revoked.isoformat(timespec='seconds')}")
     return 0
 
 
-def _client(args: argparse.Namespace) -> RunyardClient:
-    return RunyardClient(args.url, args.api_key)
-
-
-def _emit(args: argparse.Namespace, value: Any, human: str) -> None:
-    print(json.dumps(value, indent=2, default=str) if args.json else human)  # noqa: T201
-
-
-def _run_line(run: dict[str, Any]) -> str:
-    extra = f" exit={run['exit_code']}" if run.get("exit_code") is not None else ""
-    error = f" {run['error_code']}" if run.get("error_code") else ""
-    error += f": {run['error']}" if error and run.get("error") else ""
-    return f"{run['id']}  {run['tool']}  {run['status']}{extra}{error}"
-
-
-def _read_input(raw: str) -> Any:
-    if raw.startswith("@"):
+def _workflow_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """``depends_on`` from ``--after``, ``run_at`` from ``--at`` (local time if no offset)."""
+    fields: dict[str, Any] = {}
+    if args.after:
+        fields["depends_on"] = list(args.after)
+    if args.at:
         try:
-            raw = Path(raw[1:]).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read --input file: {exc}") from exc
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise UsageError(f"--input is not valid JSON: {exc}") from exc
-
-
-def _status(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)  # noqa: T201
+            at = datetime.fromisoformat(args.at)
+        except ValueError as exc:
+            raise UsageError(f"--at is not an RFC 3339 time: {args.at!r}") from exc
+        fields["run_at"] = (at if at.tzinfo else at.astimezone()).isoformat()
+    return fields
 
 
 def _submit(args: argparse.Namespace) -> int:
     """Without --wait, stdout is the run id; with it, the result (--json: the run)."""
-    value = _read_input(args.input)
-    client = _client(args)
+    value = read_input(args.input)
+    extra = _workflow_fields(args)
+    client = client_for(args)
     if not args.wait:
         run = client.submit(
-            args.tool, value, idempotency_key=args.idempotency_key, callback_url=args.callback_url
+            args.tool,
+            value,
+            idempotency_key=args.idempotency_key,
+            callback_url=args.callback_url,
+            extra=extra,
         )
-        _status(_run_line(run))
-        _emit(args, run, str(run["id"]))
+        say(run_line(run))
+        emit(args, run, str(run["id"]))
         return EXIT_OK
     key = args.idempotency_key or f"cli-{uuid.uuid4()}"
     spinner = Spinner(sys.stderr, enabled=sys.stderr.isatty() and not args.json)
@@ -185,76 +160,79 @@ def _submit(args: argparse.Namespace) -> int:
     try:
         with spinner:
             run = client.submit_and_wait(
-                args.tool, value, key, on_update=on_update, callback_url=args.callback_url
+                args.tool,
+                value,
+                key,
+                on_update=on_update,
+                callback_url=args.callback_url,
+                extra=extra,
             )
     except KeyboardInterrupt:
         if seen:
-            _status(f"interrupted while waiting for run {seen[0]} (runyard get {seen[0]})")
+            say(f"interrupted while waiting for run {seen[0]} (runyard get {seen[0]})")
         raise
-    _status(_run_line(run))
+    say(run_line(run))
     if args.json:
-        _emit(args, run, "")
+        emit(args, run, "")
     elif run.get("result") is not None:
         print(json.dumps(run["result"], indent=2))  # noqa: T201
     return OUTCOME_EXIT.get(run["status"], EXIT_FAILED)
 
 
 def _get(args: argparse.Namespace) -> int:
-    run = _client(args).get(args.run_id)
-    human = _run_line(run)
+    run = client_for(args).get(args.run_id)
+    human = run_line(run)
     if run.get("result") is not None:
         human += "\n" + json.dumps(run["result"], indent=2)
-    _emit(args, run, human)
+    emit(args, run, human)
     return 0
 
 
 def _ls(args: argparse.Namespace) -> int:
-    page = _client(args).runs(status=args.status, tool=args.tool, limit=args.limit)
+    page = client_for(args).runs(status=args.status, tool=args.tool, limit=args.limit)
     rows = [f"{'ID':36}  {'TOOL':12}  {'STATUS':10}  REQUESTED"]
     rows += [
         f"{r['id']:36}  {r['tool'][:12]:12}  {r['status']:10}  {r['requested_at']}"
         for r in page["items"]
     ]
-    _emit(args, page, "\n".join(rows))
+    emit(args, page, "\n".join(rows))
     return 0
 
 
 def _logs(args: argparse.Namespace) -> int:
-    client = _client(args)
+    client = client_for(args)
     if args.follow:
         status, skipped = follow_logs(client, args.run_id, sys.stdout, sys.stderr)
         if skipped or client.dropped_events:
-            _status(
-                f"note: skipped {skipped} malformed and {client.dropped_events} oversized events"
-            )
+            say(f"note: skipped {skipped} malformed and {client.dropped_events} oversized events")
         return OUTCOME_EXIT.get(status, EXIT_FAILED)
     sys.stdout.write(client.logs(args.run_id, args.stream))
     return EXIT_OK
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    run = _client(args).cancel(args.run_id)
-    _emit(args, run, f"cancel requested: {_run_line(run)}")
+    run = client_for(args).cancel(args.run_id)
+    emit(args, run, f"cancel requested: {run_line(run)}")
     return 0
 
 
 def _rm(args: argparse.Namespace) -> int:
-    client = _client(args)
+    client = client_for(args)
     for run_id in args.run_ids:
         client.delete(run_id)
-        _emit(args, {"id": run_id, "deleted": True}, f"deleted {run_id}")
+        emit(args, {"id": run_id, "deleted": True}, f"deleted {run_id}")
     return 0
 
 
 def _webhook_set(args: argparse.Namespace) -> int:
     """stdout: the tenant's settings; the new secret, when one was made, is shown this once."""
-    settings = _client(args).set_webhook(
+    settings = client_for(args).set_webhook(
         args.tenant, args.webhook_url, rotate_secret=args.rotate_secret
     )
     human = f"tenant {settings['tenant']}: default webhook {settings['url'] or '(none)'}"
     if settings.get("secret"):
         human += f"\nsigning secret (shown once, keep it): {settings['secret']}"
-    _emit(args, settings, human)
+    emit(args, settings, human)
     return 0
 
 
@@ -276,11 +254,11 @@ def _webhook_verify(args: argparse.Namespace) -> int:
     try:
         Webhook(args.secret).verify(body, headers)
     except WebhookVerificationError as exc:
-        _status(f"signature NOT valid: {exc}")
+        say(f"signature NOT valid: {exc}")
         return EXIT_FAILED
     except ValueError as exc:
         raise UsageError(f"cannot verify: {exc}") from exc
-    _status("signature valid")
+    say("signature valid")
     return EXIT_OK
 
 
@@ -317,12 +295,12 @@ def _add_webhook_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _tools(args: argparse.Namespace) -> int:
-    tools = _client(args).tools()
+    tools = client_for(args).tools()
     human = "\n".join(
         f"{t['name']:12}  {t['timeout_seconds']:>5}s  {t['memory_mb']:>5}MB  {t['description']}"
         for t in tools
     )
-    _emit(args, tools, human)
+    emit(args, tools, human)
     return 0
 
 
@@ -354,6 +332,15 @@ def _add_client_commands(sub: Any) -> None:
     )
     submit.add_argument(
         "--callback-url", help="http(s) URL that gets the run, signed, when it ends"
+    )
+    submit.add_argument(
+        "--after",
+        action="append",
+        metavar="RUN_ID",
+        help="start only once this run has succeeded (repeatable; queue mode)",
+    )
+    submit.add_argument(
+        "--at", metavar="TIME", help="not before this RFC 3339 time, e.g. 2026-12-01T09:00:00Z"
     )
     submit.set_defaults(func=_submit)
     get = sub.add_parser("get", parents=[common], help="show a run")
@@ -388,6 +375,7 @@ def _add_client_commands(sub: Any) -> None:
     rm.add_argument("run_ids", nargs="+", metavar="run_id")
     rm.set_defaults(func=_rm)
     _add_webhook_commands(sub, common)
+    add_workflow_commands(sub, common)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -452,10 +440,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except UsageError as exc:
-        _status(f"runyard: error: {exc}")
+        say(f"runyard: error: {exc}")
         return EXIT_USAGE
     except ClientError as exc:
-        _status(f"error: {exc}")
+        say(f"error: {exc}")
         return EXIT_UNREACHABLE if exc.unreachable else EXIT_API_ERROR
 
 

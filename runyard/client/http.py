@@ -63,8 +63,10 @@ class RunyardClient:
         wait: float = 0,
         idempotency_key: str | None = None,
         callback_url: str | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """POST a run; with ``wait`` the API holds the answer up to that many seconds.
+        """POST a run (``extra``: more fields of the body, e.g. ``depends_on``, ``run_at``);
+        with ``wait`` the API holds the answer up to that many seconds.
 
         No read timeout: in sync mode the answer comes when the run ends, and hanging up
         would cancel it.
@@ -75,7 +77,8 @@ class RunyardClient:
             "POST",
             "/v1/runs",
             json={"tool": tool, "input": value}
-            | ({"callback_url": callback_url} if callback_url else {}),
+            | ({"callback_url": callback_url} if callback_url else {})
+            | (extra or {}),
             params=params,
             headers=headers,
             timeout=httpx2.Timeout(self._timeout, read=None),
@@ -92,6 +95,7 @@ class RunyardClient:
         wait_slice: float = WAIT_SLICE_SECONDS,
         reconnect_seconds: float = RECONNECT_SECONDS,
         callback_url: str | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Submit, then long-poll until the run is terminal; returns the final run.
 
@@ -101,7 +105,9 @@ class RunyardClient:
         dropped connection safe.
         """
         # The first answer comes at once, so the caller knows the run id while it waits.
-        run = self.submit(tool, value, idempotency_key=idempotency_key, callback_url=callback_url)
+        run = self.submit(
+            tool, value, idempotency_key=idempotency_key, callback_url=callback_url, extra=extra
+        )
         on_update(run)
         trouble_since: float | None = None
         while run["status"] not in TERMINAL:
@@ -112,6 +118,7 @@ class RunyardClient:
                     wait=wait_slice,
                     idempotency_key=idempotency_key,
                     callback_url=callback_url,
+                    extra=extra,
                 )
             except ClientError as exc:
                 if not (exc.unreachable or exc.status in RETRYABLE_STATUS):
@@ -124,6 +131,37 @@ class RunyardClient:
             trouble_since = None
             on_update(run)
         return run
+
+    def rerun(self, run_id: str) -> dict[str, Any]:
+        """A new run of the same tool and input."""
+        return dict(self._call("POST", f"/v1/runs/{run_id}/rerun").json())
+
+    def submit_batch(self, body: Any, idempotency_key: str | None = None) -> dict[str, Any]:
+        """POST a batch (``{"runs": [...]}``); the batch with the run id of every ref."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        return dict(self._call("POST", "/v1/batches", json=body, headers=headers).json())
+
+    def batch(self, batch_id: str) -> dict[str, Any]:
+        """One batch."""
+        return dict(self._call("GET", f"/v1/batches/{batch_id}").json())
+
+    def batch_action(self, batch_id: str, action: str) -> dict[str, Any]:
+        """``cancel`` or ``retry`` a batch."""
+        return dict(self._call("POST", f"/v1/batches/{batch_id}/{action}").json())
+
+    def event_lines(self, run_id: str) -> Iterator[str]:
+        """The run's whole event log so far, one NDJSON line at a time."""
+        params = {"format": "ndjson"}
+        try:
+            with self._http.stream(
+                "GET", f"/v1/runs/{run_id}/events", params=params, timeout=self._timeout
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise _problem(response)
+                yield from response.iter_lines()
+        except httpx2.HTTPError as exc:
+            raise ClientError(f"cannot reach the runyard API: {exc}") from exc
 
     def get(self, run_id: str) -> dict[str, Any]:
         """One run."""

@@ -682,9 +682,10 @@ SELECT_ORPHANED = _sql(
 # Retention: up to :batch runs (either mode) terminal for longer than :retention seconds,
 # oldest first, deleted with everything that belongs to them (their job, events, edges and
 # webhook deliveries go by ON DELETE CASCADE). A run that queued or running runs depend on
-# stays until they end: what it returned is their /runyard/deps.json. Terminal runs never change again, and the per-tenant
-# counts (migration 0006) only count queued and running ones, so they stay exact. A run whose
-# webhook is still being retried stays until its delivery ends. SKIP LOCKED: reapers running
+# stays until they end: what it returned is their /runyard/deps.json. Terminal runs never
+# change again, and the per-tenant counts (migration 0006) only count queued and running
+# ones, so they stay exact. A run whose webhook is still being retried stays until its
+# delivery ends. SKIP LOCKED: reapers running
 # at once take different runs.
 PRUNE = _sql(
     """

@@ -6,7 +6,7 @@ from importlib import metadata
 
 import pytest
 
-from runyard import cli
+from runyard import cli, cli_common
 
 
 def test_cli_version__is_the_installed_distributions(capsys: pytest.CaptureFixture[str]):
@@ -18,17 +18,17 @@ def test_cli_version__is_the_installed_distributions(capsys: pytest.CaptureFixtu
 
 def test_cli_exit_codes__are_distinct_per_kind():
     codes = [
-        cli.EXIT_OK,
-        cli.EXIT_FAILED,
-        cli.EXIT_USAGE,
-        cli.EXIT_TIMED_OUT,
-        cli.EXIT_CANCELLED,
-        cli.EXIT_API_ERROR,
-        cli.EXIT_UNREACHABLE,
-        cli.EXIT_INTERRUPTED,
+        cli_common.EXIT_OK,
+        cli_common.EXIT_FAILED,
+        cli_common.EXIT_USAGE,
+        cli_common.EXIT_TIMED_OUT,
+        cli_common.EXIT_CANCELLED,
+        cli_common.EXIT_API_ERROR,
+        cli_common.EXIT_UNREACHABLE,
+        cli_common.EXIT_INTERRUPTED,
     ]
     assert len(set(codes)) == len(codes)
-    assert cli.OUTCOME_EXIT == {"succeeded": 0, "failed": 1, "timed_out": 3, "cancelled": 4}
+    assert cli_common.OUTCOME_EXIT == {"succeeded": 0, "failed": 1, "timed_out": 3, "cancelled": 4}
 
 
 @pytest.mark.parametrize("command", [[], ["submit", "--help"], ["logs", "--help"]])
@@ -62,5 +62,5 @@ def test_cli_usage_error__exits_2_before_any_request(
         code = cli.main(full)
     except SystemExit as exc:
         code = int(str(exc.code))
-    assert code == cli.EXIT_USAGE
+    assert code == cli_common.EXIT_USAGE
     assert "Traceback" not in capsys.readouterr().err

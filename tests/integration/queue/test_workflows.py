@@ -265,7 +265,7 @@ def test_claim__brings_what_the_dependencies_returned(queue, writer):
 def test_retention__keeps_a_dependency_while_its_dependents_wait_and_empty_batches_go(
     queue, writer, engine
 ):
-    ids, result = batch(writer, [("a", []), ("b", ["a"])])
+    _, result = batch(writer, [("a", []), ("b", ["a"])])
     run_all(queue)  # a succeeds; b is claimable and still queued
     later = T0 + timedelta(days=2)
     assert prune_expired(queue, retention_seconds=86400.0, batch=10, now=later) == 0
