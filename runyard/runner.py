@@ -31,6 +31,8 @@ class ErrorCode(enum.StrEnum):
     IDLE_TIMEOUT = "idle_timeout"
     SECRET_UNAVAILABLE = "secret_unavailable"
     ENGINE_UNSUPPORTED = "engine_unsupported"
+    # Written by the database when a run it depends on ends without success (migration 0011).
+    DEPENDENCY_FAILED = "dependency_failed"
 
 
 class ContainerState(enum.StrEnum):
