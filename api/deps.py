@@ -12,6 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 
 from api.problems import Problem
+from runyard.artifacts.reads import ArtifactReads
 from runyard.auth import Principal, PrincipalCache, authenticate
 from runyard.notify import RunNotifier
 from runyard.queue import AdmissionCaps, ApiQueue
@@ -39,6 +40,8 @@ class Services:
     events_limiter: anyio.CapacityLimiter
     # The submit use case (runyard.submission), in either mode.
     submissions: Submissions
+    # The read side of runs' artifacts (its ``store`` is the one writers use).
+    artifacts: ArtifactReads
     # Sync mode only: the inline executor, whose slots have threads of their own.
     sync: SyncExecutor | None = None
     open_streams: int = 0

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from runyard.artifacts.store import ArtifactStore
 from runyard.models import RunStatus
 
 
@@ -30,6 +31,8 @@ class ErrorCode(enum.StrEnum):
     IDLE_TIMEOUT = "idle_timeout"
     SECRET_UNAVAILABLE = "secret_unavailable"
     ENGINE_UNSUPPORTED = "engine_unsupported"
+    INVALID_ARTIFACT = "invalid_artifact"
+    ARTIFACTS_LIMIT = "artifacts_limit_exceeded"
 
 
 class ContainerState(enum.StrEnum):
@@ -76,6 +79,8 @@ class AttemptResult:
     error_code: str | None = None
     error: str | None = None
     image_digest: str | None = None
+    # The artifact set collected for this outcome; finalizing the outcome publishes it.
+    artifact_set: uuid.UUID | None = None
 
 
 class LogSink(Protocol):
@@ -110,6 +115,8 @@ class AttemptControl:
     # Set when the lease is lost or the worker hands over: stop waiting, touch nothing.
     abandon: threading.Event = field(default_factory=threading.Event)
     logs: LogSink | None = None
+    # Where the exited attempt's files under /runyard/out go; None: they are not kept.
+    artifacts: ArtifactStore | None = None
     # Asked right before the container is created and before it is started: False means
     # this process no longer holds the attempt's lease, so it must not touch the engine.
     still_owner: Callable[[], bool] = _always_owner
