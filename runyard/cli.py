@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import runyard
+from runyard.client.artifacts import download_all
 from runyard.client.http import ClientError, RunyardClient, follow_logs
 from runyard.client.spinner import Spinner
 from runyard.settings import Settings
@@ -246,6 +247,20 @@ def _rm(args: argparse.Namespace) -> int:
     return 0
 
 
+def _artifacts(args: argparse.Namespace) -> int:
+    """Without --out, the list; with it, every file downloaded into DIR."""
+    client = _client(args)
+    if args.out is None:
+        listing = client.artifacts(args.run_id)
+        rows = [f"{a['size']:>12}  {a['sha256'][:12]}  {a['path']}" for a in listing["artifacts"]]
+        _emit(args, listing, "\n".join(rows) if rows else "(no artifacts)")
+        return EXIT_OK
+    files = download_all(client, args.run_id, Path(args.out))
+    total = sum(int(a["size"]) for a in files)
+    _emit(args, files, f"downloaded {len(files)} files ({total} bytes) into {args.out}")
+    return EXIT_OK
+
+
 def _webhook_set(args: argparse.Namespace) -> int:
     """stdout: the tenant's settings; the new secret, when one was made, is shown this once."""
     settings = _client(args).set_webhook(
@@ -387,6 +402,16 @@ def _add_client_commands(sub: Any) -> None:
     )
     rm.add_argument("run_ids", nargs="+", metavar="run_id")
     rm.set_defaults(func=_rm)
+    artifacts = sub.add_parser(
+        "artifacts",
+        parents=[common],
+        help="list a finished run's artifacts, or download them all (--out DIR)",
+    )
+    artifacts.add_argument("run_id")
+    artifacts.add_argument(
+        "--out", metavar="DIR", help="download every artifact into DIR, keeping subdirectories"
+    )
+    artifacts.set_defaults(func=_artifacts)
     _add_webhook_commands(sub, common)
 
 

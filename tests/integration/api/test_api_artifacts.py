@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
+import subprocess
+import sys
 import tarfile
 import uuid
 from collections.abc import Iterator
@@ -17,11 +20,12 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
+from runyard.auth import create_api_key
 from runyard.models import RunStatus
 from runyard.runner import AttemptControl, AttemptResult, AttemptSpec
 from runyard.testing import FakeRunner
 from runyard.tools import ToolRegistry
-from tests.integration.api.test_api_helpers import bearer, count, make_app
+from tests.integration.api.test_api_helpers import bearer, count, live_server, make_app
 
 BIG = os.urandom(3 * (1 << 20) + 12345)  # several Postgres chunks and a partial one
 FILES = {
@@ -180,3 +184,36 @@ def test_artifacts__a_run_not_finished_is_409(
             assert response.status_code == 409, path
             assert response.json()["code"] == "run_not_finished"
             assert response.json()["run_status"] == "queued"
+
+
+def test_cli__lists_and_downloads_every_artifact_into_a_directory(
+    database_url: str, engine: Engine, registry: ToolRegistry, tmp_path: Path
+):
+    app = make_app(database_url, engine, registry, FakeRunner(keep_files), queue_enabled=False)
+    key = create_api_key(engine, "acme")
+    with live_server(app) as url:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RUNYARD_")}
+        env |= {"RUNYARD_URL": url, "RUNYARD_API_KEY": key}
+
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            command = [sys.executable, "-m", "runyard.cli", *args]
+            return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+
+        submitted = cli("submit", "echo", "--wait", "--json")
+        assert submitted.returncode == 0, submitted.stderr
+        run_id = json.loads(submitted.stdout)["id"]
+        listed = cli("artifacts", run_id)
+        assert listed.returncode == 0, listed.stderr
+        assert [line.split("  ")[-1] for line in listed.stdout.splitlines()] == sorted(FILES)
+        out = tmp_path / "got"
+        fetched = cli("artifacts", run_id, "--out", str(out))
+        assert fetched.returncode == 0, fetched.stderr
+        assert "downloaded 4 files" in fetched.stdout
+        got = {
+            str(path.relative_to(out)): path.read_bytes()
+            for path in out.rglob("*")
+            if path.is_file()
+        }
+        assert got == FILES
+        unknown = cli("artifacts", str(uuid.uuid4()))
+        assert unknown.returncode != 0 and "no run" in unknown.stderr
