@@ -4,9 +4,11 @@ the list, downloads (whole, ranges, 416), the tar, tenancy, non-terminal runs, d
 from __future__ import annotations
 
 import hashlib
+import html
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -26,6 +28,7 @@ from runyard.runner import AttemptControl, AttemptResult, AttemptSpec
 from runyard.testing import FakeRunner
 from runyard.tools import ToolRegistry
 from tests.integration.api.test_api_helpers import bearer, count, live_server, make_app
+from tests.integration.api.test_ui_http import log_in
 
 BIG = os.urandom(3 * (1 << 20) + 12345)  # several Postgres chunks and a partial one
 FILES = {
@@ -217,3 +220,27 @@ def test_cli__lists_and_downloads_every_artifact_into_a_directory(
         assert got == FILES
         unknown = cli("artifacts", str(uuid.uuid4()))
         assert unknown.returncode != 0 and "no run" in unknown.stderr
+
+
+def test_dashboard__run_page_lists_artifacts_with_working_links(
+    database_url: str, engine: Engine, registry: ToolRegistry
+):
+    app = make_app(database_url, engine, registry, FakeRunner(keep_files), queue_enabled=False)
+    with TestClient(app, follow_redirects=False) as client:
+        mine = finished(client, bearer(engine, "acme"))
+        theirs = finished(client, bearer(engine, "globex"))
+        log_in(client, create_api_key(engine, "acme"))
+        page = client.get(f"/ui/runs/{mine}")
+        assert page.status_code == 200
+        links = re.findall(r'<a class="mono" href="([^"]+)" download>', page.text)
+        assert len(links) == len(FILES)
+        for link in links:
+            got = client.get(html.unescape(link))
+            assert got.status_code == 200, link
+            assert got.content in FILES.values()
+        assert f'href="/ui/runs/{mine}/artifacts.tar"' in page.text
+        tar = client.get(f"/ui/runs/{mine}/artifacts.tar")
+        assert tar.status_code == 200 and len(tar.content) > len(BIG)
+        for path in (f"/ui/runs/{theirs}/artifacts/big.bin", f"/ui/runs/{theirs}/artifacts.tar"):
+            assert client.get(path).status_code == 404
+        assert client.get(f"/ui/runs/{mine}/artifacts/none").status_code == 404
