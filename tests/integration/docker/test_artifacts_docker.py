@@ -12,14 +12,17 @@ import pytest
 from sqlalchemy import Engine, text
 
 from runyard.artifacts.postgres import PostgresArtifactStore
+from runyard.artifacts.reads import ArtifactReads, Found
 from runyard.docker.host_workdirs import HostWorkdirs
 from runyard.docker.runner import DockerRunner
 from runyard.models import RunStatus
 from runyard.queue import JobQueue
 from runyard.runner import AttemptControl, AttemptResult, AttemptSpec
 from runyard.tools import ToolRegistry
+from tests.integration.docker.test_adoption_docker import orphan, release, spec_of
 from tests.integration.docker.test_docker_runner import shell
 from tests.integration.queue.test_queue import new_run
+from worker.service import Worker, WorkerConfig
 
 pytestmark = pytest.mark.docker
 
@@ -154,3 +157,26 @@ def test_host_workdir__collects_from_the_directory_and_refuses_links(
     script = "printf a > /runyard/out/a && ln -s /etc/shadow /runyard/out/sub"
     _, refused = collect(runner, store, queue, registry, script)
     assert (refused.status, refused.error_code) == (RunStatus.FAILED, "invalid_artifact")
+
+
+def test_adoption__the_adopter_collects_and_only_its_set_is_published(
+    queue: JobQueue, engine: Engine, store, registry: ToolRegistry, docker_client
+):
+    runner = DockerRunner(docker_client)
+    run_id, job = orphan(queue, registry, runner.engine_id(), "shell", {"script": FILES_SCRIPT})
+    # The dead owner ran the container and collected, then died before its finalize.
+    dead = runner.run(spec_of(job), AttemptControl(artifacts=store))
+    assert dead.artifact_set is not None
+    release(queue, job)
+    adopter = Worker(queue, runner, WorkerConfig(worker_id="adopter"), artifacts=store)
+    assert adopter.run_once().adopted == 1
+    assert adopter.wait_idle(timeout=60)
+    adopter.close()
+    reads = ArtifactReads(engine, store)
+    published = reads.published(run_id, None)
+    assert published.found is Found.READY and published.status == "succeeded"
+    assert published.set_id not in (None, dead.artifact_set)
+    files = reads.files(published)
+    assert {f.path: f.sha256 for f in files} == {
+        path: hashlib.sha256(data).hexdigest() for path, data in EXPECTED.items()
+    }
