@@ -138,7 +138,10 @@ REFUSED = ArtifactRefused(ErrorCode.ARTIFACTS_LIMIT, "too many")
     ],
 )
 def test_decide_artifacts__only_a_success_fails_for_its_artifacts(
-    status: RunStatus, code: str | None, refused: ArtifactRefused | None, expected: tuple
+    status: RunStatus,
+    code: str | None,
+    refused: ArtifactRefused | None,
+    expected: tuple[RunStatus, str | None, str | None],
 ):
     error = None if code is None else "err"
     assert decide_artifacts(status, code, error, refused) == expected
