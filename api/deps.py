@@ -14,6 +14,7 @@ from sqlalchemy import Engine
 from api.problems import Problem
 from runyard.artifacts.reads import ArtifactReads
 from runyard.auth import Principal, PrincipalCache, authenticate
+from runyard.batches import Batches
 from runyard.notify import RunNotifier
 from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.settings import Settings
@@ -40,6 +41,8 @@ class Services:
     events_limiter: anyio.CapacityLimiter
     # The submit use case (runyard.submission), in either mode.
     submissions: Submissions
+    # Batches (runyard.batches): queue mode only.
+    batches: Batches
     # The read side of runs' artifacts (its ``store`` is the one writers use).
     artifacts: ArtifactReads
     # Sync mode only: the inline executor, whose slots have threads of their own.

@@ -18,14 +18,13 @@ from api.docs_pages import install_docs
 from api.guard import RequestGuard
 from api.openapi import install_openapi
 from api.problems import install_problem_handlers
-from api.routes import (
-    artifacts as artifact_routes,
-)
-from api.routes import events, health, keys, metrics, run_delete, runs, tools, webhooks
+from api.routes import artifacts as artifact_routes
+from api.routes import batches, events, health, keys, metrics, run_delete, runs, tools, webhooks
 from api.ui.install import install_ui
 from runyard.artifacts.factory import store_from_settings
 from runyard.artifacts.reads import ArtifactReads
 from runyard.artifacts.store import ArtifactStore
+from runyard.batches import Batches
 from runyard.chores import Chore, Chores
 from runyard.db import DbTimeouts, make_engine
 from runyard.docker.runner import DockerRunner
@@ -200,6 +199,7 @@ def create_app(
             migration_heads=script_heads(),
             events_limiter=anyio.CapacityLimiter(settings.events_db_concurrency),
             submissions=Submissions(queue, tools, caps, notifier, sync=sync, limits=limits),
+            batches=Batches(queue, tools, caps, queue_mode=sync is None),
             sync=sync,
             artifacts=ArtifactReads(db, artifacts),
         )
@@ -249,6 +249,7 @@ def create_app(
     app.include_router(run_delete.router)
     app.include_router(artifact_routes.router)
     app.include_router(webhooks.router)
+    app.include_router(batches.router)
     if settings.ui_enabled:
         install_ui(app, settings)
     install_openapi(app)

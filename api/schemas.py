@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from runyard.graph import MAX_DEPENDENCIES
 from runyard.runs import RunView
 from runyard.submit import RunRequest
 from runyard.tools import TOOL_NAME_PATTERN
@@ -83,6 +85,19 @@ class RunCreate(BaseModel):
         "default webhook, if any); it must resolve to public addresses",
     )
 
+    depends_on: list[Annotated[uuid.UUID, Field(strict=False)]] = Field(
+        default_factory=list,
+        max_length=MAX_DEPENDENCIES,
+        description="Runs of yours this one waits for: it starts once all have succeeded, "
+        "and fails with dependency_failed if one ends otherwise (queue mode)",
+    )
+    run_at: AwareDatetime | None = Field(
+        default=None,
+        strict=False,
+        description="RFC 3339 time before which the run does not start, at most 30 days "
+        "ahead; a past time means now (queue mode)",
+    )
+
     def request(
         self, tenant: str, idempotency_key: str | None, max_priority: int | None = None
     ) -> RunRequest:
@@ -97,6 +112,8 @@ class RunCreate(BaseModel):
             self.callback_url,
             max_priority=max_priority,
             limits=limits,
+            depends_on=tuple(str(dep) for dep in dict.fromkeys(self.depends_on)),
+            run_at=self.run_at,
         )
 
 

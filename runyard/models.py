@@ -94,6 +94,12 @@ class ToolRun(Base):
         ),
         Index("ix_tool_runs_status_mode", "status", "mode"),
         Index(
+            "ix_tool_runs_batch",
+            "batch_id",
+            "requested_at",
+            postgresql_where=text("batch_id IS NOT NULL"),
+        ),
+        Index(
             "ix_tool_runs_tenant_active",
             "tenant",
             "status",
@@ -143,6 +149,45 @@ class ToolRun(Base):
     request_hash: Mapped[str | None] = mapped_column(Text)
     # The artifact set its finalize published (runyard.artifacts); NULL: none kept.
     artifact_set: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    # Workflows (docs/workflows.md): the batch and its name for the run in it, the run this
+    # one re-runs, when it may start, and whether any run depends on it.
+    batch_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True), ForeignKey("batches.id"))
+    ref: Mapped[str | None] = mapped_column(Text)
+    rerun_of: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    run_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Read by the trigger that settles dependents (migration 0011): false, it never fires.
+    has_dependents: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+
+
+class Batch(Base):
+    """Runs submitted together as one graph; their status is the batch's."""
+
+    __tablename__ = "batches"
+    __table_args__ = (
+        UniqueConstraint("tenant", "idempotency_key", name="uq_batches_tenant_idempotency_key"),
+        Index("ix_batches_tenant_created", "tenant", text("created_at DESC"), text("id DESC")),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    tenant: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    size: Mapped[int] = mapped_column(Integer)
+    idempotency_key: Mapped[str | None] = mapped_column(Text)
+    request_hash: Mapped[str | None] = mapped_column(Text)
+
+
+class ToolRunDep(Base):
+    """An edge of a workflow: ``run_id`` may start only once ``depends_on`` has succeeded."""
+
+    __tablename__ = "tool_run_deps"
+    __table_args__ = (Index("ix_tool_run_deps_depends_on", "depends_on"),)
+
+    run_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("tool_runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    depends_on: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("tool_runs.id", ondelete="CASCADE"), primary_key=True
+    )
 
 
 class TenantRunCount(Base):
@@ -180,7 +225,7 @@ class ToolRunJob(Base):
             "tenant",
             text("priority DESC"),
             "created_at",
-            postgresql_where=text("status = 'queued'"),
+            postgresql_where=text("status = 'queued' AND waiting_on = 0"),
         ),
         Index(
             "ix_tool_run_jobs_adoptable",
@@ -191,6 +236,7 @@ class ToolRunJob(Base):
         ),
         CheckConstraint("attempts >= 0", name="attempts_non_negative"),
         CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
+        CheckConstraint("waiting_on >= 0", name="waiting_on_non_negative"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
@@ -219,6 +265,8 @@ class ToolRunJob(Base):
     # no container and no such mark knows the tool never ran and the attempt never began.
     container_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_error: Mapped[str | None] = mapped_column(Text)
+    # Dependencies not yet succeeded: the claim takes only jobs at 0.
+    waiting_on: Mapped[int] = mapped_column(Integer, server_default="0")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

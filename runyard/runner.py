@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import json
 import threading
 import uuid
 from collections.abc import Callable
@@ -53,6 +54,15 @@ class AttemptSpec:
     tool: dict[str, Any]
     input: Any
     deadline_at: datetime
+    # What the runs it depends on returned, by run id (docs/runner-contract.md, deps.json).
+    deps: dict[str, Any] | None = None
+
+    def files(self) -> dict[str, bytes]:
+        """The files the tool finds in /runyard: ``input.json``, and ``deps.json`` if any."""
+        files = {"input.json": json.dumps(self.input).encode()}
+        if self.deps is not None:
+            files["deps.json"] = json.dumps(self.deps).encode()
+        return files
 
     @property
     def container_name(self) -> str:

@@ -44,6 +44,14 @@ class RunView:
     finished_at: datetime | None
     # Why a queued run may wait long, e.g. "no live worker serves queue gpu"; else None.
     waiting_for: str | None = None
+    # Workflows: the runs it depends on, those of them not succeeded yet, its batch and its
+    # ref there, the run it re-runs, and the time before which it does not start.
+    depends_on: tuple[uuid.UUID, ...] = ()
+    waiting_on: tuple[uuid.UUID, ...] = ()
+    batch_id: uuid.UUID | None = None
+    ref: str | None = None
+    rerun_of: uuid.UUID | None = None
+    run_at: datetime | None = None
 
     @classmethod
     def of(cls, row: Any) -> Self:
@@ -69,16 +77,39 @@ RUN_VIEW = text(
     """
     SELECT id, tool, status, mode, input, result, exit_code, attempts, max_attempts,
            error_code, error, stdout_truncated, stderr_truncated, requested_at, started_at,
-           finished_at, waiting_for
+           finished_at, waiting_for, depends_on, waiting_on, batch_id, ref, rerun_of, run_at
     FROM tool_runs r LEFT JOIN LATERAL (
-        SELECT 'no live worker serves queue ' || j.queue AS waiting_for
+        SELECT CASE
+            WHEN j.waiting_on > 0 THEN format('%s of its dependencies to succeed', j.waiting_on)
+            WHEN j.available_at > now() AND r.run_at IS NOT NULL THEN 'its run_at time'
+            WHEN NOT EXISTS (
+                SELECT 1 FROM workers w
+                WHERE j.queue = ANY(w.queues) AND w.stopped_at IS NULL
+                  AND w.last_seen_at > now() - make_interval(secs => :live))
+            THEN 'no live worker serves queue ' || j.queue END AS waiting_for
         FROM tool_run_jobs j
-        WHERE j.run_id = r.id AND j.status = 'queued' AND NOT EXISTS (
-            SELECT 1 FROM workers w
-            WHERE j.queue = ANY(w.queues) AND w.stopped_at IS NULL
-              AND w.last_seen_at > now() - make_interval(secs => :live))
+        WHERE j.run_id = r.id AND j.status = 'queued'
     ) notice ON true
+    LEFT JOIN LATERAL (
+        SELECT coalesce(array_agg(d.depends_on ORDER BY d.depends_on),
+                        CAST('{}' AS uuid[])) AS depends_on,
+               coalesce(array_agg(d.depends_on ORDER BY d.depends_on)
+                            FILTER (WHERE c.status <> 'succeeded'),
+                        CAST('{}' AS uuid[])) AS waiting_on
+        FROM tool_run_deps d JOIN tool_runs c ON c.id = d.depends_on
+        WHERE d.run_id = r.id
+    ) deps ON true
     WHERE r.id = :id AND (CAST(:tenant AS text) IS NULL OR r.tenant = CAST(:tenant AS text))
+    """
+)
+
+# The dependencies of a page of runs, as RUN_VIEW shows them.
+DEPENDENCIES_OF = text(
+    """
+    SELECT d.run_id, d.depends_on, c.status = 'succeeded' AS succeeded
+    FROM tool_run_deps d JOIN tool_runs c ON c.id = d.depends_on
+    WHERE d.run_id = ANY(CAST(:ids AS uuid[]))
+    ORDER BY d.run_id, d.depends_on
     """
 )
 
@@ -108,12 +139,22 @@ class BadCursor(Exception):
 
 def encode_cursor(run: ToolRun) -> str:
     """An opaque keyset cursor: the last row's ``requested_at`` and ``id``."""
-    raw = f"{run.requested_at.isoformat()}|{run.id}".encode()
+    return encode_cursor_parts(run.requested_at, run.id)
+
+
+def encode_cursor_parts(stamp: datetime, row_id: uuid.UUID) -> str:
+    """An opaque keyset cursor of a time and an id."""
+    raw = f"{stamp.isoformat()}|{row_id}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
     """Inverse of ``encode_cursor``; raises ``BadCursor`` for anything else."""
+    return decode_cursor_parts(cursor)
+
+
+def decode_cursor_parts(cursor: str) -> tuple[datetime, uuid.UUID]:
+    """Inverse of ``encode_cursor_parts``; raises ``BadCursor`` for anything else."""
     try:
         raw = base64.b64decode(
             cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True
@@ -141,7 +182,31 @@ class RunReader:
         if not rows:
             return None
         row = rows[0]
-        return dataclasses.replace(RunView.of(row), status=RunStatus(row.status))
+        return dataclasses.replace(
+            RunView.of(row),
+            status=RunStatus(row.status),
+            depends_on=tuple(row.depends_on),
+            waiting_on=tuple(row.waiting_on),
+        )
+
+    def views(self, runs: list[ToolRun]) -> list[RunView]:
+        """The read model of a page of runs, their dependencies included (one query)."""
+        depends: dict[uuid.UUID, list[uuid.UUID]] = {}
+        waiting: dict[uuid.UUID, list[uuid.UUID]] = {}
+        if runs:
+            params = {"ids": [run.id for run in runs]}
+            for row in autocommit(self._engine, DEPENDENCIES_OF, params):
+                depends.setdefault(row.run_id, []).append(row.depends_on)
+                if not row.succeeded:
+                    waiting.setdefault(row.run_id, []).append(row.depends_on)
+        return [
+            dataclasses.replace(
+                RunView.of(run),
+                depends_on=tuple(depends.get(run.id, ())),
+                waiting_on=tuple(waiting.get(run.id, ())),
+            )
+            for run in runs
+        ]
 
     def get(self, run_id: uuid.UUID, tenant: str | None) -> ToolRun | None:
         """The run, if it exists and the tenant may see it."""

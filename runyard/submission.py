@@ -17,12 +17,18 @@ from dataclasses import dataclass
 
 import anyio
 
+from runyard.graph import GraphProblem, Node
 from runyard.notify import RunNotifier
-from runyard.queue import AdmissionCaps, ApiQueue, EnqueueResult
+from runyard.queue import AdmissionCaps, AdmissionRefused, ApiQueue, EnqueueResult, NewRun
+from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
 from runyard.runs import RunReader, RunView
 from runyard.submit import RunRequest
 from runyard.sync_mode import SyncExecutor
 from runyard.tools import ToolRegistry
+
+
+class QueueModeOnly(Exception):
+    """A workflow feature asked of an API that runs tools inline (sync mode)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,7 @@ class Submissions:
         self._sync = sync
         self._limits = limits or WaitLimits()
         self._reader = RunReader(queue.engine)
+        self._graphs = GraphWriter(queue.engine)
 
     def accept(
         self, request: RunRequest, *, read_back: bool
@@ -90,7 +97,9 @@ class Submissions:
         Raises ``UnknownTool``, ``InvalidInput``, ``AdmissionRefused``, ``IdempotencyConflict``.
         """
         run = request.prepare(self._registry)
-        if self._sync is not None:
+        if request.in_graph:
+            result = self._submit_in_graph(request, run)
+        elif self._sync is not None:
             result = self._sync.claim_new(run, self._caps)
         else:
             result = self._queue.submit(run, self._caps)
@@ -98,6 +107,23 @@ class Submissions:
         if read_back and result.job is None:
             view = self._reader.view(result.run_id, request.tenant)
         return result, view
+
+    def _submit_in_graph(self, request: RunRequest, run: NewRun) -> EnqueueResult:
+        """A run with dependencies or a start time: one graph submit of a single run."""
+        if self._sync is not None:
+            raise QueueModeOnly(
+                "depends_on and run_at need queue mode; this API runs tools inline (sync mode)"
+            )
+        if self._queue.queue_full(self._caps.max_queue_depth):
+            raise AdmissionRefused("queue_full", self._caps.max_queue_depth)
+        item = GraphRun(run, Node(None, request.depends_on), run_at=request.run_at)
+        graph = GraphSubmit(request.tenant, [item], idempotency_key=request.idempotency_key)
+        try:
+            written = self._graphs.submit(graph, self._caps)
+        except GraphProblem as exc:
+            exc.index = None  # a single run's own field, not a batch item's
+            raise
+        return EnqueueResult(run_id=written.run_ids[0], created=written.created)
 
     async def submit(
         self, request: RunRequest, *, wait: float = 0.0, caller: Caller | None = None

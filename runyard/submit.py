@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import jsonschema
@@ -52,6 +54,16 @@ def priority_problem(priority: int, max_priority: int | None) -> str | None:
     return f"priority {priority} is above this key's maximum {max_priority}"
 
 
+MAX_RUN_AT_AHEAD = timedelta(days=30)
+
+
+def run_at_problem(run_at: datetime | None, now: datetime) -> str | None:
+    """Why ``run_at`` is refused: more than 30 days ahead (a past time means now)."""
+    if run_at is None or run_at - now <= MAX_RUN_AT_AHEAD:
+        return None
+    return f"run_at {run_at.isoformat()} is more than 30 days ahead"
+
+
 @dataclass(frozen=True)
 class RunRequest:
     """What a caller asks for, parsed (types and bounds) but not yet checked against the
@@ -67,12 +79,24 @@ class RunRequest:
     max_priority: int | None = None
     # Per-run limits asked for (timeout_seconds, memory_mb, cpus), within the tool's maxima.
     limits: Mapping[str, float] = field(default_factory=dict)
+    # Workflows (queue mode): runs it waits for (ids, or refs of its batch), when it may start.
+    depends_on: tuple[str, ...] = ()
+    run_at: datetime | None = None
+    rerun_of: uuid.UUID | None = None
+
+    @property
+    def in_graph(self) -> bool:
+        """Whether it needs a graph submit (dependencies or a start time)."""
+        return bool(self.depends_on) or self.run_at is not None
 
     def prepare(self, registry: ToolRegistry) -> NewRun:
         """Resolve the tool, check the input against its schema, snapshot its definition."""
         problem = priority_problem(self.priority, self.max_priority)
         if problem is not None:
             raise AboveMaximum(problem, "priority")
+        problem = run_at_problem(self.run_at, datetime.now(UTC))
+        if problem is not None:
+            raise InvalidInput(problem, "run_at")
         tool = registry.get(self.tool)
         if tool is None:
             raise UnknownTool(f"no tool named {self.tool!r}; GET /v1/tools lists them")
@@ -99,6 +123,7 @@ class RunRequest:
             idempotency_key=self.idempotency_key,
             callback_url=self.callback_url,
             limits=limits,
+            rerun_of=self.rerun_of,
         )
 
 

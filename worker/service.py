@@ -803,6 +803,7 @@ class Worker:
             tool=job.spec,
             input=job.input,
             deadline_at=job.deadline_at,
+            deps=job.deps,
         )
         if job.cancel_requested:
             # Adopted after a cancel: a container a dead owner stopped for it ends cancelled.

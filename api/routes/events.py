@@ -7,7 +7,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio
 from fastapi import APIRouter, Header, Query, Response
@@ -92,6 +92,39 @@ async def _stream(
         services.open_streams -= 1
 
 
+class NdjsonResponse(StreamingResponse):
+    """``application/x-ndjson``."""
+
+    media_type = "application/x-ndjson"
+
+
+def ndjson_event(event: ToolRunEvent) -> str:
+    """One line of the download: the event's id, type, time and data."""
+    line = {"id": event.id, "type": event.type, "at": event.at.isoformat(), "data": event.data}
+    return json.dumps(line, separators=(",", ":")) + "\n"
+
+
+async def _download(services: Services, run_id: uuid.UUID, after: int) -> AsyncIterator[str]:
+    """Every event committed so far, in delivery order, a page at a time; then the end."""
+    reader = RunReader(services.engine)
+    while True:
+        page = await anyio.to_thread.run_sync(
+            reader.status_and_events, run_id, after, BATCH, limiter=services.events_limiter
+        )
+        for event in page.events:
+            yield ndjson_event(event)
+            after = event.id
+        if len(page.events) < BATCH:
+            return
+
+
+def wants_ndjson(accept: str | None, format_: str | None) -> bool:
+    """Whether the caller asked for the download (``?format=ndjson`` or the Accept header)."""
+    if format_ is not None:
+        return format_ == "ndjson"
+    return accept is not None and "application/x-ndjson" in accept
+
+
 def _start_after(last_event_id: str | None, after: int | None) -> int:
     # An EventSource opened on a URL with ?after= sends that URL again on reconnect, with the
     # id it saw last in the header: the header is the later place. Ids are not increasing in
@@ -109,8 +142,12 @@ def _start_after(last_event_id: str | None, after: int | None) -> int:
     response_class=EventStreamResponse,
     responses={
         200: {
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
-            "description": "The run's events as SSE; the stream ends after the terminal one",
+            "content": {
+                "text/event-stream": {"schema": {"type": "string"}},
+                "application/x-ndjson": {"schema": {"type": "string"}},
+            },
+            "description": "The run's events as SSE (the stream ends after the terminal "
+            "one), or as an NDJSON download of the log so far",
         },
         204: {"description": "The run is terminal and has no event after Last-Event-ID"},
         404: NOT_FOUND,
@@ -136,6 +173,15 @@ async def run_events(
         int | None,
         Query(ge=0, le=MAX_EVENT_ID, description="Resume after this event id (for curl)"),
     ] = None,
+    format_: Annotated[
+        Literal["sse", "ndjson"] | None,
+        Query(
+            alias="format",
+            description="ndjson: the whole log so far, one JSON event a line, then the end "
+            "(also with Accept: application/x-ndjson)",
+        ),
+    ] = None,
+    accept: Annotated[str | None, Header(max_length=1000)] = None,
 ) -> Response:
     """Every event of the run after ``Last-Event-ID`` (else ``?after=``), then live ones.
 
@@ -147,6 +193,8 @@ async def run_events(
     """
     start = _start_after(last_event_id, after)
     await run_in_threadpool(load_run, services, principal, run_id)
+    if wants_ndjson(accept, format_):
+        return NdjsonResponse(_download(services, run_id, start))
     if services.open_streams >= services.settings.max_event_streams:
         raise Problem(
             503,

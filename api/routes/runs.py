@@ -18,10 +18,12 @@ from api.problems import Problem
 from api.routes.webhooks import check_callback_url
 from api.schemas import RunCreate, RunOut, RunPage
 from runyard.auth import Principal, priority_ceiling
+from runyard.graph import GraphProblem
 from runyard.models import RunMode, RunStatus, ToolRun
 from runyard.queue import AdmissionRefused, IdempotencyConflict
+from runyard.queue.graph import UnknownDependency
 from runyard.runs import LOG_STREAMS, BadCursor, RunFilter, RunReader, RunView
-from runyard.submission import Caller, Submitted
+from runyard.submission import Caller, QueueModeOnly, Submitted
 from runyard.submit import AboveMaximum, InvalidInput, RunRequest, UnknownTool
 from runyard.tools import TOOL_NAME_PATTERN
 
@@ -61,6 +63,12 @@ def submit_problem(services: Services, exc: Exception) -> Problem | None:
         return Problem(422, "unknown_tool", str(exc), field="tool")
     if isinstance(exc, InvalidInput):
         return Problem(422, "invalid_input", str(exc), field=exc.path)
+    if isinstance(exc, UnknownDependency):
+        return Problem(422, "unknown_dependency", str(exc), field=graph_field(exc))
+    if isinstance(exc, GraphProblem):
+        return Problem(422, "invalid_graph", str(exc), field=graph_field(exc))
+    if isinstance(exc, QueueModeOnly):
+        return Problem(422, "queue_mode_only", str(exc))
     if isinstance(exc, IdempotencyConflict):
         return Problem(409, "idempotency_conflict", str(exc), field="Idempotency-Key")
     if not isinstance(exc, AdmissionRefused):
@@ -72,6 +80,11 @@ def submit_problem(services: Services, exc: Exception) -> Problem | None:
         "tenant_running": "tenant_running_limit",
     }.get(exc.reason, exc.reason)
     return Problem(429, code, str(exc), headers=retry_after, limit=exc.limit)
+
+
+def graph_field(exc: GraphProblem) -> str:
+    """Where a graph problem is: the field of a single run, or of a batch's item."""
+    return exc.field if exc.index is None else f"runs[{exc.index}].{exc.field}"
 
 
 async def _watch_disconnect(request: Request, on_gone: Callable[[], None]) -> None:
@@ -220,7 +233,7 @@ def list_runs(
         rows, next_cursor = reader.page(filters, limit=limit, cursor=cursor)
     except BadCursor as exc:
         raise Problem(400, "invalid_cursor", str(exc), field="cursor") from exc
-    return RunPage(items=[RunOut.of(r) for r in rows], next_cursor=next_cursor)
+    return RunPage(items=[RunOut.of(v) for v in reader.views(rows)], next_cursor=next_cursor)
 
 
 @router.post(
@@ -246,6 +259,43 @@ def cancel_run(run_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep
             run_status=result.status.value,
         )
     return RunOut.of(view_run(services, principal, run_id))
+
+
+@router.post(
+    "/{run_id}/rerun",
+    status_code=202,
+    response_model=RunOut,
+    responses={
+        404: NOT_FOUND,
+        422: problem("The tool is gone from the registry, or its input no longer fits"),
+        429: problem("A tenant cap is full", retry_after=True),
+        503: problem("The queue is full, or the database is unavailable", retry_after=True),
+    },
+)
+async def rerun(
+    request: Request, run_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep
+) -> Response:
+    """A new run of the same tool and input (``rerun_of`` names this one), with the tool's
+    definition as the registry has it now; its priority and callback are kept."""
+    old = await run_in_threadpool(load_run, services, principal, run_id)
+    priority = int(await run_in_threadpool(services.queue.priority_of, run_id))
+    run_request = RunRequest(
+        old.tenant,
+        old.tool,
+        old.input,
+        priority,
+        callback_url=old.callback_url,
+        max_priority=priority_ceiling(principal),
+        rerun_of=old.id,
+    )
+    submitted = await submit(request, services, run_request)
+    run = submitted.run
+    return Response(
+        RUN_JSON.dump_json(run),
+        status_code=200 if run.status.is_terminal else 202,
+        headers={"Location": f"/v1/runs/{run.id}"},
+        media_type="application/json",
+    )
 
 
 @router.get(

@@ -9,12 +9,12 @@ directory as the attempt's named volume: the tool sees the same ``/runyard`` eit
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import shutil
 import stat
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -75,9 +75,10 @@ class HostWorkdirs:
         """The local driver's options that make the volume ``name`` this directory."""
         return {"type": "none", "o": "bind", "device": str(self.path(name))}
 
-    def prepare(self, name: str, input_value: Any, user: str) -> bool:
-        """Write ``input.json`` (root, 0444) and ``out/`` (the tool's uid); False if the
-        directory already existed (it is left untouched: a container may be using it)."""
+    def prepare(self, name: str, files: Mapping[str, bytes], user: str) -> bool:
+        """Write the attempt's files (``input.json``, ``deps.json``: root, 0444) and ``out/``
+        (the tool's uid); False if the directory already existed (it is left untouched: a
+        container may be using it)."""
         path = self.path(name)
         try:
             path.mkdir(mode=0o755)
@@ -86,16 +87,16 @@ class HostWorkdirs:
         except OSError as exc:
             raise RunnerUnavailable(f"cannot make the work directory {path}: {exc}") from exc
         try:
-            self._fill(path, input_value, user)
+            self._fill(path, files, user)
         except OSError as exc:
             self.remove(name)
             raise RunnerUnavailable(f"cannot write the work directory {path}: {exc}") from exc
         return True
 
-    def reset(self, name: str, input_value: Any, user: str) -> None:
+    def reset(self, name: str, files: Mapping[str, bytes], user: str) -> None:
         """Replace a directory left by an attempt whose container no longer exists."""
         self.remove(name)
-        if not self.prepare(name, input_value, user):
+        if not self.prepare(name, files, user):
             raise RunnerUnavailable(f"work directory {self.path(name)} reappeared")
 
     def remove(self, name: str) -> None:
@@ -156,14 +157,14 @@ class HostWorkdirs:
                     found.append(attempt)
         return found
 
-    def _fill(self, path: Path, input_value: Any, user: str) -> None:
+    def _fill(self, path: Path, files: Mapping[str, bytes], user: str) -> None:
         uid, gid = tool_ids(user)
         path.chmod(0o755)
-        input_file = path / "input.json"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-        fd = os.open(input_file, flags, 0o444)
-        with os.fdopen(fd, "wb") as stream:
-            stream.write(json.dumps(input_value).encode())
+        for name, payload in files.items():
+            fd = os.open(path / name, flags, 0o444)
+            with os.fdopen(fd, "wb") as stream:
+                stream.write(payload)
         out = path / "out"
         out.mkdir(mode=0o755)
         os.chown(out, uid, gid)

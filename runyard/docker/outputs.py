@@ -7,9 +7,8 @@ request (to learn whether the container has a TTY: runyard's never do).
 from __future__ import annotations
 
 import io
-import json
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from docker.types import CancellableStream
@@ -161,15 +160,16 @@ def tool_ids(user: str) -> tuple[int, int]:
     return int(uid_text), int(gid_text or uid_text)
 
 
-def workdir_archive(input_value: Any, user: str, now: float) -> bytes:
-    """``input.json`` (root-owned, read-only) and ``out/`` (owned by the tool user)."""
+def workdir_archive(files: Mapping[str, bytes], user: str, now: float) -> bytes:
+    """The attempt's files (``input.json``, ``deps.json``: root-owned, read-only) and
+    ``out/`` (owned by the tool user)."""
     uid, gid = tool_ids(user)
-    payload = json.dumps(input_value).encode()
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        info = tarfile.TarInfo("input.json")
-        info.size, info.mode, info.mtime = len(payload), 0o444, now
-        tar.addfile(info, io.BytesIO(payload))
+        for name, payload in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(payload), 0o444, now
+            tar.addfile(info, io.BytesIO(payload))
         out = tarfile.TarInfo("out")
         out.type, out.mode, out.uid, out.gid, out.mtime = tarfile.DIRTYPE, 0o755, uid, gid, now
         tar.addfile(out)

@@ -308,6 +308,8 @@ class DockerRunner:
                 "RUNYARD_OUTPUT_DIR": f"{WORKDIR}/out",
             }
         )
+        if spec.deps is not None:
+            env["RUNYARD_DEPS"] = f"{WORKDIR}/deps.json"
         memory = f"{int(tool['memory_mb'])}m"
         nofile = int(tool.get("nofile_limit", 1024))
         # No single file may pass the disk limit (nor the /tmp size, if larger): the kernel
@@ -372,7 +374,7 @@ class DockerRunner:
             )
         user = str(spec.tool.get("user", "65534:65534"))
         host_dir = self._input_dirs
-        fresh_dir = host_dir.prepare(name, spec.input, user) if host_dir is not None else False
+        fresh_dir = host_dir.prepare(name, spec.files(), user) if host_dir is not None else False
         args = self._create_args(spec, secrets)
         pulled = False
         while True:
@@ -406,11 +408,11 @@ class DockerRunner:
         if host_dir is not None:
             if not fresh_dir:
                 # Left by an attempt whose container is gone (a crash before its create).
-                host_dir.reset(name, spec.input, user)
+                host_dir.reset(name, spec.files(), user)
             return container_id
         try:
             self._api.put_archive(
-                container_id, WORKDIR, workdir_archive(spec.input, user, time.time())
+                container_id, WORKDIR, workdir_archive(spec.files(), user, time.time())
             )
         except _TRANSPORT_ERRORS as exc:
             raise RunnerUnavailable(f"cannot write the input of {name}: {exc}") from exc

@@ -35,6 +35,7 @@ from runyard.queue.sql import (
     FINALIZE_AND_CLAIM,
     FIND_IDEMPOTENT,
     HEARTBEAT,
+    JOB_PRIORITY,
     LAST_LOG_POSITION,
     LEASE_HELD,
     MARK_CONTAINER_REQUESTED,
@@ -440,6 +441,11 @@ class JobQueue:
             return CancelResult(found=False, status=None)
         return CancelResult(found=True, status=RunStatus(status))
 
+    def priority_of(self, run_id: uuid.UUID) -> int:
+        """The priority the run was queued with (0 if it has no job row)."""
+        row = self._first(JOB_PRIORITY, {"run_id": run_id})
+        return 0 if row is None else int(row.priority)
+
     # --- reaper operations ---
 
     def select_expired(self, *, batch: int, now: datetime | None = None) -> list[uuid.UUID]:
@@ -519,7 +525,7 @@ class ApiQueue(JobQueue):
         )
         self._depth = DepthEstimate()
 
-    def _queue_full(self, cap: int) -> bool:
+    def queue_full(self, cap: int) -> bool:
         """Whether the queue holds ``cap`` jobs (counted only when near it; 0: no cap)."""
         if cap <= 0 or self._depth.far_below(cap):
             return False
@@ -552,7 +558,7 @@ class ApiQueue(JobQueue):
         of counts that every submit's insert is counted in until it commits (``SUBMIT``).
         Raises ``AdmissionRefused`` or ``IdempotencyConflict``.
         """
-        if inline is None and self._queue_full(caps.max_queue_depth):
+        if inline is None and self.queue_full(caps.max_queue_depth):
             return self.replay_or_refuse(run, AdmissionRefused("queue_full", caps.max_queue_depth))
         params = enqueue_params(run, uuid.uuid4(), uuid.uuid4(), now, inline)
         row = self._first(

@@ -28,13 +28,14 @@ _ENQUEUE_CTES: LiteralString = """
     run AS (
         INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode, requested_at,
                                started_at, attempts, max_attempts, idempotency_key,
-                               request_hash, callback_url)
+                               request_hash, callback_url, rerun_of)
         SELECT :run_id, :tenant, :tool, CAST(:spec AS jsonb), CAST(:input AS jsonb),
                CASE WHEN claim.by_api THEN 'running' ELSE 'queued' END::run_status,
                CASE WHEN claim.by_api THEN 'sync' ELSE 'queue' END, {NOW},
                CASE WHEN claim.by_api THEN {NOW} END, CAST(claim.by_api AS integer),
                CASE WHEN claim.by_api THEN 1 ELSE :max_attempts END,
-               :idempotency_key, :request_hash, CAST(:callback_url AS text)
+               :idempotency_key, :request_hash, CAST(:callback_url AS text),
+               CAST(:rerun_of AS uuid)
         FROM admitted, claim
         ON CONFLICT (tenant, idempotency_key) DO NOTHING
         RETURNING id, status, attempts, max_attempts
@@ -167,12 +168,13 @@ _CLAIM_CTES: LiteralString = """
         SELECT GREATEST(:limit - (SELECT count(*) FROM adoptable), 0) AS n
     ), tenants (queue, tenant) AS (
         SELECT q.name, (SELECT tenant FROM tool_run_jobs
-                        WHERE status = 'queued' AND queue = q.name AND {FRESH}
+                        WHERE status = 'queued' AND waiting_on = 0 AND queue = q.name AND {FRESH}
                         ORDER BY tenant LIMIT 1)
         FROM {QUEUES} AS q(name), wanted WHERE wanted.n > 0
         UNION ALL
         SELECT t.queue, (SELECT tenant FROM tool_run_jobs
-                         WHERE status = 'queued' AND queue = t.queue AND tenant > t.tenant
+                         WHERE status = 'queued' AND waiting_on = 0 AND queue = t.queue
+                           AND tenant > t.tenant
                          ORDER BY tenant LIMIT 1)
         FROM tenants t WHERE t.tenant IS NOT NULL
     ), offers AS MATERIALIZED (
@@ -183,7 +185,7 @@ _CLAIM_CTES: LiteralString = """
                    PARTITION BY t.tenant ORDER BY o.priority DESC, o.created_at) AS share
         FROM tenants t CROSS JOIN wanted CROSS JOIN LATERAL (
             SELECT id, priority, created_at FROM tool_run_jobs
-            WHERE status = 'queued' AND queue = t.queue AND tenant = t.tenant
+            WHERE status = 'queued' AND waiting_on = 0 AND queue = t.queue AND tenant = t.tenant
               AND available_at <= {NOW} AND attempts < max_attempts
             ORDER BY priority DESC, created_at
             LIMIT wanted.n + {SPARE}
@@ -196,6 +198,7 @@ _CLAIM_CTES: LiteralString = """
     ), fresh AS MATERIALIZED (
         SELECT id FROM tool_run_jobs
         WHERE id = ANY(CAST((SELECT ids FROM ranked) AS uuid[])) AND status = 'queued'
+          AND waiting_on = 0
         ORDER BY array_position((SELECT ids FROM ranked), id)
         LIMIT (SELECT n FROM wanted)
         FOR UPDATE SKIP LOCKED
@@ -240,14 +243,27 @@ _CLAIM_CTES: LiteralString = """
     )
 """
 
-_CLAIMED: LiteralString = """
+# What the runs a claimed run depends on returned (``/runyard/deps.json``), keyed by run id;
+# NULL for a run that depends on none.
+_DEPS: LiteralString = """
+    (SELECT jsonb_object_agg(CAST(p.id AS text), jsonb_build_object(
+                'tool', p.tool, 'ref', p.ref, 'status', p.status, 'result', p.result))
+     FROM tool_run_deps d JOIN tool_runs p ON p.id = d.depends_on
+     WHERE d.run_id = c.run_id) AS deps
+"""
+
+_CLAIMED: LiteralString = (
+    """
     SELECT c.id, c.run_id, c.attempts, c.max_attempts, c.lease_token, c.locked_until,
            c.deadline_at, c.cancel_requested_at, c.container_requested_at, c.adopted,
-           c.started_at, r.requested_at, r.spec, r.input
+           c.started_at, r.requested_at, r.spec, r.input,"""
+    + _DEPS
+    + """
     FROM claimed c CROSS JOIN LATERAL (
         SELECT requested_at, spec, input FROM tool_runs WHERE id = c.run_id
     ) r
 """
+)
 
 _ORDER: LiteralString = "ORDER BY c.adopted DESC, c.priority DESC, c.created_at"
 
@@ -378,13 +394,15 @@ FINALIZE_AND_CLAIM = _sql(
                NULL::timestamptz AS cancel_requested_at,
                NULL::timestamptz AS container_requested_at, NULL::boolean AS adopted,
                NULL::timestamptz AS started_at, NULL::timestamptz AS requested_at,
-               NULL::jsonb AS spec, NULL::jsonb AS input,
+               NULL::jsonb AS spec, NULL::jsonb AS input, NULL::jsonb AS deps,
                NULL::integer AS priority, NULL::timestamptz AS created_at
         UNION ALL
         SELECT 1, NULL, c.id, c.run_id, c.attempts, c.max_attempts, c.lease_token,
                c.locked_until, c.deadline_at, c.cancel_requested_at,
                c.container_requested_at, c.adopted, c.started_at, r.requested_at, r.spec,
-               r.input, c.priority, c.created_at
+               r.input,"""
+    + _DEPS
+    + """, c.priority, c.created_at
         FROM claimed c CROSS JOIN LATERAL (
             SELECT requested_at, spec, input FROM tool_runs WHERE id = c.run_id
         ) r
@@ -602,6 +620,9 @@ LAST_LOG_POSITION = _sql(
     ORDER BY xact_id DESC, id DESC LIMIT 1
     """
 )
+
+
+JOB_PRIORITY = _sql("SELECT priority FROM tool_run_jobs WHERE run_id = :run_id")
 
 
 RUN_STATUS = _sql("SELECT CAST(status AS text) FROM tool_runs WHERE id = :run_id")

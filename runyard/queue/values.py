@@ -31,6 +31,8 @@ class NewRun:
     callback_url: str | None = None
     # The per-run limits the caller asked for (already in ``spec``): part of the request.
     limits: dict[str, float] = field(default_factory=dict)
+    # The run this one re-runs (``POST /v1/runs/{id}/rerun``, a batch's retry).
+    rerun_of: uuid.UUID | None = None
 
     def key_hash(self) -> str | None:
         """``request_hash`` when the request carries an Idempotency-Key (else nothing to tell)."""
@@ -93,6 +95,8 @@ class ClaimedJob:
     container_requested: bool = True
     requested_at: datetime | None = None
     started_at: datetime | None = None
+    # What its dependencies returned, by run id (None: it depends on no run).
+    deps: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,7 @@ def enqueue_params(
         "idempotency_key": run.idempotency_key,
         "request_hash": run.key_hash(),
         "callback_url": run.callback_url,
+        "rerun_of": run.rerun_of,
         "now": now,
     }
 
@@ -184,6 +189,7 @@ def claimed_job(row: Any) -> ClaimedJob:
         container_requested=row.container_requested_at is not None,
         requested_at=row.requested_at,
         started_at=row.started_at,
+        deps=getattr(row, "deps", None),
     )
 
 

@@ -21,6 +21,8 @@ TABLES = {
     "tenant_run_counts",
     "tenant_settings",
     "webhook_deliveries",
+    "batches",
+    "tool_run_deps",
     "run_artifacts",
     "run_artifact_chunks",
 }
@@ -203,7 +205,7 @@ def test_sync_runs_are_jobs__runs_in_flight_become_adoptable_jobs_and_come_back(
 def test_artifacts__rows_go_with_their_run_chunks_are_uncompressed_and_come_back_empty(
     database_url: str,
 ):
-    config, engine = _downgraded(database_url, "0010")
+    config, engine = _downgraded(database_url, "0011")
     run_id, set_id = uuid.uuid4(), uuid.uuid4()
     try:
         assert "run_artifacts" not in inspect(engine).get_table_names()
@@ -234,7 +236,7 @@ def test_artifacts__rows_go_with_their_run_chunks_are_uncompressed_and_come_back
                     " + (SELECT count(*) FROM run_artifact_chunks)"
                 )
             ).scalar_one()
-        command.downgrade(config, "0010")
+        command.downgrade(config, "0011")
         columns = {c["name"] for c in inspect(engine).get_columns("tool_runs")}
         command.upgrade(config, "head")
     finally:

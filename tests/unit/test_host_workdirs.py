@@ -19,6 +19,10 @@ from runyard.runner import RunnerUnavailable, container_name
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to the tool's uid needs root")
 
 
+def files(input_value: object) -> dict[str, bytes]:
+    return {"input.json": json.dumps(input_value).encode()}
+
+
 def test_attempt_names__parse_only_runyard_attempts():
     run_id = uuid.uuid4()
     assert parse_attempt_name(container_name(run_id, 3)) == (run_id, 3)
@@ -41,7 +45,7 @@ def test_prepare__input_read_only_for_everyone_and_out_owned_by_the_tool(tmp_pat
     dirs = HostWorkdirs.open(str(tmp_path / "root"))
     assert stat.S_IMODE((tmp_path / "root").stat().st_mode) == 0o700
     name = container_name(uuid.uuid4(), 1)
-    assert dirs.prepare(name, {"a": [1, "x"]}, "1234:5678") is True
+    assert dirs.prepare(name, files({"a": [1, "x"]}), "1234:5678") is True
     path = dirs.path(name)
     info = (path / "input.json").stat()
     assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (0, 0o444)
@@ -55,11 +59,11 @@ def test_prepare__input_read_only_for_everyone_and_out_owned_by_the_tool(tmp_pat
 def test_prepare__leaves_an_existing_directory_alone_and_reset_replaces_it(tmp_path: Path):
     dirs = HostWorkdirs.open(str(tmp_path))
     name = container_name(uuid.uuid4(), 2)
-    assert dirs.prepare(name, {"v": 1}, "65534")
+    assert dirs.prepare(name, files({"v": 1}), "65534")
     (dirs.path(name) / "out" / "result.json").write_text("{}")
-    assert dirs.prepare(name, {"v": 2}, "65534") is False
+    assert dirs.prepare(name, files({"v": 2}), "65534") is False
     assert (dirs.path(name) / "out" / "result.json").exists()
-    dirs.reset(name, {"v": 3}, "65534")
+    dirs.reset(name, files({"v": 3}), "65534")
     assert not (dirs.path(name) / "out" / "result.json").exists()
     assert json.loads((dirs.path(name) / "input.json").read_text()) == {"v": 3}
 
@@ -71,7 +75,7 @@ def test_remove__does_not_follow_links_the_tool_left(tmp_path: Path):
     outside.mkdir()
     (outside / "keep.txt").write_text("keep")
     name = container_name(uuid.uuid4(), 1)
-    dirs.prepare(name, {}, "65534")
+    dirs.prepare(name, files({}), "65534")
     (dirs.path(name) / "out" / "link").symlink_to(outside)
     (dirs.path(name) / "out" / "file-link").symlink_to(outside / "keep.txt")
     dirs.remove(name)
@@ -84,7 +88,7 @@ def test_remove__does_not_follow_links_the_tool_left(tmp_path: Path):
 def test_attempts__lists_attempt_directories_only(tmp_path: Path):
     dirs = HostWorkdirs.open(str(tmp_path))
     run_id = uuid.uuid4()
-    dirs.prepare(container_name(run_id, 1), {}, "65534")
+    dirs.prepare(container_name(run_id, 1), files({}), "65534")
     dirs.prepare(container_name(run_id, 2), {}, "65534")
     (tmp_path / "stray").mkdir()
     assert sorted(dirs.attempts()) == [(run_id, 1), (run_id, 2)]

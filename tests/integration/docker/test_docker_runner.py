@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -138,6 +139,17 @@ def test_cancel__stops_the_container(docker_runner: DockerRunner, registry: Tool
     threading.Timer(1.0, control.cancel.set).start()
     result = docker_runner.run(spec_for(registry, "sleep", {"seconds": 60}), control)
     assert result.status == RunStatus.CANCELLED and result.error_code == "cancelled"
+
+
+def test_deps__the_tool_reads_its_dependencies_results(
+    docker_runner: DockerRunner, registry: ToolRegistry
+):
+    deps = {str(uuid.uuid4()): {"tool": "echo", "ref": "a", "status": "succeeded", "result": [1]}}
+    base = shell(registry, "cp $RUNYARD_DEPS /runyard/out/result.json")
+    spec = dataclasses.replace(base, deps=deps)
+    result = docker_runner.run(spec, AttemptControl())
+    assert result.status == RunStatus.SUCCEEDED, result
+    assert result.result == deps
 
 
 # /tmp is tmpfs, charged to the container's memory: filling it past the limit OOMs.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,10 @@ from runyard.tools import ToolRegistry
 from tests.integration.docker.test_docker_runner import shell, spec_for
 
 pytestmark = pytest.mark.docker
+
+
+def files(input_value: object) -> dict[str, bytes]:
+    return {"input.json": json.dumps(input_value).encode()}
 
 
 @pytest.fixture
@@ -70,7 +75,7 @@ def test_bound__stale_directory_of_a_vanished_container_is_replaced(
 ):
     spec = spec_for(registry, "echo", {"fresh": True})
     name = spec.container_name
-    workdirs.prepare(name, {"stale": True}, "65534:65534")
+    workdirs.prepare(name, files({"stale": True}), "65534:65534")
     (workdirs.path(name) / "out" / "result.json").write_text('{"stale": true}')
     result = bound_runner.run(spec, AttemptControl())
     assert result.status == RunStatus.SUCCEEDED and result.result == {"fresh": True}
@@ -105,7 +110,7 @@ def test_bound__orphan_directory_is_listed_for_the_sweep(
     bound_runner: DockerRunner, workdirs: HostWorkdirs
 ):
     run_id = uuid.uuid4()
-    workdirs.prepare(container_name(run_id, 1), {}, "65534:65534")
+    workdirs.prepare(container_name(run_id, 1), files({}), "65534:65534")
     listed = {(a.run_id, a.attempt): a.running for a in bound_runner.managed_attempts()}
     assert listed[(run_id, 1)] is False
     bound_runner.discard(run_id, 1)

@@ -5,8 +5,8 @@ content in chunks of about a MiB (stored uncompressed: ``substring`` then reads 
 pieces a Range asks for). Both reference the run ON DELETE CASCADE, so retention's delete of
 a run takes them. ``tool_runs.artifact_set`` names the set the run's finalize published.
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-12-03 10:00:00
 """
 
@@ -16,8 +16,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision = "0011"
-down_revision = "0010"
+revision = "0012"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,164 @@
+"""Batches: runs submitted as one graph; read, list, cancel and retry them as one."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Response
+from fastapi.concurrency import run_in_threadpool
+
+from api.batch_schemas import BatchCreate, BatchCreated, BatchOut, BatchPage
+from api.deps import PrincipalDep, Services, ServicesDep, visible_tenant
+from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
+from api.problems import Problem
+from api.routes.runs import submit_problem
+from api.routes.webhooks import check_callback_url
+from runyard.auth import Principal, priority_ceiling
+from runyard.batches import BatchItemProblem, BatchNotFinished, BatchView
+from runyard.queue.graph import BatchRetried, GraphResult
+from runyard.runs import BadCursor, decode_cursor_parts, encode_cursor_parts
+
+router = APIRouter(prefix="/v1/batches", tags=["batches"], responses=COMMON_ERRORS)
+
+NOT_FOUND = problem("No such batch, or it belongs to another tenant")
+MAX_PAGE = 100
+
+
+def _queue_mode(services: Services) -> None:
+    if not services.batches.queue_mode:
+        raise Problem(
+            422,
+            "queue_mode_only",
+            "batches need queue mode; this API runs tools inline (sync mode)",
+        )
+
+
+def _refused(services: Services, exc: Exception) -> Problem:
+    """The problem document of a refused batch write; re-raises anything else."""
+    if isinstance(exc, BatchItemProblem):
+        inner = submit_problem(services, exc.cause)
+        if inner is None:
+            raise exc.cause
+        where = inner.extra.get("field")
+        field = f"runs[{exc.index}]" + (f".{where}" if where else "")
+        return Problem(inner.status, inner.code, f"runs[{exc.index}]: {inner.detail}", field=field)
+    found = submit_problem(services, exc)
+    if found is None:
+        raise exc
+    return found
+
+
+def _load(services: Services, principal: Principal, batch_id: uuid.UUID) -> BatchView:
+    view = services.batches.view(batch_id, visible_tenant(principal))
+    if view is None:
+        raise Problem(404, "batch_not_found", f"no batch {batch_id}")
+    return view
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=BatchCreated,
+    responses={
+        409: problem("The Idempotency-Key was used with a different batch"),
+        429: problem("A tenant cap would be passed", retry_after=True),
+        503: problem("The queue is full, or the database is unavailable", retry_after=True),
+        **BODY_ERRORS,
+    },
+)
+async def post_batch(
+    body: BatchCreate,
+    services: ServicesDep,
+    principal: PrincipalDep,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None,
+        Header(alias="Idempotency-Key", min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+$"),
+    ] = None,
+) -> BatchCreated:
+    """Admit every run or none (422 names the item and the problem); 202 with the batch."""
+    _queue_mode(services)
+    urls = {run.callback_url for run in body.runs if run.callback_url} | (
+        {body.callback_url} if body.callback_url else set()
+    )
+    for url in sorted(urls):
+        await run_in_threadpool(check_callback_url, services, principal.tenant, url, "callback_url")
+    items = body.items(principal.tenant, priority_ceiling(principal))
+
+    def write() -> tuple[GraphResult, BatchView]:
+        result = services.batches.submit(principal.tenant, items, idempotency_key)
+        assert result.batch_id is not None
+        view = services.batches.view(result.batch_id, principal.tenant)
+        assert view is not None
+        return result, view
+
+    try:
+        result, view = await run_in_threadpool(write)
+    except Exception as exc:
+        raise _refused(services, exc) from exc
+    run_ids = dict(zip((item.ref for item in items), result.run_ids, strict=True))
+    response.headers["Location"] = f"/v1/batches/{view.id}"
+    if not result.created:
+        response.headers["Idempotent-Replayed"] = "true"
+    return BatchCreated(**BatchOut.of(view).model_dump(), run_ids=run_ids)
+
+
+@router.get("/{batch_id}", responses={404: NOT_FOUND})
+def get_batch(batch_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep) -> BatchOut:
+    """A batch: its status, counts by status and the latest run of each ref."""
+    return BatchOut.of(_load(services, principal, batch_id))
+
+
+@router.get("")
+def list_batches(
+    services: ServicesDep,
+    principal: PrincipalDep,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
+    cursor: Annotated[str | None, Query(max_length=200, pattern=r"^[A-Za-z0-9_-]+$")] = None,
+) -> BatchPage:
+    """Your batches, newest first, keyset-paginated."""
+    try:
+        before = decode_cursor_parts(cursor) if cursor else None
+    except BadCursor as exc:
+        raise Problem(400, "invalid_cursor", str(exc), field="cursor") from exc
+    views = services.batches.page(principal.tenant, limit=limit + 1, before=before)
+    more = len(views) > limit
+    views = views[:limit]
+    next_cursor = encode_cursor_parts(views[-1].created_at, views[-1].id) if more else None
+    return BatchPage(items=[BatchOut.of(view) for view in views], next_cursor=next_cursor)
+
+
+@router.post("/{batch_id}/cancel", status_code=202, responses={404: NOT_FOUND})
+def cancel_batch(batch_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep) -> BatchOut:
+    """Cancel the queued runs at once and ask the running ones to stop."""
+    _load(services, principal, batch_id)
+    services.batches.cancel(batch_id)
+    return BatchOut.of(_load(services, principal, batch_id))
+
+
+@router.post(
+    "/{batch_id}/retry",
+    status_code=202,
+    response_model=BatchCreated,
+    responses={
+        404: NOT_FOUND,
+        409: problem("The batch still has runs queued or running, or was just retried"),
+    },
+)
+def retry_batch(
+    batch_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep
+) -> BatchCreated:
+    """New runs for every ref that did not succeed, wired to the successful ones."""
+    _queue_mode(services)
+    view = _load(services, principal, batch_id)
+    try:
+        _, runs = services.batches.retry(view.id, principal.tenant, priority_ceiling(principal))
+    except BatchNotFinished as exc:
+        raise Problem(409, "batch_not_finished", str(exc)) from exc
+    except BatchRetried as exc:
+        raise Problem(409, "batch_retried", str(exc)) from exc
+    except Exception as exc:
+        raise _refused(services, exc) from exc
+    view = _load(services, principal, batch_id)
+    return BatchCreated(**BatchOut.of(view).model_dump(), run_ids=runs)

@@ -1,0 +1,282 @@
+"""Batches: many runs submitted as one graph, read, cancelled and retried as one.
+
+Writes go through ``runyard.queue.graph``; the reads here are plain. A batch shows the
+latest run of each ref: a retry's run takes the place of the run it re-runs.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, text
+
+from runyard.db import autocommit
+from runyard.graph import Node
+from runyard.queue import AdmissionCaps, AdmissionRefused, ApiQueue
+from runyard.queue.graph import GraphResult, GraphRun, GraphSubmit, GraphWriter
+from runyard.submit import RunRequest
+from runyard.tools import ToolRegistry
+
+ACTIVE = ("queued", "running")
+
+
+class BatchItemProblem(Exception):
+    """Item ``index`` of a batch was refused; ``cause`` says why (unknown tool, bad input)."""
+
+    def __init__(self, index: int, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.index = index
+        self.cause = cause
+
+
+class BatchNotFinished(Exception):
+    """A retry asked of a batch that still has runs queued or running."""
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One run of a batch request: its ref and the request (``depends_on`` names refs of
+    the batch or ids of existing runs)."""
+
+    ref: str
+    request: RunRequest
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    """A run of a batch as the batch shows it."""
+
+    ref: str
+    run_id: uuid.UUID
+    tool: str
+    status: str
+    error_code: str | None
+    depends_on: tuple[str, ...]  # refs of the batch, or ids of runs outside it
+    rerun_of: uuid.UUID | None
+    requested_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class BatchView:
+    """A batch: its status, the count of its runs by status, and its runs by ref."""
+
+    id: uuid.UUID
+    status: str
+    created_at: datetime
+    size: int
+    counts: dict[str, int]
+    runs: list[BatchRun]
+
+
+def batch_status(runs: Sequence[tuple[str, str | None]]) -> str:
+    """A batch's status from its runs' ``(status, error_code)``: ``queued`` while all are,
+    ``running`` while any is active, then ``succeeded`` if all did, ``cancelled`` if the
+    failures are cancels (and runs failed by them), else ``failed``."""
+    statuses = [status for status, _ in runs]
+    if statuses and all(status == "queued" for status in statuses):
+        return "queued"
+    if any(status in ACTIVE for status in statuses):
+        return "running"
+    if all(status == "succeeded" for status in statuses):
+        return "succeeded"
+    own_failures = [
+        status
+        for status, code in runs
+        if status not in ("succeeded", "cancelled") and code != "dependency_failed"
+    ]
+    if not own_failures and "cancelled" in statuses:
+        return "cancelled"
+    return "failed"
+
+
+BATCH = text("SELECT id, tenant, created_at, size FROM batches WHERE id = :id")
+
+LATEST_RUNS = text(
+    """
+    SELECT DISTINCT ON (r.ref) r.id, r.ref, r.tool, CAST(r.status AS text) AS status,
+           r.error_code, r.rerun_of, r.requested_at, r.finished_at, r.input, r.callback_url,
+           r.spec, j.priority
+    FROM tool_runs r LEFT JOIN tool_run_jobs j ON j.run_id = r.id
+    WHERE r.batch_id = :id
+    ORDER BY r.ref, r.requested_at DESC, r.id DESC
+    """
+)
+
+EDGES = text(
+    """
+    SELECT d.run_id, d.depends_on, p.ref, p.batch_id = :id AS same_batch
+    FROM tool_run_deps d JOIN tool_runs p ON p.id = d.depends_on
+    WHERE d.run_id = ANY(CAST(:ids AS uuid[]))
+    ORDER BY d.run_id, p.ref, d.depends_on
+    """
+)
+
+BATCH_PAGE = text(
+    """
+    SELECT b.id, b.created_at, b.size
+    FROM batches b
+    WHERE b.tenant = :tenant
+      AND (CAST(:before AS timestamptz) IS NULL
+           OR (b.created_at, b.id) < (CAST(:before AS timestamptz), CAST(:before_id AS uuid)))
+    ORDER BY b.created_at DESC, b.id DESC
+    LIMIT :limit
+    """
+)
+
+
+class Batches:
+    """The batch use cases over the graph writer, the registry and the admission caps."""
+
+    def __init__(
+        self,
+        queue: ApiQueue,
+        registry: ToolRegistry,
+        caps: AdmissionCaps,
+        *,
+        queue_mode: bool = True,
+    ) -> None:
+        self._queue = queue
+        self._engine: Engine = queue.engine
+        self._registry = registry
+        self._caps = caps
+        self._queue_mode = queue_mode
+        self._writer = GraphWriter(queue.engine)
+
+    @property
+    def queue_mode(self) -> bool:
+        """False in sync mode, where batches are refused."""
+        return self._queue_mode
+
+    def submit(
+        self, tenant: str, items: Sequence[BatchItem], idempotency_key: str | None
+    ) -> GraphResult:
+        """Check every item, then write them all or none. Raises ``BatchItemProblem``,
+        ``GraphProblem``, ``AdmissionRefused``, ``IdempotencyConflict``."""
+        runs = []
+        for index, item in enumerate(items):
+            try:
+                run = item.request.prepare(self._registry)
+            except Exception as exc:
+                raise BatchItemProblem(index, exc) from exc
+            node = Node(item.ref, item.request.depends_on)
+            runs.append(GraphRun(run, node, run_at=item.request.run_at))
+        self._check_room()
+        graph = GraphSubmit(tenant, runs, batch=True, idempotency_key=idempotency_key)
+        return self._writer.submit(graph, self._caps)
+
+    def _check_room(self) -> None:
+        if self._queue.queue_full(self._caps.max_queue_depth):
+            raise AdmissionRefused("queue_full", self._caps.max_queue_depth)
+
+    def _latest(self, batch_id: uuid.UUID) -> list[Any]:
+        return autocommit(self._engine, LATEST_RUNS, {"id": batch_id})
+
+    def view(self, batch_id: uuid.UUID, tenant: str | None) -> BatchView | None:
+        """The batch if ``tenant`` may see it (None: any tenant)."""
+        found = autocommit(self._engine, BATCH, {"id": batch_id})
+        if not found or (tenant is not None and found[0].tenant != tenant):
+            return None
+        batch = found[0]
+        latest = self._latest(batch_id)
+        edges: dict[uuid.UUID, list[str]] = {}
+        params = {"id": batch_id, "ids": [run.id for run in latest]}
+        for edge in autocommit(self._engine, EDGES, params) if latest else []:
+            name = edge.ref if edge.same_batch else str(edge.depends_on)
+            edges.setdefault(edge.run_id, []).append(name)
+        runs = [
+            BatchRun(
+                ref=run.ref,
+                run_id=run.id,
+                tool=run.tool,
+                status=run.status,
+                error_code=run.error_code,
+                depends_on=tuple(edges.get(run.id, ())),
+                rerun_of=run.rerun_of,
+                requested_at=run.requested_at,
+                finished_at=run.finished_at,
+            )
+            for run in latest
+        ]
+        return BatchView(
+            id=batch.id,
+            status=batch_status([(run.status, run.error_code) for run in runs]),
+            created_at=batch.created_at,
+            size=batch.size,
+            counts=dict(Counter(run.status for run in runs)),
+            runs=runs,
+        )
+
+    def page(
+        self, tenant: str, *, limit: int, before: tuple[datetime, uuid.UUID] | None = None
+    ) -> list[BatchView]:
+        """The tenant's batches, newest first, after the keyset position ``before``."""
+        params = {
+            "tenant": tenant,
+            "limit": limit,
+            "before": before[0] if before else None,
+            "before_id": before[1] if before else None,
+        }
+        rows = autocommit(self._engine, BATCH_PAGE, params)
+        views = [self.view(row.id, tenant) for row in rows]
+        return [view for view in views if view is not None]
+
+    def cancel(self, batch_id: uuid.UUID) -> int:
+        """Cancel every queued run of the batch and ask running ones to stop."""
+        return self._writer.cancel_batch(batch_id)
+
+    def retry(
+        self, batch_id: uuid.UUID, tenant: str, max_priority: int | None
+    ) -> tuple[GraphResult, dict[str, uuid.UUID]]:
+        """New runs for every ref whose latest run did not succeed, wired to the latest
+        successful runs of the others; the new runs by ref. Raises ``BatchNotFinished``,
+        ``BatchRetried``, and what a submit raises."""
+        latest = self._latest(batch_id)
+        if any(run.status in ACTIVE for run in latest):
+            raise BatchNotFinished("the batch still has runs queued or running")
+        again = {run.ref: run for run in latest if run.status != "succeeded"}
+        kept = {run.ref: run.id for run in latest if run.status == "succeeded"}
+        if not again:
+            return GraphResult(batch_id=batch_id, run_ids=[], created=False), {}
+        params = {"id": batch_id, "ids": [run.id for run in again.values()]}
+        depends: dict[uuid.UUID, list[str]] = {}
+        for edge in autocommit(self._engine, EDGES, params):
+            if not edge.same_batch:
+                name = str(edge.depends_on)
+            elif edge.ref in again:
+                name = edge.ref
+            else:
+                name = str(kept[edge.ref])
+            depends.setdefault(edge.run_id, []).append(name)
+        runs = []
+        for index, (ref, old) in enumerate(again.items()):
+            request = RunRequest(
+                tenant,
+                old.tool,
+                old.input,
+                old.priority or 0,
+                callback_url=old.callback_url,
+                max_priority=max_priority,
+                depends_on=tuple(depends.get(old.id, ())),
+                rerun_of=old.id,
+            )
+            try:
+                run = request.prepare(self._registry)
+            except Exception as exc:
+                raise BatchItemProblem(index, exc) from exc
+            runs.append(GraphRun(run, Node(ref, request.depends_on)))
+        self._check_room()
+        graph = GraphSubmit(
+            tenant,
+            runs,
+            batch=True,
+            batch_id=batch_id,
+            replaces=tuple(old.id for old in again.values()),
+        )
+        result = self._writer.submit(graph, self._caps)
+        return result, dict(zip(again, result.run_ids, strict=True))

@@ -1,0 +1,270 @@
+"""Graph submits: runs with dependencies or a start time, and batches, written all or none.
+
+One transaction of the statements in ``runyard.queue.graph_sql``; the rules (refs, cycles,
+who waits and who is doomed) are the pure functions of ``runyard.graph``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, text
+
+from runyard.graph import Dependency, GraphProblem, Node, Resolved, resolve, starts
+from runyard.queue.graph_sql import (
+    ADMIT_MANY,
+    CANCEL_BATCH_QUEUED,
+    CANCEL_BATCH_RUNNING,
+    FIND_BATCH_IDEMPOTENT,
+    INSERT_BATCH,
+    INSERT_GRAPH,
+    LOCK_BATCH_FOR_RETRY,
+    LOCK_DEPENDENCIES,
+)
+from runyard.queue.values import (
+    AdmissionCaps,
+    AdmissionRefused,
+    IdempotencyConflict,
+    NewRun,
+)
+
+
+class BatchRetried(Exception):
+    """A concurrent retry of the same batch wrote its runs first."""
+
+
+class UnknownDependency(GraphProblem):
+    """``depends_on`` names a run that does not exist, or that the caller may not see."""
+
+
+@dataclass(frozen=True)
+class GraphRun:
+    """One run of a graph: the checked request, its place in the graph, when it may start."""
+
+    run: NewRun
+    node: Node
+    run_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class GraphSubmit:
+    """A graph to write for one tenant: a batch (``batch=True``) or a single run."""
+
+    tenant: str
+    runs: Sequence[GraphRun]
+    batch: bool = False
+    idempotency_key: str | None = None
+    # A batch's retry adds runs to its batch (``batch_id``), re-running ``replaces``.
+    batch_id: uuid.UUID | None = None
+    replaces: tuple[uuid.UUID, ...] = ()
+
+    def request_hash(self) -> str:
+        """What the caller asked for, to tell a retried batch from a different one."""
+        asked = [
+            {
+                "hash": item.run.request_hash(),
+                "ref": item.node.ref,
+                "depends_on": list(item.node.depends_on),
+                "run_at": item.run_at.isoformat() if item.run_at else None,
+            }
+            for item in self.runs
+        ]
+        body = json.dumps(asked, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(body.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class GraphResult:
+    """The batch (if any), each run's id in the order submitted, and whether this call wrote
+    them (False: an idempotent replay)."""
+
+    batch_id: uuid.UUID | None
+    run_ids: list[uuid.UUID]
+    created: bool
+
+
+# A batch's original runs (not its retries), by ref: every batch run has one.
+BATCH_RUN_IDS = text(
+    "SELECT ref, id FROM tool_runs WHERE batch_id = :batch_id AND rerun_of IS NULL"
+)
+FIND_RUN_IDEMPOTENT = text(
+    "SELECT id, request_hash FROM tool_runs WHERE tenant = :tenant AND idempotency_key = :key"
+)
+
+
+class GraphWriter:
+    """Writes graph submits; a bad item, a missing dependency or a cap refusal writes none."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def submit(
+        self, graph: GraphSubmit, caps: AdmissionCaps, *, now: datetime | None = None
+    ) -> GraphResult:
+        """Write the graph in one transaction. Raises ``GraphProblem`` (and its
+        ``UnknownDependency``), ``AdmissionRefused``, ``IdempotencyConflict``."""
+        nodes = [item.node for item in graph.runs]
+        resolved = resolve(nodes)
+        run_ids = [uuid.uuid4() for _ in graph.runs]
+        with self._engine.begin() as conn:
+            batch_id = graph.batch_id
+            if batch_id is not None:
+                self._lock_for_retry(conn, batch_id, graph.replaces)
+            elif graph.batch:
+                batch_id = self._insert_batch(conn, graph, now)
+                if batch_id is None:
+                    return self._batch_replay(conn, graph)
+            existing = self._lock_dependencies(conn, graph.tenant, resolved)
+            self._admit(conn, graph.tenant, len(graph.runs), caps)
+            params = self._graph_params(graph, resolved, run_ids, existing, batch_id, now)
+            row = conn.execute(INSERT_GRAPH, params).one()
+            if row.inserted == 0:  # a single run's Idempotency-Key, used before
+                conn.rollback()
+                return self._run_replay(graph)
+        return GraphResult(batch_id=batch_id, run_ids=run_ids, created=True)
+
+    def cancel_batch(self, batch_id: uuid.UUID, *, now: datetime | None = None) -> int:
+        """Cancel the batch's queued runs and flag its running ones; how many it touched."""
+        with self._engine.begin() as conn:
+            cancelled = conn.execute(CANCEL_BATCH_QUEUED, {"batch_id": batch_id, "now": now})
+            flagged = conn.execute(CANCEL_BATCH_RUNNING, {"batch_id": batch_id, "now": now})
+            return int(cancelled.scalar_one()) + int(flagged.scalar_one())
+
+    def _lock_for_retry(
+        self, conn: Connection, batch_id: uuid.UUID, replaces: Sequence[uuid.UUID]
+    ) -> None:
+        params = {"batch_id": batch_id, "replaced": list(replaces)}
+        row = conn.execute(LOCK_BATCH_FOR_RETRY, params).first()
+        if row is None:
+            raise LookupError(f"no batch {batch_id}")
+        if row.already_retried:
+            raise BatchRetried("these runs of the batch were retried already")
+
+    def _insert_batch(
+        self, conn: Connection, graph: GraphSubmit, now: datetime | None
+    ) -> uuid.UUID | None:
+        params = {
+            "id": uuid.uuid4(),
+            "tenant": graph.tenant,
+            "size": len(graph.runs),
+            "idempotency_key": graph.idempotency_key,
+            "request_hash": graph.request_hash() if graph.idempotency_key else None,
+            "now": now,
+        }
+        row = conn.execute(INSERT_BATCH, params).first()
+        return None if row is None else uuid.UUID(str(row.id))
+
+    def _batch_replay(self, conn: Connection, graph: GraphSubmit) -> GraphResult:
+        key = {"tenant": graph.tenant, "key": graph.idempotency_key}
+        found = conn.execute(FIND_BATCH_IDEMPOTENT, key).one()
+        if found.request_hash != graph.request_hash():
+            raise IdempotencyConflict(
+                "this Idempotency-Key was already used with a different batch"
+            )
+        by_ref = {row.ref: row.id for row in conn.execute(BATCH_RUN_IDS, {"batch_id": found.id})}
+        ids = [by_ref[item.node.ref] for item in graph.runs]
+        return GraphResult(batch_id=found.id, run_ids=ids, created=False)
+
+    def _run_replay(self, graph: GraphSubmit) -> GraphResult:
+        (item,) = graph.runs
+        with self._engine.connect() as conn:
+            key = {"tenant": graph.tenant, "key": graph.idempotency_key}
+            found = conn.execute(FIND_RUN_IDEMPOTENT, key).one()
+        if found.request_hash != _single_hash(item):
+            raise IdempotencyConflict(
+                "this Idempotency-Key was already used with a different request"
+            )
+        return GraphResult(batch_id=None, run_ids=[found.id], created=False)
+
+    def _lock_dependencies(
+        self, conn: Connection, tenant: str, resolved: Resolved
+    ) -> dict[uuid.UUID, Dependency]:
+        wanted = resolved.existing()
+        if not wanted:
+            return {}
+        rows = conn.execute(LOCK_DEPENDENCIES, {"ids": wanted, "tenant": tenant}).all()
+        found = {
+            row.id: Dependency(status=row.status, error_code=row.error_code, ref=row.ref)
+            for row in rows
+        }
+        for index, deps in enumerate(resolved.external):
+            for run_id in deps:
+                if run_id not in found:
+                    raise UnknownDependency(f"depends_on names {run_id}: no such run", index)
+        return found
+
+    def _admit(self, conn: Connection, tenant: str, count: int, caps: AdmissionCaps) -> None:
+        params = {
+            "tenant": tenant,
+            "n": count,
+            "queued_cap": caps.tenant_max_queued,
+            "running_cap": caps.tenant_max_running,
+        }
+        refused = conn.execute(ADMIT_MANY, params).scalar_one()
+        if refused is not None:
+            limit = (
+                caps.tenant_max_queued if refused == "tenant_queued" else caps.tenant_max_running
+            )
+            raise AdmissionRefused(refused, limit)
+
+    def _graph_params(
+        self,
+        graph: GraphSubmit,
+        resolved: Resolved,
+        run_ids: list[uuid.UUID],
+        existing: dict[uuid.UUID, Dependency],
+        batch_id: uuid.UUID | None,
+        now: datetime | None,
+    ) -> dict[str, Any]:
+        nodes = [item.node for item in graph.runs]
+        begin = starts(resolved, nodes, run_ids, existing)
+        edges = [
+            (run_ids[i], dep)
+            for i in range(len(nodes))
+            for dep in (*(run_ids[j] for j in resolved.internal[i]), *resolved.external[i])
+        ]
+        single = not graph.batch
+        return {
+            "tenant": graph.tenant,
+            "batch_id": batch_id,
+            "rerun_ofs": [item.run.rerun_of for item in graph.runs],
+            "idempotency_key": graph.idempotency_key if single else None,
+            "run_ids": run_ids,
+            "job_ids": [uuid.uuid4() for _ in run_ids],
+            "tools": [item.run.tool for item in graph.runs],
+            "specs": [json.dumps(item.run.spec) for item in graph.runs],
+            "inputs": [json.dumps(item.run.input) for item in graph.runs],
+            "queues": [item.run.queue for item in graph.runs],
+            "priorities": [item.run.priority for item in graph.runs],
+            "max_attempts": [item.run.max_attempts for item in graph.runs],
+            "timeouts": [item.run.timeout_seconds for item in graph.runs],
+            "refs": [item.node.ref for item in graph.runs],
+            "run_ats": [item.run_at for item in graph.runs],
+            "waiting": [start.waiting_on for start in begin],
+            "errors": [start.error for start in begin],
+            "callback_urls": [item.run.callback_url for item in graph.runs],
+            "request_hashes": [
+                _single_hash(item) if single and graph.idempotency_key else None
+                for item in graph.runs
+            ],
+            "edge_from": [edge[0] for edge in edges],
+            "edge_to": [edge[1] for edge in edges],
+            "now": now,
+        }
+
+
+def _single_hash(item: GraphRun) -> str:
+    """A single run's request hash, counting its dependencies and start time."""
+    asked = {
+        "run": item.run.request_hash(),
+        "depends_on": sorted(item.node.depends_on),
+        "run_at": item.run_at.isoformat() if item.run_at else None,
+    }
+    body = json.dumps(asked, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()

@@ -1,0 +1,197 @@
+"""The named statements of a graph submit (runs with dependencies or a start time, batches).
+
+They run in one transaction, in this order: ``INSERT_BATCH`` (batches), ``LOCK_DEPENDENCIES``,
+``ADMIT_MANY``, ``INSERT_GRAPH``. The trigger of migration 0011 settles dependents when runs
+end; the claim (``runyard.queue.sql``) takes only jobs that wait for nothing.
+"""
+
+from __future__ import annotations
+
+from runyard.queue.sql import _sql
+
+INSERT_BATCH = _sql(
+    """
+    INSERT INTO batches (id, tenant, created_at, size, idempotency_key, request_hash)
+    VALUES (:id, :tenant, {NOW}, :size, :idempotency_key, :request_hash)
+    ON CONFLICT (tenant, idempotency_key) DO NOTHING
+    RETURNING id
+    """
+)
+
+FIND_BATCH_IDEMPOTENT = _sql(
+    "SELECT id, request_hash FROM batches WHERE tenant = :tenant AND idempotency_key = :key"
+)
+
+
+# The existing runs the new ones depend on, locked in id order until the commit, and marked
+# as depended on. The lock orders this submit with their ends: a run that ends before it is
+# taken here shows its final status (a lock waited for reads the row's newest version); one
+# that ends after waits for this commit, and the trigger it fires then sees the new edges.
+# Another tenant's run is not returned: to the caller it does not exist.
+LOCK_DEPENDENCIES = _sql(
+    """
+    WITH locked AS MATERIALIZED (
+        SELECT id FROM tool_runs
+        WHERE id = ANY(CAST(:ids AS uuid[])) AND tenant = :tenant
+        ORDER BY id
+        FOR NO KEY UPDATE
+    )
+    UPDATE tool_runs r SET has_dependents = true
+    FROM locked WHERE r.id = locked.id
+    RETURNING r.id, CAST(r.status AS text) AS status, r.error_code, r.ref
+    """
+)
+
+
+# Admission of ``:n`` runs at once, under the lock of the tenant's row 0 (as ``SUBMIT``): all
+# fit under the queued cap, or none is written.
+ADMIT_MANY = _sql(
+    """
+    WITH gate AS MATERIALIZED (
+        INSERT INTO tenant_run_counts AS c (tenant, shard)
+        SELECT :tenant, 0 WHERE :queued_cap > 0 OR :running_cap > 0
+        ON CONFLICT (tenant, shard) DO UPDATE SET queued = c.queued
+        RETURNING queued, running
+    ), active AS MATERIALIZED (
+        SELECT coalesce(sum(queued), 0) AS queued, coalesce(sum(running), 0) AS running
+        FROM (SELECT queued, running FROM gate
+              UNION ALL
+              SELECT queued, running FROM tenant_run_counts
+              WHERE tenant = :tenant AND shard <> 0 AND EXISTS (SELECT 1 FROM gate)) rows
+    )
+    SELECT CASE WHEN 0 < :queued_cap AND :queued_cap < queued + :n THEN 'tenant_queued'
+                WHEN 0 < :running_cap AND :running_cap <= running THEN 'tenant_running'
+           END AS refused
+    FROM active
+    """
+)
+
+
+# Every run of the graph with its job, its edges and its first events, from parallel arrays
+# (one element per run). A run whose dependency already ended without success is written
+# failed (``:errors``); the others queued, waiting for ``:waiting`` dependencies, claimable
+# from ``run_at`` (a past time means now). A single run's Idempotency-Key that was used
+# before writes nothing (``inserted`` 0): the caller reads the replay.
+INSERT_GRAPH = _sql(
+    """
+    WITH item AS MATERIALIZED (
+        SELECT * FROM unnest(
+            CAST(:run_ids AS uuid[]), CAST(:job_ids AS uuid[]), CAST(:tools AS text[]),
+            CAST(CAST(:specs AS text[]) AS jsonb[]), CAST(CAST(:inputs AS text[]) AS jsonb[]),
+            CAST(:queues AS text[]), CAST(:priorities AS integer[]),
+            CAST(:max_attempts AS integer[]), CAST(:timeouts AS integer[]),
+            CAST(:refs AS text[]), CAST(:run_ats AS timestamptz[]),
+            CAST(:waiting AS integer[]), CAST(:errors AS text[]),
+            CAST(:callback_urls AS text[]), CAST(:request_hashes AS text[]),
+            CAST(:rerun_ofs AS uuid[])
+        ) AS t(run_id, job_id, tool, spec, input, queue, priority, max_attempts,
+               timeout_seconds, ref, run_at, waiting_on, error, callback_url, request_hash,
+               rerun_of)
+    ), edge AS MATERIALIZED (
+        SELECT * FROM unnest(CAST(:edge_from AS uuid[]), CAST(:edge_to AS uuid[]))
+            AS e(run_id, depends_on)
+    ), run AS (
+        INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode, requested_at,
+                               finished_at, attempts, max_attempts, idempotency_key,
+                               request_hash, callback_url, error_code, error, batch_id, ref,
+                               rerun_of, run_at, has_dependents)
+        SELECT i.run_id, :tenant, i.tool, i.spec, i.input,
+               CASE WHEN i.error IS NULL THEN 'queued' ELSE 'failed' END::run_status,
+               'queue', {NOW}, CASE WHEN i.error IS NOT NULL THEN {NOW} END, 0,
+               i.max_attempts, CAST(:idempotency_key AS text), i.request_hash,
+               i.callback_url,
+               CASE WHEN i.error IS NOT NULL THEN 'dependency_failed' END, i.error,
+               CAST(:batch_id AS uuid), i.ref, i.rerun_of, i.run_at,
+               EXISTS (SELECT 1 FROM edge WHERE edge.depends_on = i.run_id)
+        FROM item i
+        ON CONFLICT (tenant, idempotency_key) DO NOTHING
+        RETURNING id, status
+    ), job AS (
+        INSERT INTO tool_run_jobs (id, run_id, status, queue, tenant, priority, attempts,
+                                   max_attempts, timeout_seconds, available_at, created_at,
+                                   updated_at, finished_at, waiting_on, last_error)
+        SELECT i.job_id, i.run_id, run.status, i.queue, :tenant, i.priority, 0,
+               i.max_attempts, i.timeout_seconds, GREATEST({NOW}, coalesce(i.run_at, {NOW})),
+               {NOW}, {NOW}, CASE WHEN i.error IS NOT NULL THEN {NOW} END, i.waiting_on,
+               CASE WHEN i.error IS NOT NULL THEN 'dependency_failed' END
+        FROM item i JOIN run ON run.id = i.run_id
+        RETURNING run_id, queue, status, waiting_on, available_at
+    ), deps AS (
+        INSERT INTO tool_run_deps (run_id, depends_on)
+        SELECT e.run_id, e.depends_on FROM edge e JOIN run ON run.id = e.run_id
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT job.run_id, {NOW}, e.type, e.data
+        FROM job CROSS JOIN LATERAL (VALUES
+            (1, 'status', jsonb_build_object('status', 'queued')),
+            (2, 'waiting', CASE WHEN job.waiting_on > 0 OR job.available_at > {NOW}
+                THEN jsonb_build_object('dependencies', job.waiting_on,
+                                        'run_at', job.available_at) END),
+            (3, 'status', CASE WHEN job.status = 'failed' THEN jsonb_build_object(
+                'status', 'failed', 'error_code', 'dependency_failed') END)
+        ) AS e(n, type, data)
+        WHERE e.data IS NOT NULL
+        ORDER BY job.run_id, e.n
+    )
+    SELECT (SELECT count(*) FROM run) AS inserted,
+           (SELECT count(pg_notify('runyard_jobs', q.queue))
+            FROM (SELECT DISTINCT queue FROM job
+                  WHERE status = 'queued' AND waiting_on = 0) q) AS woken
+    """
+)
+
+
+# A batch's retry, in the transaction of its graph submit: the batch is locked (two retries
+# at once write one set of runs), and nothing may have re-run the runs it replaces already.
+LOCK_BATCH_FOR_RETRY = _sql(
+    """
+    SELECT b.id,
+           EXISTS (SELECT 1 FROM tool_runs r
+                   WHERE r.rerun_of = ANY(CAST(:replaced AS uuid[]))) AS already_retried
+    FROM batches b WHERE b.id = :batch_id
+    FOR UPDATE
+    """
+)
+
+
+# Cancelling a batch: its queued runs at once (their dependents in the batch are cancelled
+# by the same statement, so none of them ends dependency_failed), its running ones flagged
+# for their owners, as ``CANCEL_QUEUED`` and ``CANCEL_RUNNING`` do for one run.
+CANCEL_BATCH_QUEUED = _sql(
+    """
+    WITH job AS (
+        UPDATE tool_run_jobs
+        SET status = 'cancelled', cancel_requested_at = {NOW}, finished_at = {NOW},
+            updated_at = {NOW}
+        WHERE status = 'queued'
+          AND run_id IN (SELECT id FROM tool_runs WHERE batch_id = :batch_id)
+        RETURNING run_id
+    ), run AS (
+        UPDATE tool_runs r SET status = 'cancelled', finished_at = {NOW},
+                               error_code = 'cancelled', error = 'its batch was cancelled'
+        FROM job WHERE r.id = job.run_id
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT run_id, {NOW}, 'status', jsonb_build_object('status', 'cancelled') FROM job
+    )
+    SELECT count(n.*) AS cancelled
+    FROM (SELECT pg_notify('runyard_runs', CAST(run_id AS text)) FROM job) n
+    """
+)
+
+CANCEL_BATCH_RUNNING = _sql(
+    """
+    WITH job AS (
+        UPDATE tool_run_jobs
+        SET cancel_requested_at = coalesce(cancel_requested_at, {NOW}), updated_at = {NOW}
+        WHERE status = 'running'
+          AND run_id IN (SELECT id FROM tool_runs WHERE batch_id = :batch_id)
+        RETURNING id, run_id
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT run_id, {NOW}, 'cancel_requested', '{}'::jsonb FROM job
+    )
+    SELECT count(n.*) AS flagged
+    FROM (SELECT pg_notify('runyard_cancel', CAST(id AS text)) FROM job) n
+    """
+)
