@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from runyard.artifacts.store import ArtifactStore
 from runyard.models import RunStatus
 
 
@@ -33,6 +34,8 @@ class ErrorCode(enum.StrEnum):
     ENGINE_UNSUPPORTED = "engine_unsupported"
     # Written by the database when a run it depends on ends without success (migration 0011).
     DEPENDENCY_FAILED = "dependency_failed"
+    INVALID_ARTIFACT = "invalid_artifact"
+    ARTIFACTS_LIMIT = "artifacts_limit_exceeded"
 
 
 class ContainerState(enum.StrEnum):
@@ -88,6 +91,8 @@ class AttemptResult:
     error_code: str | None = None
     error: str | None = None
     image_digest: str | None = None
+    # The artifact set collected for this outcome; finalizing the outcome publishes it.
+    artifact_set: uuid.UUID | None = None
 
 
 class LogSink(Protocol):
@@ -122,6 +127,8 @@ class AttemptControl:
     # Set when the lease is lost or the worker hands over: stop waiting, touch nothing.
     abandon: threading.Event = field(default_factory=threading.Event)
     logs: LogSink | None = None
+    # Where the exited attempt's files under /runyard/out go; None: they are not kept.
+    artifacts: ArtifactStore | None = None
     # Asked right before the container is created and before it is started: False means
     # this process no longer holds the attempt's lease, so it must not touch the engine.
     still_owner: Callable[[], bool] = _always_owner

@@ -17,6 +17,9 @@ import docker.errors
 import requests.exceptions
 from docker.types import DriverConfig, LogConfig, Mount, Ulimit
 
+from runyard.artifacts.collect import CollectError, collect_dir, collect_tar
+from runyard.artifacts.rules import ArtifactLimits, ArtifactRefused, with_artifacts
+from runyard.artifacts.store import CHUNK_SIZE, ArtifactStore, ArtifactWriter
 from runyard.capture import HeadTailBuffer
 from runyard.docker.engine_check import engine_problems
 from runyard.docker.engine_marker import EngineMarker
@@ -697,9 +700,65 @@ class DockerRunner:
             verdict = decide_result(problem)
             common["result"] = live.redactor.json(result) if problem is None else None
         error = None if verdict.error is None else live.redactor.text(verdict.error)
-        return AttemptResult(
+        outcome = AttemptResult(
             status=verdict.status, error_code=verdict.error_code, error=error, **common
         )
+        if control.artifacts is None:
+            return outcome
+        _fence(control, spec)
+        return self._collect_artifacts(container_id, spec, attrs, control.artifacts, outcome)
+
+    def _collect_artifacts(
+        self,
+        container_id: str,
+        spec: AttemptSpec,
+        attrs: dict[str, Any],
+        store: ArtifactStore,
+        outcome: AttemptResult,
+    ) -> AttemptResult:
+        """Keep the files under ``out/`` as a new set, from the host work directory or the
+        engine's tar stream; a refusal fails a success (``runyard.artifacts.rules``)."""
+        limits = ArtifactLimits.of(spec.tool)
+        labels = attrs.get("Config", {}).get("Labels") or {}
+        writer = store.writer(spec.run_id)
+        try:
+            if self._workdirs is not None and labels.get(LABEL_WORKDIR) == "host":
+                kept = collect_dir(self._workdirs.path(spec.container_name) / "out", writer, limits)
+            else:
+                kept = self._collect_archive(container_id, writer, limits)
+            writer.done()
+        except ArtifactRefused as refused:
+            store.discard(spec.run_id, writer.set_id)
+            logger.info(
+                "artifacts refused",
+                extra={"run_id": str(spec.run_id), "attempt": spec.attempt, "error": str(refused)},
+            )
+            return with_artifacts(outcome, refused, None)
+        except (CollectError, *_TRANSPORT_ERRORS) as exc:
+            store.discard(spec.run_id, writer.set_id)
+            raise RunnerUnavailable(f"cannot read the artifacts of {container_id}: {exc}") from exc
+        except BaseException:
+            store.discard(spec.run_id, writer.set_id)
+            raise
+        logger.info(
+            "artifacts collected",
+            extra={"run_id": str(spec.run_id), "attempt": spec.attempt, "files": kept},
+        )
+        return with_artifacts(outcome, None, writer.set_id)
+
+    def _collect_archive(
+        self, container_id: str, writer: ArtifactWriter, limits: ArtifactLimits
+    ) -> int:
+        """``out/`` as the engine's tar stream, member by member."""
+        try:
+            stream, stat = self._api.get_archive(
+                container_id, f"{WORKDIR}/out", chunk_size=CHUNK_SIZE
+            )
+        except docker.errors.NotFound:
+            return 0
+        if stat.get("linkTarget"):
+            raise ArtifactRefused(ErrorCode.INVALID_ARTIFACT, "/runyard/out is a link")
+        return collect_tar(stream, writer, limits)
 
     def _read_result(
         self, container_id: str, spec: AttemptSpec, attrs: dict[str, Any], cap: int, depth: int

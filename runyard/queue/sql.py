@@ -359,7 +359,8 @@ _FINALIZE_CTES: LiteralString = """
             stdout = :stdout, stderr = :stderr,
             stdout_truncated = :stdout_truncated, stderr_truncated = :stderr_truncated,
             error_code = :error_code, error = :error,
-            image_digest = coalesce(:image_digest, r.image_digest)
+            image_digest = coalesce(:image_digest, r.image_digest),
+            artifact_set = CAST(:artifact_set AS uuid)
         FROM done WHERE r.id = done.run_id
     ), done_event AS (
         INSERT INTO tool_run_events (run_id, at, type, data)

@@ -206,6 +206,7 @@ def outcome_params(outcome: AttemptResult) -> dict[str, Any]:
         "error_code": outcome.error_code,
         "error": outcome.error,
         "image_digest": outcome.image_digest,
+        "artifact_set": outcome.artifact_set,
     }
 
 
