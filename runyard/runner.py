@@ -58,6 +58,8 @@ class AttemptSpec:
     deadline_at: datetime
     # What the runs it depends on returned, by run id (docs/runner-contract.md, deps.json).
     deps: dict[str, Any] | None = None
+    # Their published artifact sets, by run id: copied to /runyard/deps/<run id>/.
+    dep_artifacts: dict[str, uuid.UUID] | None = None
 
     def files(self) -> dict[str, bytes]:
         """The files the tool finds in /runyard: ``input.json``, and ``deps.json`` if any."""

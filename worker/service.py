@@ -804,6 +804,7 @@ class Worker:
             input=job.input,
             deadline_at=job.deadline_at,
             deps=job.deps,
+            dep_artifacts=job.dep_artifacts,
         )
         if job.cancel_requested:
             # Adopted after a cancel: a container a dead owner stopped for it ends cancelled.

@@ -18,6 +18,7 @@ import requests.exceptions
 from docker.types import DriverConfig, LogConfig, Mount, Ulimit
 
 from runyard.artifacts.collect import CollectError, collect_dir, collect_tar
+from runyard.artifacts.deps_out import deps_archive, write_deps_dir
 from runyard.artifacts.rules import ArtifactLimits, ArtifactRefused, with_artifacts
 from runyard.artifacts.store import CHUNK_SIZE, ArtifactStore, ArtifactWriter
 from runyard.capture import HeadTailBuffer
@@ -209,7 +210,7 @@ class DockerRunner:
         """
         for _ in range(3):
             _fence(control, spec)
-            created = self._create(spec)
+            created = self._create(spec, control.artifacts)
             if isinstance(created, AttemptResult):
                 return created
             if created is not None:
@@ -361,8 +362,9 @@ class DockerRunner:
             target=WORKDIR, source=name, type="volume", labels=labels, driver_config=driver
         )
 
-    def _create(self, spec: AttemptSpec) -> str | AttemptResult | None:
-        """Create the container and write its input: its id, or None if it already exists."""
+    def _create(self, spec: AttemptSpec, store: ArtifactStore | None) -> str | AttemptResult | None:
+        """Create the container and write its input (and its dependencies' artifacts, read
+        from ``store``): its id, or None if it already exists."""
         name = spec.container_name
         try:
             secrets = self._secrets.resolve(spec.tool.get("secrets") or {})
@@ -375,6 +377,8 @@ class DockerRunner:
         user = str(spec.tool.get("user", "65534:65534"))
         host_dir = self._input_dirs
         fresh_dir = host_dir.prepare(name, spec.files(), user) if host_dir is not None else False
+        if fresh_dir and host_dir is not None:
+            self._deps_into_dir(host_dir.path(name), spec, store)
         args = self._create_args(spec, secrets)
         pulled = False
         while True:
@@ -409,14 +413,39 @@ class DockerRunner:
             if not fresh_dir:
                 # Left by an attempt whose container is gone (a crash before its create).
                 host_dir.reset(name, spec.files(), user)
+                self._deps_into_dir(host_dir.path(name), spec, store)
             return container_id
         try:
             self._api.put_archive(
                 container_id, WORKDIR, workdir_archive(spec.files(), user, time.time())
             )
+            self._upload_deps(container_id, spec, store)
         except _TRANSPORT_ERRORS as exc:
             raise RunnerUnavailable(f"cannot write the input of {name}: {exc}") from exc
         return container_id
+
+    def _upload_deps(
+        self, container_id: str, spec: AttemptSpec, store: ArtifactStore | None
+    ) -> None:
+        """Upload the dependencies' artifacts under ``/runyard/deps/<run id>/``."""
+        if not spec.dep_artifacts or store is None:
+            return
+        try:
+            archive = deps_archive(store, spec.dep_artifacts, time.time())
+        except Exception as exc:  # the store's own trouble (its database, its disk)
+            raise RunnerUnavailable(f"cannot read the dependencies' artifacts: {exc}") from exc
+        if archive is not None:
+            with archive:
+                self._api.put_archive(container_id, WORKDIR, archive)
+
+    def _deps_into_dir(self, path: Path, spec: AttemptSpec, store: ArtifactStore | None) -> None:
+        """Write the dependencies' artifacts into the attempt's host work directory."""
+        if not spec.dep_artifacts or store is None:
+            return
+        try:
+            write_deps_dir(path, store, spec.dep_artifacts)
+        except Exception as exc:
+            raise RunnerUnavailable(f"cannot write the dependencies' artifacts: {exc}") from exc
 
     def _not_ours(self, name: str, fresh_dir: bool) -> None:
         """The attempt's container exists already: a directory just made for it is unused."""

@@ -180,3 +180,39 @@ def test_adoption__the_adopter_collects_and_only_its_set_is_published(
     assert {f.path: f.sha256 for f in files} == {
         path: hashlib.sha256(data).hexdigest() for path, data in EXPECTED.items()
     }
+
+
+@pytest.mark.parametrize("mode", ["upload", "host_workdir"])
+def test_deps__a_dependent_finds_its_dependencys_artifacts(
+    docker_client: docker.DockerClient,
+    store,
+    queue: JobQueue,
+    registry: ToolRegistry,
+    tmp_path: Path,
+    mode: str,
+):
+    workdirs = HostWorkdirs.open(str(tmp_path / "attempts")) if mode == "host_workdir" else None
+    runner = DockerRunner(docker_client, workdirs=workdirs)
+    first, made = collect(runner, store, queue, registry, FILES_SCRIPT)
+    assert made.artifact_set is not None
+    here = f"/runyard/deps/{first.run_id}"
+    big = hashlib.sha256(b"\0" * 3_000_000).hexdigest()
+    # No double quotes: the test shell tool takes its script out of input.json as it is.
+    script = (
+        f"test $(cat {here}/a.txt) = hello && "
+        f"test $(sha256sum {here}/sub/big.bin | cut -c1-64) = {big} && "
+        f"test $(cat '{here}/with space.txt') = spaced && "
+        f"! touch {here}/a.txt 2>/dev/null && echo 1 > /runyard/out/result.json"
+    )
+    run_id = queue.enqueue(new_run()).run_id
+    base = shell(registry, script)
+    spec = AttemptSpec(
+        run_id,
+        1,
+        base.tool,
+        base.input,
+        base.deadline_at,
+        dep_artifacts={str(first.run_id): made.artifact_set},
+    )
+    outcome = runner.run(spec, AttemptControl(artifacts=store))
+    assert (outcome.status, outcome.result) == (RunStatus.SUCCEEDED, 1), outcome
