@@ -117,10 +117,10 @@ def test_failure__fails_dependents_through_three_levels_naming_the_cause(queue, 
 
 
 def test_cancel__of_a_queued_dependency_fails_its_dependents(queue, writer, engine):
-    ids, _ = batch(writer, [("a", []), ("b", ["a"]), ("c", ["b"]), ("d", ["c"])])
+    ids, _ = batch(writer, [("a", []), ("b", ["a"]), ("c", ["b"]), ("d", ["c"]), ("e", ["d"])])
     queue.cancel(ids["b"], now=T0)
     assert status(engine, ids["b"]) == ("cancelled", "cancelled")
-    for ref in ("c", "d"):
+    for ref in ("c", "d", "e"):
         assert status(engine, ids[ref]) == ("failed", "dependency_failed")
     assert status(engine, ids["a"]) == ("queued", None)
 
