@@ -47,7 +47,7 @@ class BuildSpec(BaseModel):
     dockerfile: str = Field(default="Dockerfile", min_length=1)
     args: dict[str, str] = Field(default_factory=dict)
     # The build's network: none unless a step must fetch something.
-    network: Literal["none", "bridge"] = NO_NETWORK
+    network: Literal["none", "bridge"] = "none"
 
 
 class ToolSpec(BaseModel):
