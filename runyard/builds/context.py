@@ -64,9 +64,7 @@ def _walk(root: Path) -> list[tuple[str, os.stat_result]]:
 
 def signature(root: Path) -> Signature:
     """What a cache of the context's digest is keyed on."""
-    return tuple(
-        (path, st.st_size, st.st_mtime_ns, st.st_mode) for path, st in _walk(root)
-    )
+    return tuple((path, st.st_size, st.st_mtime_ns, st.st_mode) for path, st in _walk(root))
 
 
 def read_context(root: Path, dockerfile: str, max_bytes: int) -> list[ContextFile]:

@@ -21,9 +21,7 @@ class ContextFile:
     data: bytes
 
 
-def context_digest(
-    files: Iterable[ContextFile], dockerfile: str, args: Mapping[str, str]
-) -> str:
+def context_digest(files: Iterable[ContextFile], dockerfile: str, args: Mapping[str, str]) -> str:
     """The sha256 (hex) of the context's files, the Dockerfile's path and the build args.
 
     Files are taken in path order, each framed by its path, mode and length, so neither a

@@ -51,9 +51,7 @@ class Builder(Protocol):
         """The id of the image tagged ``tag`` on the engine, or None."""
         ...
 
-    def build(
-        self, request: BuildRequest, log: LogWriter, stop: threading.Event
-    ) -> BuildResult:
+    def build(self, request: BuildRequest, log: LogWriter, stop: threading.Event) -> BuildResult:
         """Build and tag the image; the output goes to ``log``; ``stop`` aborts it.
         Raises ``BuilderUnavailable`` when the engine does not answer."""
         ...

@@ -16,7 +16,9 @@ class BuildAction(enum.StrEnum):
     GIVE_UP = "give_up"  # its attempts are spent by workers that died: fail it
 
 
-def on_claim(*, image_present: bool, recovered: bool, attempts: int, max_attempts: int) -> BuildAction:
+def on_claim(
+    *, image_present: bool, recovered: bool, attempts: int, max_attempts: int
+) -> BuildAction:
     """A build whose image the engine has is ready whoever made it (the tag is content
     addressed); a build lost more times than it may be tried fails; else it is built."""
     if image_present:

@@ -45,6 +45,15 @@ class DockerBuilder:
         self._api = api
         self._memory = memory_mb * 1024 * 1024
 
+    @classmethod
+    def from_env(cls, *, timeout_seconds: float, memory_mb: int) -> DockerBuilder:
+        """Connect the standard way (``DOCKER_HOST`` or the local socket)."""
+        try:
+            api = docker.APIClient(timeout=int(timeout_seconds), **docker.utils.kwargs_from_env())
+        except docker.errors.DockerException as exc:
+            raise BuilderUnavailable(f"cannot reach the Docker engine: {exc}") from exc
+        return cls(api, memory_mb=memory_mb)
+
     def image_id(self, tag: str) -> str | None:
         """The id of the image tagged ``tag``, or None."""
         try:

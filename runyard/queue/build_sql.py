@@ -172,9 +172,7 @@ _FAIL_WAITING_CTES: LiteralString = """
 
 def _fail_waiting(tag: LiteralString, error: LiteralString, when: LiteralString) -> LiteralString:
     return (
-        _FAIL_WAITING_CTES.replace("{TAG}", tag)
-        .replace("{ERROR}", error)
-        .replace("{WHEN}", when)
+        _FAIL_WAITING_CTES.replace("{TAG}", tag).replace("{ERROR}", error).replace("{WHEN}", when)
     )
 
 
@@ -263,6 +261,4 @@ REBUILD = _sql(
 
 def statements() -> dict[str, TextClause]:
     """Every build statement by name (tests compile each against Postgres)."""
-    return {
-        name: value for name, value in globals().items() if isinstance(value, TextClause)
-    }
+    return {name: value for name, value in globals().items() if isinstance(value, TextClause)}

@@ -151,8 +151,9 @@ FIND_IDEMPOTENT = _sql(
 # scan of the ``(queue, tenant, build_tag, …)`` index finds the tenants with queued work in
 # each of the worker's queues, one probe per tenant and build its runs wait for ('' for
 # none); a group whose build is not ready on this engine offers nothing, so runs waiting for
-# a build never wedge the claim nor hold other runs back; each such tenant offers its oldest due jobs, unlocked
-# (``:limit`` plus a few spare ones, so claims racing for the same offers still find one);
+# a build never wedge the claim nor hold other runs back; each other group offers its
+# oldest due jobs, unlocked (``:limit`` plus a few spare ones, so claims racing for the same
+# offers still find one);
 # within a priority the claim locks first the offer that leaves its tenant with the fewest
 # running runs (running now + its rank among the tenant's offers), SKIP LOCKED, no more rows
 # than it takes. Cost: O(queues * tenants with work * limit) index probes, flat however deep

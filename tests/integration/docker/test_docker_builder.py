@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import docker
 import pytest
@@ -45,7 +45,7 @@ def builder() -> Iterator[tuple[DockerBuilder, list[str]]]:
     client.close()
 
 
-def collect() -> tuple[list[str], object]:
+def collect() -> tuple[list[str], Callable[[str], bool]]:
     lines: list[str] = []
 
     def write(text: str) -> bool:
@@ -64,7 +64,7 @@ def test_build__tags_the_image_with_its_labels_and_streams_the_log(builder):
     )
     made.append(req.tag)
     lines, write = collect()
-    result = build.build(req, write, threading.Event())  # type: ignore[arg-type]
+    result = build.build(req, write, threading.Event())
     assert result.ok and result.image_id == build.image_id(req.tag)
     log = "".join(lines)
     assert "hello from the build" in log and "a note" in log
@@ -77,7 +77,7 @@ def test_build__a_failing_step_is_an_error_with_its_output(builder):
     req = request('FROM runyard/toolbox:latest\nRUN ["sh", "-c", "echo about to break; exit 7"]\n')
     made.append(req.tag)
     lines, write = collect()
-    result = build.build(req, write, threading.Event())  # type: ignore[arg-type]
+    result = build.build(req, write, threading.Event())
     assert not result.ok and not result.timed_out
     assert "returned a non-zero code: 7" in str(result.error)
     assert "about to break" in "".join(lines)
@@ -88,9 +88,9 @@ def test_build__stopped_at_its_deadline(builder):
     build, made = builder
     req = request('FROM runyard/toolbox:latest\nRUN ["sleep", "60"]\n', timeout=2)
     made.append(req.tag)
-    lines, write = collect()
+    _lines, write = collect()
     started = time.monotonic()
-    result = build.build(req, write, threading.Event())  # type: ignore[arg-type]
+    result = build.build(req, write, threading.Event())
     assert result.timed_out and not result.ok
     assert time.monotonic() - started < 30
     assert build.image_id(req.tag) is None
@@ -98,9 +98,11 @@ def test_build__stopped_at_its_deadline(builder):
 
 def test_build__has_no_network_but_loopback(builder):
     build, made = builder
-    req = request('FROM runyard/toolbox:latest\nRUN ["sh", "-c", "echo nets: $(ls /sys/class/net)"]\n')
+    req = request(
+        'FROM runyard/toolbox:latest\nRUN ["sh", "-c", "echo nets: $(ls /sys/class/net)"]\n'
+    )
     made.append(req.tag)
     lines, write = collect()
-    result = build.build(req, write, threading.Event())  # type: ignore[arg-type]
+    result = build.build(req, write, threading.Event())
     assert result.ok
     assert "nets: lo\n" in "".join(lines)
