@@ -10,7 +10,7 @@ from typing import Any
 
 import jsonschema
 
-from runyard.builds.context import ContextProblem
+from runyard.builds.context import BuildRef, ContextProblem
 from runyard.queue import NewRun
 from runyard.tools import ToolRegistry, ToolSpec
 
@@ -134,14 +134,19 @@ class RunRequest:
         )
 
 
-def _pinned_build(registry: ToolRegistry, tool: ToolSpec) -> dict[str, Any]:
-    """A built tool's image and build as its source is now: the run is pinned to them."""
+def pinned_build_ref(registry: ToolRegistry, tool: ToolSpec) -> BuildRef:
+    """The build a built tool's source names now (its context kept for the builders)."""
     if registry.builds is None:
         raise BuildUnavailable(f"tool {tool.name!r} is built from source; no build store here")
     try:
-        ref = registry.builds.resolve(tool)
+        return registry.builds.resolve(tool)
     except (ContextProblem, OSError) as exc:
         raise BuildUnavailable(f"tool {tool.name!r}: {exc}") from exc
+
+
+def _pinned_build(registry: ToolRegistry, tool: ToolSpec) -> dict[str, Any]:
+    """A built tool's image and build as its source is now: the run is pinned to them."""
+    ref = pinned_build_ref(registry, tool)
     assert tool.build is not None
     return {"image": ref.tag, "build": {"context": tool.build.context, **ref.snapshot()}}
 
