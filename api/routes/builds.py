@@ -13,7 +13,7 @@ from fastapi import APIRouter, Header, Query
 from fastapi.concurrency import run_in_threadpool
 
 from api.deps import PrincipalDep, Services, ServicesDep
-from api.openapi import COMMON_ERRORS
+from api.openapi import COMMON_ERRORS, problem
 from api.problems import Problem
 from api.routes.events import RECONNECT_MILLISECONDS, EventStreamResponse
 from api.schemas import BuildOut
@@ -39,7 +39,10 @@ def list_builds(
     return [BuildOut(**view.public()) for view in views]
 
 
-@router.get("/{build_id}")
+NOT_FOUND = {404: problem("No build of that id")}
+
+
+@router.get("/{build_id}", responses=NOT_FOUND)
 def get_build(build_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep) -> BuildOut:
     """One build with its log's tail."""
     view = services.build_reads.get(build_id)
@@ -82,7 +85,7 @@ async def _follow(services: Services, build_id: uuid.UUID, seen: int) -> AsyncIt
         await anyio.sleep(FOLLOW_POLL_SECONDS)
 
 
-@router.get("/{build_id}/events", response_class=EventStreamResponse)
+@router.get("/{build_id}/events", response_class=EventStreamResponse, responses=NOT_FOUND)
 async def build_events(
     build_id: uuid.UUID,
     services: ServicesDep,

@@ -2,18 +2,36 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
 
 from api.deps import PrincipalDep, Services, ServicesDep
-from api.openapi import COMMON_ERRORS
+from api.openapi import COMMON_ERRORS, problem
 from api.problems import Problem
-from api.routes.keys import AdminDep
 from api.schemas import BuildRequested, ToolBuildOut, ToolOut
+from runyard.auth import Principal
 from runyard.builds.context import BuildRef
 from runyard.submit import BuildUnavailable, pinned_build_ref
 from runyard.tools import ToolSpec
 
 router = APIRouter(prefix="/v1/tools", tags=["tools"], responses=COMMON_ERRORS)
+
+
+async def admin_principal(principal: PrincipalDep) -> Principal:
+    """The caller, if it holds an admin key; 403 otherwise."""
+    if not principal.admin:
+        raise Problem(403, "forbidden", "building tools needs an admin key")
+    return principal
+
+
+AdminDep = Annotated[Principal, Depends(admin_principal)]
+BUILD_ERRORS = {
+    403: problem("Only an admin key may ask for builds"),
+    404: problem("No tool of that name"),
+    409: problem("The tool's source cannot be used (missing, too large, a link in it)"),
+    422: problem("The tool names an image: nothing to build"),
+}
 
 # How recently a worker must have been seen for its engine to get a build asked ahead of runs.
 LIVE_WORKER_SECONDS = 60.0
@@ -67,7 +85,7 @@ def list_tools(services: ServicesDep, principal: PrincipalDep) -> list[ToolOut]:
     return out
 
 
-@router.post("/{name}/build", status_code=202)
+@router.post("/{name}/build", status_code=202, responses=BUILD_ERRORS)
 def build_tool(
     name: str,
     services: ServicesDep,

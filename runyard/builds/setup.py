@@ -13,7 +13,8 @@ from runyard.tools import ToolRegistry
 def with_builds(registry: ToolRegistry, builds: BuildQueue, settings: Settings) -> ToolRegistry:
     """The registry whose built tools resolve from their context on disk, each new digest's
     source kept in the database (so a worker anywhere can build it)."""
-    if registry.base_dir is None or registry.builds is not None:
+    # (A test may hand in a stand-in that is no ToolRegistry.)
+    if not isinstance(registry, ToolRegistry) or registry.base_dir is None or registry.builds:
         return registry
     resolver = DiskBuildResolver(
         registry.base_dir,
