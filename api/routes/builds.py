@@ -6,7 +6,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import anyio
 from fastapi import APIRouter, Header, Query
@@ -39,7 +39,7 @@ def list_builds(
     return [BuildOut(**view.public()) for view in views]
 
 
-NOT_FOUND = {404: problem("No build of that id")}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: problem("No build of that id")}
 
 
 @router.get("/{build_id}", responses=NOT_FOUND)

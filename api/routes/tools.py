@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 
@@ -26,7 +26,7 @@ async def admin_principal(principal: PrincipalDep) -> Principal:
 
 
 AdminDep = Annotated[Principal, Depends(admin_principal)]
-BUILD_ERRORS = {
+BUILD_ERRORS: dict[int | str, dict[str, Any]] = {
     403: problem("Only an admin key may ask for builds"),
     404: problem("No tool of that name"),
     409: problem("The tool's source cannot be used (missing, too large, a link in it)"),
