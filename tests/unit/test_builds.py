@@ -74,7 +74,7 @@ def _context(root: Path) -> Path:
 def test_read_context__refuses_links_a_missing_dockerfile_and_too_much(tmp_path: Path):
     ctx = _context(tmp_path)
     assert [f.path for f in read_context(ctx, "Dockerfile", 1000)] == ["Dockerfile", "sub/a.txt"]
-    with pytest.raises(ContextProblem, match="has no Dockerfile.other"):
+    with pytest.raises(ContextProblem, match=r"has no Dockerfile\.other"):
         read_context(ctx, "Dockerfile.other", 1000)
     with pytest.raises(ContextProblem, match="more than 10 bytes"):
         read_context(ctx, "Dockerfile", 10)
