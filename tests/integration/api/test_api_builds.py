@@ -132,3 +132,31 @@ def test_cli__build_and_builds(database_url: str, engine: Engine, tools_dir: Pat
         shown = api.run("builds", build["id"])
         assert "ready" in shown.stdout
     assert datetime.now(UTC)  # the server stopped cleanly
+
+
+def test_dashboard__builds_page_shows_status_per_engine_and_a_builds_log(
+    database_url: str, engine: Engine, tools_dir: Path
+):
+    registry = load_registry(tools_dir / "tools.toml", Settings(database_url="unused"))
+    app = make_app(database_url, engine, registry)
+    live_worker(engine, "engine-a")
+    with TestClient(app, follow_redirects=False) as client:
+        key = create_api_key(engine, "ops", admin=True)
+        logged = client.post("/ui/login", data={"api_key": key, "next": "/ui/runs"})
+        assert logged.status_code == 303
+        empty = client.get("/ui/builds").text
+        assert "numstats" in empty and "not built yet" in empty
+        client.post("/v1/tools/numstats/build", headers={"Authorization": f"Bearer {key}"})
+        builds = BuildQueue(engine)
+        held = builds.claim(worker_id="w", engine_id="engine-a", lease_seconds=30)
+        assert held is not None
+        builds.append_log(held.build_id, held.lease_token, "Step 2/3 : COPY numstats.sh\n")
+        listing = client.get("/ui/builds").text
+        assert "b-building" in listing and f"/ui/builds/{held.build_id}" in listing
+        running = client.get(f"/ui/builds/{held.build_id}").text
+        assert 'http-equiv="refresh"' in running and "Step 2/3 : COPY numstats.sh" in running
+        builds.failed(held.build_id, held.lease_token, "build of x failed: exit 1")
+        ended = client.get(f"/ui/builds/{held.build_id}").text
+        assert 'http-equiv="refresh"' not in ended and "build of x failed: exit 1" in ended
+        assert client.get(f"/ui/builds/{uuid.uuid4()}").status_code == 404
+        assert "Built from" in client.get("/ui/tools").text
