@@ -287,6 +287,9 @@ class ClaimFigures:
     plan: list[tuple[object, ...]] = field(default_factory=list)
     plan_buffers: int = 0
     plan_ms: float = 0.0
+    chained_plan: list[tuple[object, ...]] = field(default_factory=list)
+    chained_buffers: int = 0
+    chained_plan_ms: float = 0.0
 
 
 def _write_dependents(url: str, count: int, blocked: bool) -> None:
@@ -319,10 +322,10 @@ def _write_dependents(url: str, count: int, blocked: bool) -> None:
 
 
 def _measure_claims(url: str, figures: ClaimFigures, claims: int, dl: Deadline) -> None:
-    """Enqueue ready runs, time claims and finalize+claims, and explain one claim."""
-    import psycopg
+    """Enqueue ready runs, time claims and finalize+claims, and explain both statements."""
 
     from runyard.queue import JobQueue
+    from runyard.queue.values import outcome_params
 
     warm = 10  # the first ones warm the pool and the plans
     engine = _engine(url)
@@ -362,21 +365,46 @@ def _measure_claims(url: str, figures: ClaimFigures, claims: int, dl: Deadline) 
         "queue": QUEUE,
         "now": None,
     }
+    explained = _explain(url, claim_sql, params)
+    figures.plan, figures.plan_buffers, figures.plan_ms = explained
+    # FINALIZE_AND_CLAIM of a job claimed for the purpose (rolled back, then finalized).
+    engine = _engine(url)
+    try:
+        queue = JobQueue(engine)
+        job = _claim_one(queue)
+        both = {
+            **params,
+            **outcome_params(_succeeded()),
+            "job_id": job.job_id,
+            "token": job.lease_token,
+        }
+        chained = _explain(url, psycopg_sql(queue_statement("FINALIZE_AND_CLAIM")), both)
+        figures.chained_plan, figures.chained_buffers, figures.chained_plan_ms = chained
+        queue.finalize(job.job_id, job.lease_token, _succeeded())
+    finally:
+        engine.dispose()
+    _drain(url)
+
+
+def _explain(
+    url: str, sql: str, params: dict[str, Any]
+) -> tuple[list[tuple[object, ...]], int, float]:
+    """EXPLAIN (ANALYZE, BUFFERS) of a statement, rolled back: its scans, buffers, ms."""
+    import psycopg
+
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("BEGIN")
         explained = conn.execute(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + claim_sql, params
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params
         ).fetchone()
         conn.execute("ROLLBACK")
-    _drain(url)
     assert explained is not None
     document = explained[0] if isinstance(explained[0], list) else json.loads(explained[0])
     top = document[0]
-    figures.plan = _scans(top["Plan"])
-    figures.plan_buffers = int(top["Plan"].get("Shared Hit Blocks", 0)) + int(
+    buffers = int(top["Plan"].get("Shared Hit Blocks", 0)) + int(
         top["Plan"].get("Shared Read Blocks", 0)
     )
-    figures.plan_ms = float(top["Execution Time"])
+    return _scans(top["Plan"]), buffers, float(top["Execution Time"])
 
 
 def _scans(plan: dict[str, Any], where: str = "") -> list[tuple[object, ...]]:
@@ -456,18 +484,23 @@ def part_blocked(
         )
     out(table(["statement", "none p50", "none p90", "blocked p50", "blocked p90", "ratio"], rows))
     for figures in (none, some):
-        out("")
-        out(
-            f"EXPLAIN (ANALYZE, BUFFERS) of CLAIM, {figures.label} (last round): "
-            f"{figures.plan_buffers} buffers in all, {figures.plan_ms:.3f} ms; "
-            "its scans of tool_runs and tool_run_jobs:"
-        )
-        out(
-            table(
-                ["CTE", "table", "node", "index", "rows", "removed", "loops", "buffers"],
-                figures.plan,
+        for name, plan, buffers, ms in (
+            ("CLAIM", figures.plan, figures.plan_buffers, figures.plan_ms),
+            (
+                "FINALIZE_AND_CLAIM",
+                figures.chained_plan,
+                figures.chained_buffers,
+                figures.chained_plan_ms,
+            ),
+        ):
+            out("")
+            out(
+                f"EXPLAIN (ANALYZE, BUFFERS) of {name}, {figures.label} (last round): "
+                f"{buffers} buffers in all, {ms:.3f} ms; its scans of tool_runs and "
+                "tool_run_jobs:"
             )
-        )
+            headers = ["CTE", "table", "node", "index", "rows", "removed", "loops", "buffers"]
+            out(table(headers, plan))
     for what, without, with_blocked in (
         ("claim", none.claim_ms, some.claim_ms),
         ("finalize_and_claim", none.finalize_claim_ms, some.finalize_claim_ms),
@@ -480,11 +513,12 @@ def part_blocked(
                 abs(ratio - 1) <= TOLERANCE,
             )
         )
-    seq_scans = sum(1 for r in some.plan if r[2] == "Seq Scan")
-    most = max((int(str(r[4])) + int(str(r[5])) for r in some.plan), default=0)
+    scans = some.plan + some.chained_plan
+    seq_scans = sum(1 for r in scans if r[2] == "Seq Scan")
+    most = max((int(str(r[4])) + int(str(r[5])) for r in scans), default=0)
     results.verdicts.append(
         Verdict(
-            "claim's plan reads no blocked row",
+            "the plans of CLAIM and FINALIZE_AND_CLAIM read no blocked row",
             f"at most {most} rows read by any scan, {seq_scans} sequential scans; "
             f"buffers {some.plan_buffers} (none blocked: {none.plan_buffers})",
             seq_scans == 0 and most < 100,
