@@ -93,14 +93,20 @@ function focusPlace(root) {
 function liveBatch(panel) {
   // Re-fetch the batch's fragment (graph, counts, runs) until the batch ends; the server
   // answers 304 while it is what the page shows, so a big batch costs little when idle.
+  const summary = () => panel.querySelector("#batch-summary");
+  if (summary() && summary().dataset.terminal === "true") return;  // it has ended
   let etag = panel.dataset.etag || "";
   let busy = false;
   const pause = pauseToggle();
   const announce = document.getElementById("live-status");
-  const summary = () => panel.querySelector("#batch-summary");
+  const toggle = document.getElementById("pause-updates");
   async function tick() {
     const shown = summary();
-    if (shown && shown.dataset.terminal === "true") return;
+    if (shown && shown.dataset.terminal === "true") {
+      if (toggle) toggle.hidden = true;  // nothing left to follow
+      clearInterval(timer);
+      return;
+    }
     if (busy || pause.paused || document.hidden) return;
     const focused = focusPlace(panel);
     if (focused === undefined) return;  // never pull the rug from under a keyboard user
@@ -140,7 +146,7 @@ function liveBatch(panel) {
       busy = false;
     }
   }
-  setInterval(tick, Number(panel.dataset.interval || "2000"));
+  const timer = setInterval(tick, Number(panel.dataset.interval || "2000"));
 }
 
 function liveRunPage(page) {

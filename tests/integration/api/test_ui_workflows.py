@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
 from runyard.auth import create_api_key
+from runyard.dashboard_workflows import batch_summaries, scheduled_runs
 from runyard.models import RunStatus
 from runyard.queue import JobQueue
 from runyard.runner import AttemptResult, ErrorCode
@@ -332,3 +333,81 @@ def test_scheduled__a_queued_run_with_a_future_run_at_says_so(
     past = ui.get(f"/ui/runs/{scheduled['id']}").text
     assert "<dt>Run at</dt>" in past and "tag scheduled" not in past
     assert "scheduled" not in row(ui.get("/ui/runs").text, scheduled["id"])
+
+
+def test_batch_summaries__latest_runs_counted_with_the_batch_status(
+    ui: TestClient, engine: Engine, queue: JobQueue
+):
+    cancelled = submit_batch(ui, engine, "acme", PIPELINE)
+    ui.post(f"/v1/batches/{cancelled['id']}/cancel", headers=bearer(engine, "acme"))
+    retried = submit_batch(
+        ui,
+        engine,
+        "acme",
+        [
+            {"ref": "ok", "tool": "echo"},
+            {"ref": "flaky", "tool": "echo"},
+            {"ref": "after", "tool": "echo", "depends_on": ["ok", "flaky"]},
+        ],
+    )
+    finish(queue, failing={retried["run_ids"]["flaky"]})
+    [failed] = batch_summaries(engine, "acme", limit=1)
+    assert (failed.id, failed.status) == (uuid.UUID(retried["id"]), "failed")
+    assert failed.counts == {"succeeded": 1, "failed": 2} and failed.finished == 3
+    assert ui.post(f"/v1/batches/{retried['id']}/retry", headers=bearer(engine, "acme")).is_success
+    theirs = submit_batch(ui, engine, "globex", [{"ref": "x", "tool": "echo"}])
+
+    mine = batch_summaries(engine, "acme", limit=10)
+    assert [str(s.id) for s in mine] == [retried["id"], cancelled["id"]]
+    # Five runs in the retried batch, three refs: only each ref's latest run counts.
+    assert (mine[0].status, mine[0].counts, mine[0].size) == (
+        "running",
+        {"succeeded": 1, "queued": 2},
+        3,
+    )
+    assert (mine[1].status, mine[1].counts) == ("cancelled", {"cancelled": 3})
+    everyone = batch_summaries(engine, None, limit=10)
+    assert [str(s.id) for s in everyone] == [theirs["id"], retried["id"], cancelled["id"]]
+    assert everyone[0].tenant == "globex"
+    after_first = batch_summaries(
+        engine, None, limit=10, before=(everyone[0].created_at, everyone[0].id)
+    )
+    assert [s.id for s in after_first] == [s.id for s in everyone[1:]]
+
+
+def test_scheduled_runs__queued_with_run_at_after_now(ui: TestClient, engine: Engine):
+    headers = bearer(engine, "acme")
+    start = datetime.now(UTC) + timedelta(hours=1)
+    later = ui.post(
+        "/v1/runs", json={"tool": "echo", "run_at": start.isoformat()}, headers=headers
+    ).json()
+    plain = ui.post("/v1/runs", json={"tool": "echo"}, headers=headers).json()
+    ids = [uuid.UUID(later["id"]), uuid.UUID(plain["id"])]
+    assert scheduled_runs(engine, ids) == {ids[0]}
+    assert scheduled_runs(engine, ids, now=start - timedelta(seconds=1)) == {ids[0]}
+    assert scheduled_runs(engine, ids, now=start) == set()
+    assert scheduled_runs(engine, []) == set()
+    ui.post(f"/v1/runs/{later['id']}/cancel", headers=headers)
+    assert scheduled_runs(engine, ids) == set()  # cancelled, no longer queued
+
+
+def test_batch_page__marks_scheduled_runs(ui: TestClient, engine: Engine):
+    start = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    batch = submit_batch(
+        ui,
+        engine,
+        "acme",
+        [{"ref": "now", "tool": "echo"}, {"ref": "later", "tool": "echo", "run_at": start}],
+    )
+    log_in(ui, create_api_key(engine, "acme"))
+    page = ui.get(f"/ui/batches/{batch['id']}").text
+    later_row = re.search(r'<tr id="ref-later"(.*?)</tr>', page, re.S)
+    now_row = re.search(r'<tr id="ref-now"(.*?)</tr>', page, re.S)
+    assert later_row is not None and now_row is not None
+    assert 'class="tag scheduled"' in later_row.group(1)
+    assert "scheduled" not in now_row.group(1)
+    nodes = nodes_of(page)
+    assert "scheduled" in str(nodes["later"].findtext(f"{SVG}title"))
+    assert "scheduled" in "".join(nodes["later"].itertext())
+    assert "scheduled" not in "".join(nodes["now"].itertext())
+    assert "1 waiting for their" in page
