@@ -78,7 +78,8 @@ def batch_graph(
         'xmlns="http://www.w3.org/2000/svg">',
         f'<title id="{graph_id}-t">Dependency graph of the batch</title>',
         f'<desc id="{graph_id}-d">{len(shown)} runs in {drawn.layers} layers, dependencies '
-        "on the left; each run links to its page</desc>",
+        "on the left; each run links to its page"
+        f"{f' (the first {limit} of {len(runs)})' if len(runs) > limit else ''}</desc>",
         f'<defs><marker id="{graph_id}-arrow" viewBox="0 0 8 8" refX="8" refY="4" '
         'markerWidth="8" markerHeight="8" orient="auto-start-reverse">'
         '<path class="arrowhead" d="M0,0 L8,4 L0,8 z"/></marker></defs>',

@@ -214,6 +214,7 @@ def test_batch_graph__draws_at_most_the_limit():
     root = ET.fromstring(str(batch_graph(runs, limit=10)))
     refs = [node.get("data-ref") for node in root.iter(f"{SVG}a")]
     assert refs == [f"#{i}" for i in range(10)]
+    assert "(the first 10 of 30)" in str(root.findtext(f"{SVG}desc"))
 
 
 def test_ref_link__default_refs_are_escaped_in_the_fragment():
