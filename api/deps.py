@@ -12,6 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 
 from api.problems import Problem
+from runyard.artifacts.reads import ArtifactReads
 from runyard.auth import Principal, PrincipalCache, authenticate
 from runyard.batches import Batches
 from runyard.notify import RunNotifier
@@ -42,6 +43,8 @@ class Services:
     submissions: Submissions
     # Batches (runyard.batches): queue mode only.
     batches: Batches
+    # The read side of runs' artifacts (its ``store`` is the one writers use).
+    artifacts: ArtifactReads
     # Sync mode only: the inline executor, whose slots have threads of their own.
     sync: SyncExecutor | None = None
     open_streams: int = 0

@@ -18,8 +18,12 @@ from api.docs_pages import install_docs
 from api.guard import RequestGuard
 from api.openapi import install_openapi
 from api.problems import install_problem_handlers
+from api.routes import artifacts as artifact_routes
 from api.routes import batches, events, health, keys, metrics, run_delete, runs, tools, webhooks
 from api.ui.install import install_ui
+from runyard.artifacts.factory import store_from_settings
+from runyard.artifacts.reads import ArtifactReads
+from runyard.artifacts.store import ArtifactStore
 from runyard.batches import Batches
 from runyard.chores import Chore, Chores
 from runyard.db import DbTimeouts, make_engine
@@ -61,6 +65,7 @@ def _start_sync_mode(
     runner: Runner | None,
     own_engine: bool,
     timeouts: DbTimeouts,
+    artifacts: ArtifactStore,
 ) -> tuple[SyncExecutor, list[Engine], list[Chore]]:
     """Sync mode (``RUNYARD_QUEUE_ENABLED=false``): the inline executor, its lease renewals
     (on a small pool of its own unless the engine was injected), and its chores: adopting the
@@ -82,6 +87,7 @@ def _start_sync_mode(
         lease_seconds=settings.lease_seconds,
         heartbeat_queue=heartbeat_queue,
         registry=WorkerRegistry(queue.engine),
+        artifacts=artifacts,
     )
     sweeper = Sweeper(queue.engine, sync_runner, grace_seconds=settings.sweep_grace_seconds)
     sync.start()
@@ -100,7 +106,11 @@ def _start_sync_mode(
 
 
 def _start_upkeep(
-    settings: Settings, queue: ApiQueue, own_engine: bool, timeouts: DbTimeouts
+    settings: Settings,
+    queue: ApiQueue,
+    own_engine: bool,
+    timeouts: DbTimeouts,
+    artifacts: ArtifactStore,
 ) -> tuple[Upkeep, list[Engine]]:
     """Sync mode: retention and webhook delivery in this process (no reaper needed for them);
     deliveries on a small pool of their own unless the engine was injected."""
@@ -119,6 +129,7 @@ def _start_upkeep(
         retention_seconds=retention_seconds(settings.retention_days),
         batch_size=settings.reaper_batch_size,
         interval_seconds=settings.reaper_interval_seconds,
+        artifacts=artifacts,
     )
     upkeep.start()
     return upkeep, [engine] if own_engine else []
@@ -170,8 +181,11 @@ def create_app(
             tenant_max_running=settings.tenant_max_running,
         )
         sync: SyncExecutor | None = None
+        artifacts = store_from_settings(settings, db)
         if not settings.queue_enabled:
-            sync, engines_, chores = _start_sync_mode(settings, queue, runner, own_engine, timeouts)
+            sync, engines_, chores = _start_sync_mode(
+                settings, queue, runner, own_engine, timeouts, artifacts
+            )
             engines += engines_
             notifier.add_listener(sync.on_notification)
         limits = WaitLimits(settings.max_wait_seconds, settings.events_poll_seconds)
@@ -187,13 +201,14 @@ def create_app(
             submissions=Submissions(queue, tools, caps, notifier, sync=sync, limits=limits),
             batches=Batches(queue, tools, caps, queue_mode=sync is None),
             sync=sync,
+            artifacts=ArtifactReads(db, artifacts),
         )
         app.state.services = services
         background = Chores(chores, thread_name="runyard-sync-chores")
         background.start()
         upkeep: Upkeep | None = None
         if not settings.queue_enabled:
-            upkeep, upkeep_engines = _start_upkeep(settings, queue, own_engine, timeouts)
+            upkeep, upkeep_engines = _start_upkeep(settings, queue, own_engine, timeouts, artifacts)
             engines += upkeep_engines
         listening = asyncio.create_task(notifier.run(), name="runyard-listen")
         try:
@@ -232,6 +247,7 @@ def create_app(
     app.include_router(tools.router)
     app.include_router(keys.router)
     app.include_router(run_delete.router)
+    app.include_router(artifact_routes.router)
     app.include_router(webhooks.router)
     app.include_router(batches.router)
     if settings.ui_enabled:

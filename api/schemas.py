@@ -286,3 +286,44 @@ class KeyCreated(KeyOut):
     )
 
     key: str = Field(description="Send as 'Authorization: Bearer <key>'; shown only once")
+
+
+class ArtifactOut(BaseModel):
+    """One file a run's tool left under /runyard/out."""
+
+    path: str = Field(description="Relative POSIX path under /runyard/out")
+    size: int = Field(description="Bytes")
+    sha256: str = Field(description="SHA-256 of the content, hex (also the download's ETag)")
+    url: str = Field(description="Where to download it (the path percent-encoded)")
+
+
+class ArtifactList(BaseModel):
+    """A terminal run's artifacts, by path."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "run_id": RUN_EXAMPLE["id"],
+                    "count": 1,
+                    "total_bytes": 12,
+                    "tar_url": f"/v1/runs/{RUN_EXAMPLE['id']}/artifacts.tar",
+                    "artifacts": [
+                        {
+                            "path": "reports/summary.txt",
+                            "size": 12,
+                            "sha256": "a948904f2f0f479b8f8197694b30184b"
+                            "0d2ed1c1cd2a1ec0fb85d299a192a447",
+                            "url": f"/v1/runs/{RUN_EXAMPLE['id']}/artifacts/reports/summary.txt",
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+
+    run_id: str
+    count: int
+    total_bytes: int
+    tar_url: str
+    artifacts: list[ArtifactOut]

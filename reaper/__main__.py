@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from reaper.service import Reaper, ReaperConfig
+from runyard.artifacts.factory import store_from_settings
 from runyard.db import DbTimeouts, make_engine
 from runyard.logs import configure
 from runyard.metrics import Metrics
@@ -45,7 +46,7 @@ def build_reaper(settings: Settings, metrics: Metrics | None = None) -> Reaper:
     metrics = metrics or Metrics()
     if settings.reaper_metrics_port:
         metrics.serve(settings.reaper_metrics_port, settings.metrics_host)
-    return Reaper(queue, config, metrics=metrics)
+    return Reaper(queue, config, metrics=metrics, artifacts=store_from_settings(settings, engine))
 
 
 def build_deliverer(settings: Settings, metrics: Metrics | None = None) -> WebhookDeliverer:

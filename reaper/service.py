@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from runyard.adoption import AdoptionFacts, decide
+from runyard.artifacts.store import ArtifactStore
 from runyard.metrics import Metrics
 from runyard.models import RunStatus
 from runyard.queue import JobQueue, OrphanedJob
@@ -45,8 +46,11 @@ class Reaper:
         queue: JobQueue,
         config: ReaperConfig,
         metrics: Metrics | None = None,
+        artifacts: ArtifactStore | None = None,
     ) -> None:
         self._queue = queue
+        # Retention removes deleted runs' artifacts from it too (a local directory's files).
+        self._artifacts = artifacts
         self._metrics = metrics or Metrics()
         self._config = config
         self._stop = threading.Event()
@@ -129,6 +133,7 @@ class Reaper:
             retention_seconds=self._config.retention_seconds,
             batch=self._config.batch_size,
             now=now,
+            artifacts=self._artifacts,
         )
 
     def run_forever(self) -> None:

@@ -36,6 +36,7 @@ from runyard.cli_common import (
     say,
 )
 from runyard.cli_workflows import add_workflow_commands
+from runyard.client.artifacts import download_all
 from runyard.client.http import ClientError, follow_logs
 from runyard.client.spinner import Spinner
 from runyard.settings import Settings
@@ -224,6 +225,20 @@ def _rm(args: argparse.Namespace) -> int:
     return 0
 
 
+def _artifacts(args: argparse.Namespace) -> int:
+    """Without --out, the list; with it, every file downloaded into DIR."""
+    client = client_for(args)
+    if args.out is None:
+        listing = client.artifacts(args.run_id)
+        rows = [f"{a['size']:>12}  {a['sha256'][:12]}  {a['path']}" for a in listing["artifacts"]]
+        emit(args, listing, "\n".join(rows) if rows else "(no artifacts)")
+        return EXIT_OK
+    files = download_all(client, args.run_id, Path(args.out))
+    total = sum(int(a["size"]) for a in files)
+    emit(args, files, f"downloaded {len(files)} files ({total} bytes) into {args.out}")
+    return EXIT_OK
+
+
 def _webhook_set(args: argparse.Namespace) -> int:
     """stdout: the tenant's settings; the new secret, when one was made, is shown this once."""
     settings = client_for(args).set_webhook(
@@ -374,6 +389,16 @@ def _add_client_commands(sub: Any) -> None:
     )
     rm.add_argument("run_ids", nargs="+", metavar="run_id")
     rm.set_defaults(func=_rm)
+    artifacts = sub.add_parser(
+        "artifacts",
+        parents=[common],
+        help="list a finished run's artifacts, or download them all (--out DIR)",
+    )
+    artifacts.add_argument("run_id")
+    artifacts.add_argument(
+        "--out", metavar="DIR", help="download every artifact into DIR, keeping subdirectories"
+    )
+    artifacts.set_defaults(func=_artifacts)
     _add_webhook_commands(sub, common)
     add_workflow_commands(sub, common)
 

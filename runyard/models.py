@@ -19,6 +19,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     SmallInteger,
     Text,
@@ -146,6 +147,8 @@ class ToolRun(Base):
     error: Mapped[str | None] = mapped_column(Text)
     idempotency_key: Mapped[str | None] = mapped_column(Text)
     request_hash: Mapped[str | None] = mapped_column(Text)
+    # The artifact set its finalize published (runyard.artifacts); NULL: none kept.
+    artifact_set: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
     # Workflows (docs/workflows.md): the batch and its name for the run in it, the run this
     # one re-runs, when it may start, and whether any run depends on it.
     batch_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True), ForeignKey("batches.id"))
@@ -377,3 +380,33 @@ class WebhookDelivery(Base):
     last_status_code: Mapped[int | None] = mapped_column(Integer)
     last_error: Mapped[str | None] = mapped_column(Text)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class RunArtifact(Base):
+    """One file of one artifact set of a run (``runyard.artifacts.postgres``)."""
+
+    __tablename__ = "run_artifacts"
+    __table_args__ = (CheckConstraint("size >= 0", name="size_not_negative"),)
+
+    run_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("tool_runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    set_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    path: Mapped[str] = mapped_column(Text, primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(Text)
+    chunk_size: Mapped[int] = mapped_column(Integer)
+
+
+class RunArtifactChunk(Base):
+    """About a MiB of one artifact file's content; ``seq`` counts from 0."""
+
+    __tablename__ = "run_artifact_chunks"
+
+    run_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("tool_runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    set_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    path: Mapped[str] = mapped_column(Text, primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    data: Mapped[bytes] = mapped_column(LargeBinary)

@@ -12,6 +12,7 @@ import psycopg.errors
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import OperationalError
 
+from runyard.artifacts.store import ArtifactStore
 from runyard.db import autocommit
 from runyard.models import TERMINAL_STATUSES
 from runyard.queue import JobQueue
@@ -48,8 +49,14 @@ class Deleted(enum.Enum):
     NOT_FOUND = "not_found"
 
 
-def delete_run(engine: Engine, run_id: uuid.UUID, tenant: str | None) -> tuple[Deleted, str | None]:
-    """Delete a terminal run the tenant may see; the outcome and the run's status."""
+def delete_run(
+    engine: Engine,
+    run_id: uuid.UUID,
+    tenant: str | None,
+    artifacts: ArtifactStore | None = None,
+) -> tuple[Deleted, str | None]:
+    """Delete a terminal run the tenant may see, and its artifacts; the outcome and the
+    run's status."""
     row = autocommit(engine, DELETE_RUN, {"id": run_id, "tenant": tenant})[0]
     if row.status is None:
         return Deleted.NOT_FOUND, None
@@ -58,6 +65,7 @@ def delete_run(engine: Engine, run_id: uuid.UUID, tenant: str | None) -> tuple[D
             return Deleted.NOT_FOUND, None  # deleted by someone else meanwhile
         return Deleted.NOT_TERMINAL, str(row.status)
     logger.info("run deleted", extra={"run_id": str(run_id)})
+    _forget(artifacts, [run_id])
     return Deleted.DELETED, str(row.status)
 
 
@@ -67,7 +75,12 @@ def retention_seconds(days: float) -> float | None:
 
 
 def prune_expired(
-    queue: JobQueue, *, retention_seconds: float | None, batch: int, now: datetime | None = None
+    queue: JobQueue,
+    *,
+    retention_seconds: float | None,
+    batch: int,
+    now: datetime | None = None,
+    artifacts: ArtifactStore | None = None,
 ) -> int:
     """Delete expired runs batch by batch until a batch comes back short; how many went.
 
@@ -79,14 +92,28 @@ def prune_expired(
     total = 0
     while True:
         try:
-            deleted = queue.prune(retention_seconds=retention_seconds, batch=batch, now=now)
+            deleted_ids = queue.prune_runs(
+                retention_seconds=retention_seconds, batch=batch, now=now
+            )
         except OperationalError as exc:
             if batch == 1 or not isinstance(exc.orig, psycopg.errors.QueryCanceled):
                 raise
             batch = max(1, batch // 2)
             logger.warning("prune ran past the statement timeout", extra={"batch": batch})
             continue
-        total += deleted
-        if deleted < batch:
+        _forget(artifacts, deleted_ids)
+        total += len(deleted_ids)
+        if len(deleted_ids) < batch:
             queue.prune_batches(retention_seconds=retention_seconds, batch=batch, now=now)
             return total
+
+
+def _forget(artifacts: ArtifactStore | None, run_ids: list[uuid.UUID]) -> None:
+    """Drop what a store keeps outside the database for deleted runs (their rows in Postgres
+    went with the runs). After the delete's commit: a crash between leaves only files."""
+    if artifacts is None or not run_ids:
+        return
+    try:
+        artifacts.forget(run_ids)
+    except OSError:
+        logger.warning("could not remove the artifacts of deleted runs", exc_info=True)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from runyard.artifacts.store import ArtifactStore
 from runyard.models import RunStatus
 
 
@@ -31,6 +32,10 @@ class ErrorCode(enum.StrEnum):
     IDLE_TIMEOUT = "idle_timeout"
     SECRET_UNAVAILABLE = "secret_unavailable"
     ENGINE_UNSUPPORTED = "engine_unsupported"
+    # Written by the database when a run it depends on ends without success (migration 0011).
+    DEPENDENCY_FAILED = "dependency_failed"
+    INVALID_ARTIFACT = "invalid_artifact"
+    ARTIFACTS_LIMIT = "artifacts_limit_exceeded"
 
 
 class ContainerState(enum.StrEnum):
@@ -53,6 +58,8 @@ class AttemptSpec:
     deadline_at: datetime
     # What the runs it depends on returned, by run id (docs/runner-contract.md, deps.json).
     deps: dict[str, Any] | None = None
+    # Their published artifact sets, by run id: copied to /runyard/deps/<run id>/.
+    dep_artifacts: dict[str, uuid.UUID] | None = None
 
     def files(self) -> dict[str, bytes]:
         """The files the tool finds in /runyard: ``input.json``, and ``deps.json`` if any."""
@@ -86,6 +93,8 @@ class AttemptResult:
     error_code: str | None = None
     error: str | None = None
     image_digest: str | None = None
+    # The artifact set collected for this outcome; finalizing the outcome publishes it.
+    artifact_set: uuid.UUID | None = None
 
 
 class LogSink(Protocol):
@@ -120,6 +129,8 @@ class AttemptControl:
     # Set when the lease is lost or the worker hands over: stop waiting, touch nothing.
     abandon: threading.Event = field(default_factory=threading.Event)
     logs: LogSink | None = None
+    # Where the exited attempt's files under /runyard/out go; None: they are not kept.
+    artifacts: ArtifactStore | None = None
     # Asked right before the container is created and before it is started: False means
     # this process no longer holds the attempt's lease, so it must not touch the engine.
     still_owner: Callable[[], bool] = _always_owner

@@ -99,6 +99,11 @@ class Settings(BaseSettings):
     # A directory on the engine's host for the attempts' /runyard (workers beside the engine,
     # as root): inputs are written there instead of uploaded. Empty: upload them.
     host_workdir_root: str = ""
+    # Artifacts (files a tool leaves under /runyard/out): kept in Postgres unless this names
+    # an absolute directory every worker and API host sees at the same path.
+    artifacts_dir: str = ""
+    # The most a tool's ``artifacts_max_mb`` may be.
+    max_artifacts_mb: int = Field(default=1024, ge=1)
 
     # Completion webhooks (runyard.webhooks): retried with a doubling backoff from base to max
     # for up to retry_hours after the run ended; each attempt has timeout_seconds in all.

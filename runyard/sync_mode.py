@@ -25,6 +25,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from runyard.adoption import Action, AdoptionFacts, decide
+from runyard.artifacts.publish import drop_unpublished
+from runyard.artifacts.store import ArtifactStore
 from runyard.db_errors import Failure, classify, describe
 from runyard.fallbacks import CANCELLED_BEFORE_START, crashed_outcome, unstorable_outcomes
 from runyard.faults import BEFORE_FINALIZE, crash_point
@@ -79,6 +81,7 @@ class SyncExecutor:
         owner_id: str | None = None,
         heartbeat_queue: ApiQueue | None = None,
         registry: WorkerRegistry | None = None,
+        artifacts: ArtifactStore | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
@@ -87,6 +90,7 @@ class SyncExecutor:
         self._heartbeat_queue = heartbeat_queue or queue
         self._runner = runner
         self._registry = registry
+        self._artifacts = artifacts
         self.max_concurrency = max_concurrency
         self._slots = threading.BoundedSemaphore(max_concurrency)
         self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="runyard-sync")
@@ -247,6 +251,7 @@ class SyncExecutor:
             flight.control.cancel.set()
         control = flight.control
         control.logs = QueueLogSink(self._queue, job)
+        control.artifacts = self._artifacts
         control.still_owner = functools.partial(self._still_owner, flight)
         control.clock = self._db_now
         control.note = functools.partial(self._note, flight)
@@ -371,7 +376,22 @@ class SyncExecutor:
                 continue
             if not owned:
                 logger.warning("lease lost before finalize", extra=self._log(job))
+                drop_unpublished(
+                    self._queue.engine,
+                    self._artifacts,
+                    job.run_id,
+                    outcome.artifact_set,
+                    self._log(job),
+                )
                 return
+            if current.artifact_set != outcome.artifact_set:
+                drop_unpublished(
+                    self._queue.engine,
+                    self._artifacts,
+                    job.run_id,
+                    outcome.artifact_set,
+                    self._log(job),
+                )
             flight.settled = True
             logger.info(
                 "sync run finalized",
@@ -383,6 +403,9 @@ class SyncExecutor:
                 logger.warning("cleanup deferred to the sweep", extra=self._log(job))
             return
         logger.warning("sync outcome not stored; left to adoption", extra=self._log(job))
+        drop_unpublished(
+            self._queue.engine, self._artifacts, job.run_id, outcome.artifact_set, self._log(job)
+        )
         self._give_back(flight, "the outcome could not be stored")
 
     def _give_back(self, flight: Held, why: str) -> None:

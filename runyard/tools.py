@@ -66,6 +66,8 @@ class ToolSpec(BaseModel):
     result_cap_bytes: StrictInt | None = Field(default=None, ge=1024)
     result_max_depth: StrictInt = Field(default=DEFAULT_MAX_DEPTH, ge=1, le=MAX_STORED_DEPTH)
     disk_mb: StrictInt = Field(default=1024, ge=1)
+    # The most the files left under /runyard/out may hold in all (runyard.artifacts.rules).
+    artifacts_max_mb: StrictInt = Field(default=100, ge=1)
     idle_timeout_seconds: StrictInt | None = Field(default=None, ge=2)
     input_schema: dict[str, Any] | None = None
 
@@ -114,6 +116,8 @@ def _check_against_maxima(tool: ToolSpec, settings: Settings) -> list[str]:
             problems.append(f"max_{limit} {most} < {limit} {getattr(tool, limit)}")
         if most > getattr(settings, f"max_{limit}"):
             problems.append(f"max_{limit} {most} > {getattr(settings, f'max_{limit}')}")
+    if tool.artifacts_max_mb > settings.max_artifacts_mb:
+        problems.append(f"artifacts_max_mb {tool.artifacts_max_mb} > {settings.max_artifacts_mb}")
     if tool.pids_limit > settings.max_pids:
         problems.append(f"pids_limit {tool.pids_limit} > {settings.max_pids}")
     if not _NUMERIC_USER.fullmatch(tool.user):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+from runyard.artifacts.store import ArtifactStore
 from runyard.chores import Chore, Chores
 from runyard.queue import JobQueue
 from runyard.retention import prune_expired
@@ -25,11 +26,17 @@ class Upkeep:
         retention_seconds: float | None,
         batch_size: int,
         interval_seconds: float,
+        artifacts: ArtifactStore | None = None,
     ) -> None:
         self._deliverer = deliverer
 
         def prune() -> int:
-            return prune_expired(queue, retention_seconds=retention_seconds, batch=batch_size)
+            return prune_expired(
+                queue,
+                retention_seconds=retention_seconds,
+                batch=batch_size,
+                artifacts=artifacts,
+            )
 
         self._chores = Chores(
             [Chore("retention", interval_seconds, prune)], thread_name="runyard-retention"

@@ -14,6 +14,7 @@ from types import FrameType
 
 from sqlalchemy import Engine
 
+from runyard.artifacts.factory import store_from_settings
 from runyard.db import DbTimeouts, make_engine
 from runyard.docker.runner import DockerRunner
 from runyard.logs import configure
@@ -125,7 +126,14 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
     # The worker's row is renewed in the heartbeat round: on the heartbeat's connection, so a
     # busy pool cannot hold a round up.
     return Worker(
-        queue, runner, config, WorkerRegistry(heartbeat_engine), sweeper, heartbeat_queue, metrics
+        queue,
+        runner,
+        config,
+        WorkerRegistry(heartbeat_engine),
+        sweeper,
+        heartbeat_queue,
+        metrics,
+        artifacts=store_from_settings(settings, engine),
     )
 
 

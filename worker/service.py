@@ -18,6 +18,8 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from runyard.adoption import Action, AdoptionFacts, Verdict, decide
+from runyard.artifacts.publish import drop_unpublished
+from runyard.artifacts.store import ArtifactStore
 from runyard.db_errors import Failure, classify, describe
 from runyard.fallbacks import CANCELLED_BEFORE_START, crashed_outcome, unstorable_outcomes
 from runyard.faults import (
@@ -148,8 +150,11 @@ class Worker:
         sweeper: Sweeper | None = None,
         heartbeat_queue: JobQueue | None = None,
         metrics: Metrics | None = None,
+        artifacts: ArtifactStore | None = None,
     ) -> None:
         self._queue = queue
+        # Where attempts keep the files their tools leave under /runyard/out (None: nowhere).
+        self._artifacts = artifacts
         self._metrics = metrics or Metrics()
         self._metrics.slots_total.set(config.concurrency)
         # Heartbeats get their own connection so a busy pool never starves a lease.
@@ -275,6 +280,7 @@ class Worker:
         """
         flight = InFlight(job=job, lease_valid_until=time.monotonic() + self._config.lease_seconds)
         flight.control.logs = QueueLogSink(self._queue, job)
+        flight.control.artifacts = self._artifacts
         if job.cancel_requested:
             flight.control.cancel.set()
         with self._lock:
@@ -798,6 +804,7 @@ class Worker:
             input=job.input,
             deadline_at=job.deadline_at,
             deps=job.deps,
+            dep_artifacts=job.dep_artifacts,
         )
         if job.cancel_requested:
             # Adopted after a cancel: a container a dead owner stopped for it ends cancelled.
@@ -812,6 +819,10 @@ class Worker:
             self._release(flight, str(exc))
             return
         except Exception as exc:
+            if classify(exc) is Failure.TRANSIENT:
+                # The database failed under the artifacts' writes: the next owner collects.
+                self._release(flight, describe(exc), engine=False)
+                return
             logger.error(
                 "the runner crashed; failing the run",
                 exc_info=exc,
@@ -962,6 +973,15 @@ class Worker:
         job = flight.job
         flight.finalizing = True
         committed = self._store(flight, outcome)
+        if committed is None or committed.artifact_set != outcome.artifact_set:
+            # A set no committed outcome names is read by no one: it goes now.
+            drop_unpublished(
+                self._queue.engine,
+                self._artifacts,
+                job.run_id,
+                outcome.artifact_set,
+                self._log(job),
+            )
         if committed is None:
             return
         flight.settled = True

@@ -19,14 +19,16 @@ router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=COMMON_ERRORS)
     status_code=204,
     response_class=Response,
     responses={
-        204: {"description": "Deleted: the run, its job, events and webhook deliveries"},
+        204: {"description": "Deleted: the run, its job, events, artifacts and webhooks"},
         404: problem("No such run, or it belongs to another tenant"),
         409: problem("The run is not terminal yet (cancel it first); `run_status` says"),
     },
 )
 def remove_run(run_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep) -> Response:
     """Delete a terminal run and all that belongs to it; its pending webhook goes too."""
-    outcome, status = delete_run(services.engine, run_id, visible_tenant(principal))
+    outcome, status = delete_run(
+        services.engine, run_id, visible_tenant(principal), services.artifacts.store
+    )
     if outcome is Deleted.NOT_FOUND:
         raise Problem(404, "run_not_found", f"no run {run_id}")
     if outcome is Deleted.NOT_TERMINAL:

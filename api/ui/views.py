@@ -20,6 +20,7 @@ from api.problems import Problem
 from api.routes import events as event_routes
 from api.routes import runs as run_routes
 from api.schemas import RunCreate
+from api.ui.artifact_views import artifact_rows
 from api.ui.charts import QueueCharts, counts_chart, waits_chart
 from api.ui.context import (
     SessionDep,
@@ -246,11 +247,12 @@ def _load_run(services: ServicesDep, session: Session, run_id: str) -> ToolRun:
 
 
 def _panel_context(services: ServicesDep, run: ToolRun) -> dict[str, Any]:
+    terminal = run.status in TERMINAL_STATUSES
     view = RunReader(services.engine).view(run.id, None)
     queued = run.status == RunStatus.QUEUED
     return {
         "run": run,
-        "terminal": run.status in TERMINAL_STATUSES,
+        "terminal": terminal,
         "timeline": run_timeline(services.engine, run.id),
         "holder": run_holder(services.engine, run.id) if run.status == RunStatus.RUNNING else None,
         "waiting_for": view.waiting_for if view is not None and queued else None,
@@ -262,6 +264,7 @@ def _panel_context(services: ServicesDep, run: ToolRun) -> dict[str, Any]:
         "scheduled": queued
         and run.run_at is not None
         and bool(scheduled_runs(services.engine, [run.id])),
+        **(artifact_rows(services, run) if terminal else {"artifacts": None}),
     }
 
 

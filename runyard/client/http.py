@@ -1,4 +1,5 @@
-"""The HTTP client behind ``runyard submit | get | ls | logs | cancel | rm | tools | webhook``."""
+"""The HTTP client behind ``runyard submit | get | ls | logs | cancel | rm | tools | webhook |
+artifacts``."""
 
 from __future__ import annotations
 
@@ -184,6 +185,22 @@ class RunyardClient:
         """Set a tenant's default webhook URL (admins); a new secret comes back once."""
         body = {"url": url, "rotate_secret": rotate_secret}
         return dict(self._call("PUT", f"/v1/tenants/{tenant}/webhook", json=body).json())
+
+    def artifacts(self, run_id: str) -> dict[str, Any]:
+        """A terminal run's artifact list (path, size, sha256, url)."""
+        return dict(self._call("GET", f"/v1/runs/{run_id}/artifacts").json())
+
+    def download(self, url: str, sink: Callable[[bytes], object]) -> None:
+        """Stream the body of ``url`` (a path under the API) into ``sink``, piece by piece."""
+        try:
+            with self._http.stream("GET", url) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise _problem(response)
+                for piece in response.iter_bytes():
+                    sink(piece)
+        except httpx2.HTTPError as exc:
+            raise ClientError(f"cannot reach the runyard API: {exc}") from exc
 
     def logs(self, run_id: str, stream: str = "both") -> str:
         """The stored output of a run."""

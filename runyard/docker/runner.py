@@ -17,6 +17,10 @@ import docker.errors
 import requests.exceptions
 from docker.types import DriverConfig, LogConfig, Mount, Ulimit
 
+from runyard.artifacts.collect import CollectError, collect_dir, collect_tar
+from runyard.artifacts.deps_out import deps_archive, write_deps_dir
+from runyard.artifacts.rules import ArtifactLimits, ArtifactRefused, with_artifacts
+from runyard.artifacts.store import CHUNK_SIZE, ArtifactStore, ArtifactWriter
 from runyard.capture import HeadTailBuffer
 from runyard.docker.engine_check import engine_problems
 from runyard.docker.engine_marker import EngineMarker
@@ -206,7 +210,7 @@ class DockerRunner:
         """
         for _ in range(3):
             _fence(control, spec)
-            created = self._create(spec)
+            created = self._create(spec, control.artifacts)
             if isinstance(created, AttemptResult):
                 return created
             if created is not None:
@@ -358,8 +362,9 @@ class DockerRunner:
             target=WORKDIR, source=name, type="volume", labels=labels, driver_config=driver
         )
 
-    def _create(self, spec: AttemptSpec) -> str | AttemptResult | None:
-        """Create the container and write its input: its id, or None if it already exists."""
+    def _create(self, spec: AttemptSpec, store: ArtifactStore | None) -> str | AttemptResult | None:
+        """Create the container and write its input (and its dependencies' artifacts, read
+        from ``store``): its id, or None if it already exists."""
         name = spec.container_name
         try:
             secrets = self._secrets.resolve(spec.tool.get("secrets") or {})
@@ -372,6 +377,8 @@ class DockerRunner:
         user = str(spec.tool.get("user", "65534:65534"))
         host_dir = self._input_dirs
         fresh_dir = host_dir.prepare(name, spec.files(), user) if host_dir is not None else False
+        if fresh_dir and host_dir is not None:
+            self._deps_into_dir(host_dir.path(name), spec, store)
         args = self._create_args(spec, secrets)
         pulled = False
         while True:
@@ -406,14 +413,39 @@ class DockerRunner:
             if not fresh_dir:
                 # Left by an attempt whose container is gone (a crash before its create).
                 host_dir.reset(name, spec.files(), user)
+                self._deps_into_dir(host_dir.path(name), spec, store)
             return container_id
         try:
             self._api.put_archive(
                 container_id, WORKDIR, workdir_archive(spec.files(), user, time.time())
             )
+            self._upload_deps(container_id, spec, store)
         except _TRANSPORT_ERRORS as exc:
             raise RunnerUnavailable(f"cannot write the input of {name}: {exc}") from exc
         return container_id
+
+    def _upload_deps(
+        self, container_id: str, spec: AttemptSpec, store: ArtifactStore | None
+    ) -> None:
+        """Upload the dependencies' artifacts under ``/runyard/deps/<run id>/``."""
+        if not spec.dep_artifacts or store is None:
+            return
+        try:
+            archive = deps_archive(store, spec.dep_artifacts, time.time())
+        except Exception as exc:  # the store's own trouble (its database, its disk)
+            raise RunnerUnavailable(f"cannot read the dependencies' artifacts: {exc}") from exc
+        if archive is not None:
+            with archive:
+                self._api.put_archive(container_id, WORKDIR, archive)
+
+    def _deps_into_dir(self, path: Path, spec: AttemptSpec, store: ArtifactStore | None) -> None:
+        """Write the dependencies' artifacts into the attempt's host work directory."""
+        if not spec.dep_artifacts or store is None:
+            return
+        try:
+            write_deps_dir(path, store, spec.dep_artifacts)
+        except Exception as exc:
+            raise RunnerUnavailable(f"cannot write the dependencies' artifacts: {exc}") from exc
 
     def _not_ours(self, name: str, fresh_dir: bool) -> None:
         """The attempt's container exists already: a directory just made for it is unused."""
@@ -697,9 +729,65 @@ class DockerRunner:
             verdict = decide_result(problem)
             common["result"] = live.redactor.json(result) if problem is None else None
         error = None if verdict.error is None else live.redactor.text(verdict.error)
-        return AttemptResult(
+        outcome = AttemptResult(
             status=verdict.status, error_code=verdict.error_code, error=error, **common
         )
+        if control.artifacts is None:
+            return outcome
+        _fence(control, spec)
+        return self._collect_artifacts(container_id, spec, attrs, control.artifacts, outcome)
+
+    def _collect_artifacts(
+        self,
+        container_id: str,
+        spec: AttemptSpec,
+        attrs: dict[str, Any],
+        store: ArtifactStore,
+        outcome: AttemptResult,
+    ) -> AttemptResult:
+        """Keep the files under ``out/`` as a new set, from the host work directory or the
+        engine's tar stream; a refusal fails a success (``runyard.artifacts.rules``)."""
+        limits = ArtifactLimits.of(spec.tool)
+        labels = attrs.get("Config", {}).get("Labels") or {}
+        writer = store.writer(spec.run_id)
+        try:
+            if self._workdirs is not None and labels.get(LABEL_WORKDIR) == "host":
+                kept = collect_dir(self._workdirs.path(spec.container_name) / "out", writer, limits)
+            else:
+                kept = self._collect_archive(container_id, writer, limits)
+            writer.done()
+        except ArtifactRefused as refused:
+            store.discard(spec.run_id, writer.set_id)
+            logger.info(
+                "artifacts refused",
+                extra={"run_id": str(spec.run_id), "attempt": spec.attempt, "error": str(refused)},
+            )
+            return with_artifacts(outcome, refused, None)
+        except (CollectError, *_TRANSPORT_ERRORS) as exc:
+            store.discard(spec.run_id, writer.set_id)
+            raise RunnerUnavailable(f"cannot read the artifacts of {container_id}: {exc}") from exc
+        except BaseException:
+            store.discard(spec.run_id, writer.set_id)
+            raise
+        logger.info(
+            "artifacts collected",
+            extra={"run_id": str(spec.run_id), "attempt": spec.attempt, "files": kept},
+        )
+        return with_artifacts(outcome, None, writer.set_id)
+
+    def _collect_archive(
+        self, container_id: str, writer: ArtifactWriter, limits: ArtifactLimits
+    ) -> int:
+        """``out/`` as the engine's tar stream, member by member."""
+        try:
+            stream, stat = self._api.get_archive(
+                container_id, f"{WORKDIR}/out", chunk_size=CHUNK_SIZE
+            )
+        except docker.errors.NotFound:
+            return 0
+        if stat.get("linkTarget"):
+            raise ArtifactRefused(ErrorCode.INVALID_ARTIFACT, "/runyard/out is a link")
+        return collect_tar(stream, writer, limits)
 
     def _read_result(
         self, container_id: str, spec: AttemptSpec, attrs: dict[str, Any], cap: int, depth: int

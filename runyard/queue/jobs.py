@@ -488,11 +488,17 @@ class JobQueue:
 
     def prune(self, *, retention_seconds: float, batch: int, now: datetime | None = None) -> int:
         """Delete up to ``batch`` runs terminal for longer than the retention (PRUNE)."""
+        return len(self.prune_runs(retention_seconds=retention_seconds, batch=batch, now=now))
+
+    def prune_runs(
+        self, *, retention_seconds: float, batch: int, now: datetime | None = None
+    ) -> list[uuid.UUID]:
+        """``prune``, returning the ids of the runs deleted."""
         with self._engine.begin() as conn:
             deleted = conn.execute(
                 PRUNE, {"retention": retention_seconds, "batch": batch, "now": now}
             ).all()
-        return len(deleted)
+        return [row.id for row in deleted]
 
     def prune_batches(
         self, *, retention_seconds: float, batch: int, now: datetime | None = None

@@ -243,13 +243,17 @@ _CLAIM_CTES: LiteralString = """
     )
 """
 
-# What the runs a claimed run depends on returned (``/runyard/deps.json``), keyed by run id;
-# NULL for a run that depends on none.
+# What the runs a claimed run depends on returned (``/runyard/deps.json``) and their published
+# artifact sets (``/runyard/deps/<run id>/``), keyed by run id; NULL for a run that depends
+# on none (or on none with artifacts).
 _DEPS: LiteralString = """
     (SELECT jsonb_object_agg(CAST(p.id AS text), jsonb_build_object(
                 'tool', p.tool, 'ref', p.ref, 'status', p.status, 'result', p.result))
      FROM tool_run_deps d JOIN tool_runs p ON p.id = d.depends_on
-     WHERE d.run_id = c.run_id) AS deps
+     WHERE d.run_id = c.run_id) AS deps,
+    (SELECT jsonb_object_agg(CAST(p.id AS text), p.artifact_set)
+     FROM tool_run_deps d JOIN tool_runs p ON p.id = d.depends_on
+     WHERE d.run_id = c.run_id AND p.artifact_set IS NOT NULL) AS dep_artifacts
 """
 
 _CLAIMED: LiteralString = (
@@ -359,7 +363,8 @@ _FINALIZE_CTES: LiteralString = """
             stdout = :stdout, stderr = :stderr,
             stdout_truncated = :stdout_truncated, stderr_truncated = :stderr_truncated,
             error_code = :error_code, error = :error,
-            image_digest = coalesce(:image_digest, r.image_digest)
+            image_digest = coalesce(:image_digest, r.image_digest),
+            artifact_set = CAST(:artifact_set AS uuid)
         FROM done WHERE r.id = done.run_id
     ), done_event AS (
         INSERT INTO tool_run_events (run_id, at, type, data)
@@ -394,6 +399,7 @@ FINALIZE_AND_CLAIM = _sql(
                NULL::timestamptz AS container_requested_at, NULL::boolean AS adopted,
                NULL::timestamptz AS started_at, NULL::timestamptz AS requested_at,
                NULL::jsonb AS spec, NULL::jsonb AS input, NULL::jsonb AS deps,
+               NULL::jsonb AS dep_artifacts,
                NULL::integer AS priority, NULL::timestamptz AS created_at
         UNION ALL
         SELECT 1, NULL, c.id, c.run_id, c.attempts, c.max_attempts, c.lease_token,

@@ -95,8 +95,10 @@ class ClaimedJob:
     container_requested: bool = True
     requested_at: datetime | None = None
     started_at: datetime | None = None
-    # What its dependencies returned, by run id (None: it depends on no run).
+    # What its dependencies returned, by run id (None: it depends on no run), and their
+    # published artifact sets.
     deps: dict[str, Any] | None = None
+    dep_artifacts: dict[str, uuid.UUID] | None = None
 
 
 @dataclass(frozen=True)
@@ -190,7 +192,12 @@ def claimed_job(row: Any) -> ClaimedJob:
         requested_at=row.requested_at,
         started_at=row.started_at,
         deps=getattr(row, "deps", None),
+        dep_artifacts=_set_ids(getattr(row, "dep_artifacts", None)),
     )
+
+
+def _set_ids(value: dict[str, str] | None) -> dict[str, uuid.UUID] | None:
+    return None if value is None else {run: uuid.UUID(set_id) for run, set_id in value.items()}
 
 
 def outcome_params(outcome: AttemptResult) -> dict[str, Any]:
@@ -206,6 +213,7 @@ def outcome_params(outcome: AttemptResult) -> dict[str, Any]:
         "error_code": outcome.error_code,
         "error": outcome.error,
         "image_digest": outcome.image_digest,
+        "artifact_set": outcome.artifact_set,
     }
 
 

@@ -15,7 +15,7 @@ from runyard.docker.runner import LABEL_RUN_ID
 from tests.acceptance.cluster import FAST_TIMINGS, Cluster, Expected, events_of
 from tests.acceptance.second_engine import SecondEngine
 
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(300), pytest.mark.solo]
 
 NAME = "runyard-engine-h"
 OUTAGE_SECONDS = 60  # the acceptance text asks for a one-minute outage

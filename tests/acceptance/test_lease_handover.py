@@ -21,7 +21,7 @@ from runyard.faults import BEFORE_CREATE, HEARTBEAT_ERROR
 from tests.acceptance.cluster import FAST_TIMINGS, RUN_LABEL, TERMINAL, Cluster, Expected, events_of
 from tests.tcp_proxy import BlackHoleProxy
 
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(240), pytest.mark.solo]
 
 LEASE = float(FAST_TIMINGS["RUNYARD_LEASE_SECONDS"])
 HEARTBEAT = float(FAST_TIMINGS["RUNYARD_HEARTBEAT_SECONDS"])

@@ -21,7 +21,7 @@ from runyard.db import make_engine, migrate
 from runyard.queue import JobQueue
 from tests.acceptance.cluster import ROOT, Cluster, Expected
 
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(240), pytest.mark.solo]
 
 DOCKER_PIDFILE = Path("/var/run/docker.pid")
 

@@ -23,6 +23,8 @@ TABLES = {
     "webhook_deliveries",
     "batches",
     "tool_run_deps",
+    "run_artifacts",
+    "run_artifact_chunks",
 }
 
 
@@ -198,3 +200,47 @@ def test_sync_runs_are_jobs__runs_in_flight_become_adoptable_jobs_and_come_back(
     assert tuple(counts) == (0, 1)
     assert not {"sync_owner", "sync_owner_until"} & columns
     assert left == 0 and tuple(owner) == ("migration", True)
+
+
+def test_artifacts__rows_go_with_their_run_chunks_are_uncompressed_and_come_back_empty(
+    database_url: str,
+):
+    config, engine = _downgraded(database_url, "0011")
+    run_id, set_id = uuid.uuid4(), uuid.uuid4()
+    try:
+        assert "run_artifacts" not in inspect(engine).get_table_names()
+        command.upgrade(config, "head")
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO tool_runs (id, tenant, tool, spec, input, status, artifact_set)"
+                    " VALUES (:id, 'a', 'echo', '{}', '{}', 'succeeded', :set)"
+                ),
+                {"id": run_id, "set": set_id},
+            )
+            for insert in (
+                "INSERT INTO run_artifacts VALUES (:id, :set, 'f', 3, 'abc', 1048576)",
+                "INSERT INTO run_artifact_chunks VALUES (:id, :set, 'f', 0, 'xyz')",
+            ):
+                conn.execute(text(insert), {"id": run_id, "set": set_id})
+            storage = conn.execute(
+                text(
+                    "SELECT attstorage FROM pg_attribute"
+                    " WHERE attrelid = 'run_artifact_chunks'::regclass AND attname = 'data'"
+                )
+            ).scalar_one()
+            conn.execute(text("DELETE FROM tool_runs WHERE id = :id"), {"id": run_id})
+            left = conn.execute(
+                text(
+                    "SELECT (SELECT count(*) FROM run_artifacts)"
+                    " + (SELECT count(*) FROM run_artifact_chunks)"
+                )
+            ).scalar_one()
+        command.downgrade(config, "0011")
+        columns = {c["name"] for c in inspect(engine).get_columns("tool_runs")}
+        command.upgrade(config, "head")
+    finally:
+        engine.dispose()
+    assert storage == "e"
+    assert left == 0
+    assert "artifact_set" not in columns

@@ -117,10 +117,10 @@ def test_failure__fails_dependents_through_three_levels_naming_the_cause(queue, 
 
 
 def test_cancel__of_a_queued_dependency_fails_its_dependents(queue, writer, engine):
-    ids, _ = batch(writer, [("a", []), ("b", ["a"]), ("c", ["b"]), ("d", ["c"])])
+    ids, _ = batch(writer, [("a", []), ("b", ["a"]), ("c", ["b"]), ("d", ["c"]), ("e", ["d"])])
     queue.cancel(ids["b"], now=T0)
     assert status(engine, ids["b"]) == ("cancelled", "cancelled")
-    for ref in ("c", "d"):
+    for ref in ("c", "d", "e"):
         assert status(engine, ids[ref]) == ("failed", "dependency_failed")
     assert status(engine, ids["a"]) == ("queued", None)
 
@@ -279,3 +279,16 @@ def test_retention__keeps_a_dependency_while_its_dependents_wait_and_empty_batch
             text("SELECT count(*) FROM batches WHERE id = :id"), {"id": result.batch_id}
         )
     assert left == 0
+
+
+def test_claim__brings_the_dependencies_published_artifact_sets(queue, writer, engine):
+    ids, _ = batch(writer, [("a", []), ("b", []), ("c", ["a", "b"])])
+    run_all(queue)
+    published = uuid.uuid4()
+    with engine.begin() as conn:  # as a finalize that published a set would leave it
+        conn.execute(
+            text("UPDATE tool_runs SET artifact_set = :s WHERE id = :id"),
+            {"s": published, "id": ids["a"]},
+        )
+    (job,) = claim(queue)
+    assert job.dep_artifacts == {str(ids["a"]): published}

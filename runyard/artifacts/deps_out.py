@@ -1,0 +1,82 @@
+"""A dependent's copy of its dependencies' artifacts: ``/runyard/deps/<run id>/<path>``.
+
+Read from the store a piece at a time into a spooled tar (upload mode: memory stays at one
+piece plus the spool's in-memory part, the rest goes to a temporary file) or straight into
+the host work directory. Files are root-owned and read-only, like ``input.json``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+import tempfile
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import IO
+
+from runyard.artifacts.store import ArtifactStore
+
+DEPS_DIR = "deps"
+# Up to this much of the archive stays in memory; the rest spills to a temporary file.
+SPOOL_BYTES = 8 << 20
+
+
+class _Pieces(io.RawIOBase):
+    """A read-only file over an iterator of byte pieces (what ``tarfile.addfile`` reads)."""
+
+    def __init__(self, pieces: Iterator[bytes]) -> None:
+        self._pieces = pieces
+        self._left = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        while not self._left:
+            piece = next(self._pieces, None)
+            if piece is None:
+                return 0
+            self._left = piece
+        size = min(len(buffer), len(self._left))
+        buffer[:size] = self._left[:size]
+        self._left = self._left[size:]
+        return size
+
+
+def deps_archive(
+    store: ArtifactStore, sets: Mapping[str, uuid.UUID], now: float
+) -> IO[bytes] | None:
+    """A tar of every dependency's artifacts under ``deps/<run id>/``, rewound; None if
+    there is nothing to copy."""
+    spool: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)
+    count = 0
+    with tarfile.open(fileobj=spool, mode="w") as tar:
+        for run_text, set_id in sets.items():
+            run_id = uuid.UUID(run_text)
+            for artifact in store.files(run_id, set_id):
+                info = tarfile.TarInfo(f"{DEPS_DIR}/{run_id}/{artifact.path}")
+                info.size, info.mode, info.mtime = artifact.size, 0o444, now
+                pieces = store.read(run_id, set_id, artifact.path, 0, artifact.size)
+                tar.addfile(info, io.BufferedReader(_Pieces(pieces)))
+                count += 1
+    if count == 0:
+        spool.close()
+        return None
+    spool.seek(0)
+    return spool
+
+
+def write_deps_dir(root: Path, store: ArtifactStore, sets: Mapping[str, uuid.UUID]) -> None:
+    """Write every dependency's artifacts under ``root/deps/<run id>/`` (root, read-only)."""
+    for run_text, set_id in sets.items():
+        run_id = uuid.UUID(run_text)
+        for artifact in store.files(run_id, set_id):
+            target = root / DEPS_DIR / str(run_id) / artifact.path
+            target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+            fd = os.open(target, flags, 0o444)
+            with os.fdopen(fd, "wb") as stream:
+                for piece in store.read(run_id, set_id, artifact.path, 0, artifact.size):
+                    stream.write(piece)

@@ -1,0 +1,218 @@
+"""Collecting a real container's /runyard/out into the Postgres store: through the engine's
+archive stream and through the host work directory; links, FIFOs and limits refused."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+from sqlalchemy import Engine, text
+
+from runyard.artifacts.postgres import PostgresArtifactStore
+from runyard.artifacts.reads import ArtifactReads, Found
+from runyard.docker.host_workdirs import HostWorkdirs
+from runyard.docker.runner import DockerRunner
+from runyard.models import RunStatus
+from runyard.queue import JobQueue
+from runyard.runner import AttemptControl, AttemptResult, AttemptSpec
+from runyard.tools import ToolRegistry
+from tests.integration.docker.test_adoption_docker import orphan, release, spec_of
+from tests.integration.docker.test_docker_runner import shell
+from tests.integration.queue.test_queue import new_run
+from worker.service import Worker, WorkerConfig
+
+pytestmark = pytest.mark.docker
+
+FILES_SCRIPT = (
+    "cd /runyard/out && mkdir -p sub/deeper && printf hello > a.txt && "
+    "printf nested > sub/deeper/n.txt && : > empty && printf spaced > 'with space.txt' && "
+    "head -c 3000000 /dev/zero > sub/big.bin && echo '{}' > result.json"
+)
+EXPECTED = {
+    "a.txt": b"hello",
+    "empty": b"",
+    "sub/big.bin": b"\0" * 3_000_000,
+    "sub/deeper/n.txt": b"nested",
+    "with space.txt": b"spaced",
+}
+
+
+@pytest.fixture
+def store(engine: Engine) -> PostgresArtifactStore:
+    return PostgresArtifactStore(engine)
+
+
+def collect(
+    runner: DockerRunner,
+    store: PostgresArtifactStore,
+    queue: JobQueue,
+    registry: ToolRegistry,
+    script: str,
+    **tool: Any,
+) -> tuple[AttemptSpec, AttemptResult]:
+    run_id = queue.enqueue(new_run()).run_id
+    spec = shell(registry, script, **tool)
+    spec = AttemptSpec(run_id, 1, spec.tool, spec.input, spec.deadline_at)
+    outcome = runner.run(spec, AttemptControl(artifacts=store))
+    return spec, outcome
+
+
+def stored(store: PostgresArtifactStore, spec: AttemptSpec, outcome: AttemptResult):
+    assert outcome.artifact_set is not None
+    files = store.files(spec.run_id, outcome.artifact_set)
+    return {
+        f.path: b"".join(store.read(spec.run_id, outcome.artifact_set, f.path, 0, f.size))
+        for f in files
+    }, files
+
+
+def sets_left(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(text("SELECT count(DISTINCT set_id) FROM run_artifacts")).scalar_one()
+        )
+
+
+def test_archive__keeps_every_file_but_the_result(
+    docker_runner: DockerRunner, store, queue: JobQueue, registry: ToolRegistry
+):
+    spec, outcome = collect(docker_runner, store, queue, registry, FILES_SCRIPT)
+    assert outcome.status is RunStatus.SUCCEEDED, outcome
+    assert outcome.result == {}
+    contents, files = stored(store, spec, outcome)
+    assert contents == EXPECTED
+    assert {f.path: f.sha256 for f in files} == {
+        path: hashlib.sha256(data).hexdigest() for path, data in EXPECTED.items()
+    }
+
+
+def test_archive__a_failed_tool_keeps_its_artifacts(
+    docker_runner: DockerRunner, store, queue: JobQueue, registry: ToolRegistry
+):
+    script = "printf partial > /runyard/out/report.txt; exit 3"
+    spec, outcome = collect(docker_runner, store, queue, registry, script)
+    assert (outcome.status, outcome.error_code) == (RunStatus.FAILED, "tool_failed")
+    assert stored(store, spec, outcome)[0] == {"report.txt": b"partial"}
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        ("ln -s /etc/passwd /runyard/out/link", "symbolic link"),
+        ("ln -s / /runyard/out/root", "symbolic link"),
+        ("mkfifo /runyard/out/pipe", "FIFO"),
+        ("ln /runyard/out/a /runyard/out/hard", "hard link"),
+    ],
+)
+def test_archive__links_and_fifos_fail_the_run_and_keep_nothing(
+    docker_runner: DockerRunner,
+    store,
+    queue: JobQueue,
+    registry: ToolRegistry,
+    engine: Engine,
+    make: str,
+    why: str,
+):
+    script = f"printf a > /runyard/out/a && {make}"
+    _, outcome = collect(docker_runner, store, queue, registry, script)
+    assert (outcome.status, outcome.error_code) == (RunStatus.FAILED, "invalid_artifact")
+    assert why in (outcome.error or "")
+    assert outcome.artifact_set is None
+    assert sets_left(engine) == 0
+
+
+def test_archive__over_the_size_limit_fails_naming_it(
+    docker_runner: DockerRunner, store, queue: JobQueue, registry: ToolRegistry, engine: Engine
+):
+    script = "head -c 700000 /dev/zero > /runyard/out/a; head -c 700000 /dev/zero > /runyard/out/b"
+    _, outcome = collect(docker_runner, store, queue, registry, script, artifacts_max_mb=1)
+    assert (outcome.status, outcome.error_code) == (RunStatus.FAILED, "artifacts_limit_exceeded")
+    assert "size limit" in (outcome.error or "") and "1 MB" in (outcome.error or "")
+    assert sets_left(engine) == 0
+
+
+def test_archive__over_the_file_count_fails_naming_it(
+    docker_runner: DockerRunner, store, queue: JobQueue, registry: ToolRegistry
+):
+    script = "cd /runyard/out && i=0; while [ $i -le 1000 ]; do : > f$i; i=$((i+1)); done"
+    _, outcome = collect(docker_runner, store, queue, registry, script)
+    assert (outcome.status, outcome.error_code) == (RunStatus.FAILED, "artifacts_limit_exceeded")
+    assert "more than 1000 files" in (outcome.error or "")
+
+
+def test_host_workdir__collects_from_the_directory_and_refuses_links(
+    docker_client: docker.DockerClient,
+    store,
+    queue: JobQueue,
+    registry: ToolRegistry,
+    tmp_path: Path,
+):
+    runner = DockerRunner(docker_client, workdirs=HostWorkdirs.open(str(tmp_path / "attempts")))
+    spec, outcome = collect(runner, store, queue, registry, FILES_SCRIPT)
+    assert outcome.status is RunStatus.SUCCEEDED, outcome
+    assert stored(store, spec, outcome)[0] == EXPECTED
+    script = "printf a > /runyard/out/a && ln -s /etc/shadow /runyard/out/sub"
+    _, refused = collect(runner, store, queue, registry, script)
+    assert (refused.status, refused.error_code) == (RunStatus.FAILED, "invalid_artifact")
+
+
+def test_adoption__the_adopter_collects_and_only_its_set_is_published(
+    queue: JobQueue, engine: Engine, store, registry: ToolRegistry, docker_client
+):
+    runner = DockerRunner(docker_client)
+    run_id, job = orphan(queue, registry, runner.engine_id(), "shell", {"script": FILES_SCRIPT})
+    # The dead owner ran the container and collected, then died before its finalize.
+    dead = runner.run(spec_of(job), AttemptControl(artifacts=store))
+    assert dead.artifact_set is not None
+    release(queue, job)
+    adopter = Worker(queue, runner, WorkerConfig(worker_id="adopter"), artifacts=store)
+    assert adopter.run_once().adopted == 1
+    assert adopter.wait_idle(timeout=60)
+    adopter.close()
+    reads = ArtifactReads(engine, store)
+    published = reads.published(run_id, None)
+    assert published.found is Found.READY and published.status == "succeeded"
+    assert published.set_id not in (None, dead.artifact_set)
+    files = reads.files(published)
+    assert {f.path: f.sha256 for f in files} == {
+        path: hashlib.sha256(data).hexdigest() for path, data in EXPECTED.items()
+    }
+
+
+@pytest.mark.parametrize("mode", ["upload", "host_workdir"])
+def test_deps__a_dependent_finds_its_dependencys_artifacts(
+    docker_client: docker.DockerClient,
+    store,
+    queue: JobQueue,
+    registry: ToolRegistry,
+    tmp_path: Path,
+    mode: str,
+):
+    workdirs = HostWorkdirs.open(str(tmp_path / "attempts")) if mode == "host_workdir" else None
+    runner = DockerRunner(docker_client, workdirs=workdirs)
+    first, made = collect(runner, store, queue, registry, FILES_SCRIPT)
+    assert made.artifact_set is not None
+    here = f"/runyard/deps/{first.run_id}"
+    big = hashlib.sha256(b"\0" * 3_000_000).hexdigest()
+    # No double quotes: the test shell tool takes its script out of input.json as it is.
+    script = (
+        f"test $(cat {here}/a.txt) = hello && "
+        f"test $(sha256sum {here}/sub/big.bin | cut -c1-64) = {big} && "
+        f"test $(cat '{here}/with space.txt') = spaced && "
+        f"! touch {here}/a.txt 2>/dev/null && echo 1 > /runyard/out/result.json"
+    )
+    run_id = queue.enqueue(new_run()).run_id
+    base = shell(registry, script)
+    spec = AttemptSpec(
+        run_id,
+        1,
+        base.tool,
+        base.input,
+        base.deadline_at,
+        dep_artifacts={str(first.run_id): made.artifact_set},
+    )
+    outcome = runner.run(spec, AttemptControl(artifacts=store))
+    assert (outcome.status, outcome.result) == (RunStatus.SUCCEEDED, 1), outcome
