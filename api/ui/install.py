@@ -12,6 +12,7 @@ from fastapi.staticfiles import StaticFiles
 
 from api.deps import DEV_TENANT
 from api.ui import artifact_views
+from api.ui.batch_views import router as batch_router
 from api.ui.context import (
     STATIC_PREFIX,
     LoginRequired,
@@ -58,4 +59,5 @@ def install_ui(app: FastAPI, settings: Settings) -> None:
     app.mount(STATIC_PREFIX.rstrip("/"), StaticFiles(directory=STATIC_DIR), name="ui-static")
     app.include_router(router)
     app.include_router(artifact_views.router)
+    app.include_router(batch_router)
     app.add_middleware(UiSecurityHeaders)
