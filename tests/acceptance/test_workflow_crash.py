@@ -21,8 +21,12 @@ from tests.acceptance.cluster import RUN_LABEL, Cluster, Expected
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(240)]
 
 WIDTH = 48  # source -> 48 in parallel -> sink: 50 runs
-SLOTS = 8
-MIDDLE_SECONDS = 3
+# The middle runs become ready together when the source ends, so they run in waves of SLOTS
+# that start and end close together: 4 s of sleep leaves each wave a moment in which every
+# container of the worker runs, which is when it can be killed without an attempt in between
+# its start mark and its container's start (losing it there rightly costs a second attempt).
+SLOTS = 12
+MIDDLE_SECONDS = 4
 
 
 def _diamond() -> dict[str, Any]:
