@@ -12,6 +12,7 @@ from fastapi.staticfiles import StaticFiles
 
 from api.deps import DEV_TENANT
 from api.ui import artifact_views, build_views
+from api.ui.batch_views import router as batch_router
 from api.ui.context import (
     STATIC_PREFIX,
     LoginRequired,
@@ -59,4 +60,5 @@ def install_ui(app: FastAPI, settings: Settings) -> None:
     app.include_router(router)
     app.include_router(artifact_views.router)
     app.include_router(build_views.router)
+    app.include_router(batch_router)
     app.add_middleware(UiSecurityHeaders)

@@ -10,6 +10,7 @@ from typing import Any
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup, escape
 
+from api.ui.batch_graph import natural_key, ref_anchor, ref_link
 from runyard.models import ToolRunEvent
 
 TEMPLATES_DIR = Path(__file__).parent / "templates"
@@ -55,6 +56,18 @@ def when(moment: datetime | None) -> Markup:
     return Markup(
         f'<time datetime="{escape(iso)}">{escape(absolute(moment))}</time> '
         f'<span class="rel" data-since="{escape(iso)}">({escape(relative(moment))})</span>'
+    )
+
+
+def when_live(moment: datetime | None) -> Markup:
+    """``when`` with the relative age left to app.js: a fragment that is re-fetched and
+    compared (the batch page's) then stays the same while nothing but the clock moved."""
+    if moment is None:
+        return when(None)
+    iso = moment.astimezone(UTC).isoformat()
+    return Markup(
+        f'<time datetime="{escape(iso)}">{escape(absolute(moment))}</time> '
+        f'<span class="rel" data-since="{escape(iso)}"></span>'
     )
 
 
@@ -125,11 +138,13 @@ def make_templates() -> Jinja2Templates:
     env = templates.env
     env.filters.update(
         when=when,
+        when_live=when_live,
+        natural_sort=lambda names: sorted(names, key=natural_key),
         duration=duration,
         seconds=seconds,
         pretty_json=pretty_json,
         event_label=event_label,
         event_details=event_details,
     )
-    env.globals["absolute"] = absolute
+    env.globals.update(absolute=absolute, ref_anchor=ref_anchor, ref_link=ref_link)
     return templates

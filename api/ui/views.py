@@ -40,6 +40,7 @@ from runyard.dashboard import (
     run_timeline,
     worker_overview,
 )
+from runyard.dashboard_workflows import dependencies, scheduled_runs
 from runyard.models import TERMINAL_STATUSES, RunStatus, ToolRun
 from runyard.pools import live_workers_by_queue
 from runyard.queue.values import SYNC_QUEUE
@@ -54,6 +55,12 @@ NOTICES = {
     "cancel_requested": "Cancel requested: the run stops within a few seconds.",
     "already_finished": "The run had already finished; nothing was cancelled.",
     "logged_out": "You are logged out.",
+    "batch_cancel_requested": "Cancel requested: queued runs are cancelled, running ones stop"
+    " within a few seconds.",
+    "batch_retry_started": "Retry started: every ref that did not succeed runs again.",
+    "batch_nothing_to_retry": "Every run of the batch succeeded; nothing was retried.",
+    "batch_not_finished": "The batch still has runs queued or running; retry it once they end.",
+    "batch_retried": "These runs were just retried by someone else.",
 }
 
 
@@ -184,8 +191,10 @@ def _runs_context(services: ServicesDep, filters: RunFilter, cursor: str | None)
     if filters.tool is not None:
         query["tool"] = filters.tool
     older = urlencode({**query, "cursor": next_cursor}) if next_cursor else None
+    later = [run.id for run in rows if run.status == RunStatus.QUEUED and run.run_at is not None]
     return {
         "runs": rows,
+        "scheduled": scheduled_runs(services.engine, later),
         "filters": filters,
         "query": urlencode(query),
         "rows_query": urlencode({**query, **({"cursor": cursor} if cursor else {})}),
@@ -239,21 +248,24 @@ def _load_run(services: ServicesDep, session: Session, run_id: str) -> ToolRun:
 
 def _panel_context(services: ServicesDep, run: ToolRun) -> dict[str, Any]:
     terminal = run.status in TERMINAL_STATUSES
+    view = RunReader(services.engine).view(run.id, None)
+    queued = run.status == RunStatus.QUEUED
     return {
         "run": run,
         "terminal": terminal,
         "timeline": run_timeline(services.engine, run.id),
         "holder": run_holder(services.engine, run.id) if run.status == RunStatus.RUNNING else None,
-        "waiting_for": _waiting_for(services, run),
+        "waiting_for": view.waiting_for if view is not None and queued else None,
+        # Workflows: its batch and ref, what it depends on and still waits for, what it re-runs.
+        "view": view,
+        "dependencies": dependencies(services.engine, run.id, run.tenant)
+        if view is not None and view.depends_on
+        else [],
+        "scheduled": queued
+        and run.run_at is not None
+        and bool(scheduled_runs(services.engine, [run.id])),
         **(artifact_rows(services, run) if terminal else {"artifacts": None}),
     }
-
-
-def _waiting_for(services: ServicesDep, run: ToolRun) -> str | None:
-    if run.status != RunStatus.QUEUED:
-        return None
-    view = RunReader(services.engine).view(run.id, None)
-    return view.waiting_for if view is not None else None
 
 
 @router.get("/runs/{run_id}")

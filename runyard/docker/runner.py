@@ -16,6 +16,7 @@ import docker
 import docker.errors
 import requests.exceptions
 from docker.types import DriverConfig, LogConfig, Mount, Ulimit
+from sqlalchemy.exc import DBAPIError
 
 from runyard.artifacts.collect import CollectError, collect_dir, collect_tar
 from runyard.artifacts.deps_out import deps_archive, write_deps_dir
@@ -441,7 +442,9 @@ class DockerRunner:
             return
         try:
             archive = deps_archive(store, spec.dep_artifacts, time.time())
-        except Exception as exc:  # the store's own trouble (its database, its disk)
+        except DBAPIError:
+            raise  # the database's trouble, not the engine's: the worker classifies it
+        except Exception as exc:  # the store's disk
             raise RunnerUnavailable(f"cannot read the dependencies' artifacts: {exc}") from exc
         if archive is not None:
             with archive:
@@ -453,6 +456,8 @@ class DockerRunner:
             return
         try:
             write_deps_dir(path, store, spec.dep_artifacts)
+        except DBAPIError:
+            raise
         except Exception as exc:
             raise RunnerUnavailable(f"cannot write the dependencies' artifacts: {exc}") from exc
 

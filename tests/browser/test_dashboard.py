@@ -213,8 +213,65 @@ def second_attempt_printed(dashboard: Dashboard, run_id: str) -> bool:
         )
 
 
+def test_batch_page__follows_the_batch_live_and_links_its_runs(
+    browser: Browser, dashboard: Dashboard
+):
+    context = dashboard.context(browser)
+    page = context.new_page()
+    key = create_api_key(dashboard.engine, "acme")
+    log_in(page, key)
+    response = context.request.post(
+        "/v1/batches",
+        data={
+            "runs": [
+                {"ref": "first", "tool": "echo", "input": {"step": 1}},
+                {"ref": "then", "tool": "sleep", "input": {"seconds": 1}, "depends_on": ["first"]},
+            ]
+        },
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    assert response.status == 202, response.text()
+    batch = response.json()
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Batches").click()
+    expect(page.locator(f'tr[data-batch="{batch["id"]}"]')).to_be_visible()
+    page.locator(f'tr[data-batch="{batch["id"]}"] a').click()
+    expect(page).to_have_url(re.compile(rf"/ui/batches/{batch['id']}$"))
+    mark_page(page)
+    nodes = page.locator("svg.graph a.node")
+    expect(nodes).to_have_count(2)
+    expect(page.locator("svg.graph path.edge")).to_have_count(1)
+    # The fragment is re-fetched until the batch ends: both nodes turn green in place.
+    expect(page.locator("#batch-summary")).to_have_attribute(
+        "data-status", "succeeded", timeout=LIVE
+    )
+    for ref in ("first", "then"):
+        expect(page.locator(f'svg.graph a.node[data-ref="{ref}"]')).to_have_class(
+            "node s-succeeded"
+        )
+    expect(page.locator("svg.graph path.edge")).to_have_class("edge met")
+    expect(page.locator("#batch-counts")).to_contain_text("2 succeeded")
+    expect(page.locator(".rel").first).to_have_text(re.compile(r"\(.* ago\)"))
+    assert still_marked(page)
+    page.screenshot(path=ARTIFACTS / "batch-1280.png", full_page=True)
+    assert_fits(page, 1280)
+    page.set_viewport_size({"width": 390, "height": 900})
+    page.screenshot(path=ARTIFACTS / "batch-390.png", full_page=True)
+    assert_fits(page, 390)
+    page.set_viewport_size({"width": 1280, "height": 900})
+    # A node is a link to its run, whose page links back to the batch.
+    page.locator('svg.graph a.node[data-ref="then"]').click()
+    expect(page).to_have_url(re.compile(rf"/ui/runs/{batch['run_ids']['then']}$"))
+    expect(page.locator("#run-batch")).to_contain_text(batch["id"])
+    expect(page.locator("#run-depends-on")).to_contain_text("first")
+    page.locator("#run-ref").click()
+    expect(page).to_have_url(re.compile(rf"/ui/batches/{batch['id']}#ref-then$"))
+    context.close()
+    assert_same_origin_only(dashboard)
+
+
 PAGES = {
     "runs": "/ui/runs",
+    "batches": "/ui/batches",
     "submit": "/ui/submit?tool=echo",
     "queue": "/ui/queue",
     "workers": "/ui/workers",

@@ -1,4 +1,5 @@
-// runyard dashboard: live refresh of the runs table, live run pages over SSE, relative times.
+// runyard dashboard: live refresh of the runs and batches tables and of batch pages, live run
+// pages over SSE, relative times.
 // Same-origin only (the Content-Security-Policy allows nothing else); no framework, no build.
 "use strict";
 
@@ -38,20 +39,26 @@ async function fetchFragment(url) {
   return response.text();
 }
 
-function liveRunsTable(tbody) {
-  let busy = false;
-  let paused = false;
+function pauseToggle() {
+  // WCAG 2.2.2: content that updates by itself can be paused.
+  const state = { paused: false };
   const toggle = document.getElementById("pause-updates");
   if (toggle) {
     toggle.hidden = false;
     toggle.addEventListener("click", () => {
-      paused = !paused;
-      toggle.setAttribute("aria-pressed", String(paused));
-      toggle.textContent = paused ? "Resume live updates" : "Pause live updates";
+      state.paused = !state.paused;
+      toggle.setAttribute("aria-pressed", String(state.paused));
+      toggle.textContent = state.paused ? "Resume live updates" : "Pause live updates";
     });
   }
+  return state;
+}
+
+function liveRunsTable(tbody) {
+  let busy = false;
+  const pause = pauseToggle();
   async function tick() {
-    if (busy || paused || document.hidden) return;
+    if (busy || pause.paused || document.hidden) return;
     // Never pull the rug from under a keyboard user's focus.
     if (tbody.contains(document.activeElement)) return;
     busy = true;
@@ -68,6 +75,78 @@ function liveRunsTable(tbody) {
     }
   }
   setInterval(tick, 2000);
+}
+
+function focusPlace(root) {
+  // Where keyboard focus is inside root, as [selector, index] to find it again after the
+  // content is replaced; null when it is elsewhere, undefined when it cannot be found again.
+  const el = document.activeElement;
+  if (!el || el === document.body || !root.contains(el)) return null;
+  let selector;
+  if (el.id) selector = "#" + CSS.escape(el.id);
+  else if (el.getAttribute("href")) selector = 'a[href="' + CSS.escape(el.getAttribute("href")) + '"]';
+  else if (el.classList.contains("graph-wrap")) selector = ".graph-wrap";
+  else return undefined;
+  return [selector, [...root.querySelectorAll(selector)].indexOf(el)];
+}
+
+function liveBatch(panel) {
+  // Re-fetch the batch's fragment (graph, counts, runs) until the batch ends; the server
+  // answers 304 while it is what the page shows, so a big batch costs little when idle.
+  const summary = () => panel.querySelector("#batch-summary");
+  if (summary() && summary().dataset.terminal === "true") return;  // it has ended
+  let etag = panel.dataset.etag || "";
+  let busy = false;
+  const pause = pauseToggle();
+  const announce = document.getElementById("live-status");
+  const toggle = document.getElementById("pause-updates");
+  async function tick() {
+    const shown = summary();
+    if (shown && shown.dataset.terminal === "true") {
+      if (toggle) toggle.hidden = true;  // nothing left to follow
+      clearInterval(timer);
+      return;
+    }
+    if (busy || pause.paused || document.hidden) return;
+    const focused = focusPlace(panel);
+    if (focused === undefined) return;  // never pull the rug from under a keyboard user
+    busy = true;
+    try {
+      const response = await fetch(panel.dataset.refresh, {
+        credentials: "same-origin",
+        headers: { "X-Runyard-Fragment": "1", "If-None-Match": etag },
+        cache: "no-store",
+      });
+      if (response.status === 401) {
+        window.location.reload();
+        return;
+      }
+      if (response.status !== 200) return;
+      const html = await response.text();
+      etag = response.headers.get("ETag") || "";
+      const before = shown ? shown.dataset.status : "";
+      // Keep where the reader has scrolled the graph and the runs table.
+      const boxes = [...panel.querySelectorAll(".graph-wrap, .table-wrap")].map(
+        (box) => [box.scrollLeft, box.scrollTop]);
+      panel.innerHTML = html;
+      panel.querySelectorAll(".graph-wrap, .table-wrap").forEach((box, i) => {
+        if (boxes[i]) [box.scrollLeft, box.scrollTop] = boxes[i];
+      });
+      if (focused) {
+        const again = panel.querySelectorAll(focused[0])[focused[1]];
+        if (again) again.focus({ preventScroll: true });
+      }
+      refreshRelativeTimes(panel);
+      confirmForms();
+      const after = summary() ? summary().dataset.status : "";
+      if (after && after !== before && announce) announce.textContent = "Batch " + after;
+    } catch (err) {
+      // Try again on the next tick.
+    } finally {
+      busy = false;
+    }
+  }
+  const timer = setInterval(tick, Number(panel.dataset.interval || "2000"));
 }
 
 function liveRunPage(page) {
@@ -205,8 +284,10 @@ document.addEventListener("DOMContentLoaded", () => {
   // The run panel is re-rendered live; bind its cancel confirmation again each time.
   const panel = document.getElementById("run-panel");
   if (panel) new MutationObserver(confirmForms).observe(panel, { childList: true });
-  const rows = document.getElementById("run-rows");
+  const rows = document.getElementById("run-rows") || document.getElementById("batch-rows");
   if (rows) liveRunsTable(rows);
+  const batch = document.getElementById("batch-panel");
+  if (batch) liveBatch(batch);
   const page = document.getElementById("run-page");
   if (page && page.dataset.terminal !== "true") liveRunPage(page);
 });
