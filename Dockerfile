@@ -45,6 +45,8 @@ WORKDIR /app
 COPY --from=build /opt/venv /opt/venv
 COPY alembic.ini ./
 COPY tools/tools.toml ./tools/tools.toml
+# The sources of the example built tools (contexts are relative to the tools file).
+COPY tools/examples ./tools/examples
 USER 10001:10001
 EXPOSE 8000
 ENTRYPOINT ["runyard"]

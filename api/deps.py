@@ -15,8 +15,10 @@ from api.problems import Problem
 from runyard.artifacts.reads import ArtifactReads
 from runyard.auth import Principal, PrincipalCache, authenticate
 from runyard.batches import Batches
+from runyard.builds.reads import BuildReads
 from runyard.notify import RunNotifier
 from runyard.queue import AdmissionCaps, ApiQueue
+from runyard.queue.builds import BuildQueue
 from runyard.settings import Settings
 from runyard.submission import Submissions
 from runyard.sync_mode import SyncExecutor
@@ -45,6 +47,9 @@ class Services:
     batches: Batches
     # The read side of runs' artifacts (its ``store`` is the one writers use).
     artifacts: ArtifactReads
+    # Builds of the tools built from source: their transitions and their reads.
+    builds: BuildQueue
+    build_reads: BuildReads
     # Sync mode only: the inline executor, whose slots have threads of their own.
     sync: SyncExecutor | None = None
     open_streams: int = 0

@@ -20,16 +20,20 @@ from api.openapi import install_openapi
 from api.problems import install_problem_handlers
 from api.routes import artifacts as artifact_routes
 from api.routes import batches, events, health, keys, metrics, run_delete, runs, tools, webhooks
+from api.routes import builds as builds_routes
 from api.ui.install import install_ui
 from runyard.artifacts.factory import store_from_settings
 from runyard.artifacts.reads import ArtifactReads
 from runyard.artifacts.store import ArtifactStore
 from runyard.batches import Batches
+from runyard.builds.reads import BuildReads
+from runyard.builds.setup import with_builds
 from runyard.chores import Chore, Chores
 from runyard.db import DbTimeouts, make_engine
 from runyard.docker.runner import DockerRunner
 from runyard.notify import RunNotifier
 from runyard.queue import AdmissionCaps, ApiQueue
+from runyard.queue.builds import BuildQueue
 from runyard.retention import retention_seconds
 from runyard.runner import Runner
 from runyard.schema_version import script_heads
@@ -174,7 +178,10 @@ def create_app(
             backoff_max_seconds=settings.retry_backoff_max_seconds,
         )
         notifier = RunNotifier(_listen_url(db))
-        tools = registry or load_registry(settings.tools_file, settings)
+        builds = BuildQueue(db, log_cap=settings.build_log_cap_bytes)
+        tools = with_builds(
+            registry or load_registry(settings.tools_file, settings), builds, settings
+        )
         caps = AdmissionCaps(
             max_queue_depth=settings.max_queue_depth,
             tenant_max_queued=settings.tenant_max_queued,
@@ -198,10 +205,14 @@ def create_app(
             caps=caps,
             migration_heads=script_heads(),
             events_limiter=anyio.CapacityLimiter(settings.events_db_concurrency),
-            submissions=Submissions(queue, tools, caps, notifier, sync=sync, limits=limits),
+            submissions=Submissions(
+                queue, tools, caps, notifier, sync=sync, limits=limits, builds=builds
+            ),
             batches=Batches(queue, tools, caps, queue_mode=sync is None),
             sync=sync,
             artifacts=ArtifactReads(db, artifacts),
+            builds=builds,
+            build_reads=BuildReads(db),
         )
         app.state.services = services
         background = Chores(chores, thread_name="runyard-sync-chores")
@@ -245,6 +256,7 @@ def create_app(
     app.include_router(runs.router)
     app.include_router(events.router)
     app.include_router(tools.router)
+    app.include_router(builds_routes.router)
     app.include_router(keys.router)
     app.include_router(run_delete.router)
     app.include_router(artifact_routes.router)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import pydantic
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
@@ -163,7 +163,7 @@ class ToolOut(BaseModel):
 
     name: str
     description: str
-    image: str
+    image: str = Field(description="The image, or for a built tool the tag of its current build")
     timeout_seconds: int
     memory_mb: int
     cpus: float
@@ -177,6 +177,9 @@ class ToolOut(BaseModel):
     max_memory_mb: int = Field(description="The most a run's limits may ask for")
     max_cpus: float = Field(description="The most a run's limits may ask for")
     input_schema: dict[str, Any] | None
+    build: ToolBuildOut | None = Field(
+        default=None, description="For a tool built from source: its digest and builds"
+    )
 
 
 class FieldError(BaseModel):
@@ -327,3 +330,43 @@ class ArtifactList(BaseModel):
     total_bytes: int
     tar_url: str
     artifacts: list[ArtifactOut]
+
+
+class BuildOut(BaseModel):
+    """A build of a tool built from source: one digest on one engine."""
+
+    id: uuid.UUID
+    tag: str = Field(description="runyard-build/<tool>:<first 12 hex of the digest>")
+    tool: str
+    digest: str = Field(description="sha256 of the context files, the Dockerfile and the args")
+    engine_id: str
+    status: Literal["queued", "building", "ready", "failed"]
+    attempts: int
+    max_attempts: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    deadline_at: datetime | None
+    locked_by: str | None = Field(description="The worker building it now")
+    error: str | None = Field(description="Why it failed, with the log's tail")
+    image_id: str | None
+    log_size: int = Field(description="Characters of output ever written (the log keeps a tail)")
+    log: str | None = Field(default=None, description="The log's tail (one build only)")
+
+
+class ToolBuildOut(BaseModel):
+    """A built tool's current digest and its build's status on each engine."""
+
+    tag: str
+    digest: str
+    engines: dict[str, str] = Field(description="engine id -> queued|building|ready|failed")
+    error: str | None = Field(default=None, description="Why its source cannot be used now")
+
+
+class BuildRequested(BaseModel):
+    """What ``POST /v1/tools/{name}/build`` queued."""
+
+    tool: str
+    tag: str
+    digest: str
+    queued: int = Field(description="Builds queued (again) on engines with a live worker")

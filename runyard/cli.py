@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import runyard
+from runyard.cli_builds import add_build_commands
 from runyard.cli_common import (
     EXIT_API_ERROR,
     EXIT_CODES_HELP,
@@ -401,6 +402,7 @@ def _add_client_commands(sub: Any) -> None:
     artifacts.set_defaults(func=_artifacts)
     _add_webhook_commands(sub, common)
     add_workflow_commands(sub, common)
+    add_build_commands(sub, common)
 
 
 def build_parser() -> argparse.ArgumentParser:

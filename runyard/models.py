@@ -218,14 +218,24 @@ class ToolRunJob(Base):
             "created_at",
             postgresql_where=text("status = 'queued'"),
         ),
-        # The fair claim's per-tenant probe: each tenant's oldest queued jobs of a queue.
+        # The fair claim's per-tenant probe: each tenant's oldest queued jobs of a queue, by
+        # the build they wait for ('' for none), so runs of a build not ready on the claiming
+        # engine are skipped a group at a time.
         Index(
             "ix_tool_run_jobs_queued_tenant",
             "queue",
             "tenant",
+            "build_tag",
             text("priority DESC"),
             "created_at",
             postgresql_where=text("status = 'queued' AND waiting_on = 0"),
+        ),
+        # The builds queued runs wait for (a skip scan lists them).
+        Index(
+            "ix_tool_run_jobs_queued_build",
+            "build_tag",
+            "queue",
+            postgresql_where=text("status = 'queued' AND build_tag <> ''"),
         ),
         Index(
             "ix_tool_run_jobs_adoptable",
@@ -267,6 +277,9 @@ class ToolRunJob(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
     # Dependencies not yet succeeded: the claim takes only jobs at 0.
     waiting_on: Mapped[int] = mapped_column(Integer, server_default="0")
+    # The image tag of the build the run needs ('' for an image tool): claimable on an engine
+    # only once that engine's build of it is ready.
+    build_tag: Mapped[str] = mapped_column(Text, server_default="")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -410,3 +423,63 @@ class RunArtifactChunk(Base):
     path: Mapped[str] = mapped_column(Text, primary_key=True)
     seq: Mapped[int] = mapped_column(Integer, primary_key=True)
     data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class ToolBuildContext(Base):
+    """The source of one build (a tool at one digest), kept so any worker can build it."""
+
+    __tablename__ = "tool_build_contexts"
+
+    tag: Mapped[str] = mapped_column(Text, primary_key=True)
+    tool: Mapped[str] = mapped_column(Text)
+    digest: Mapped[str] = mapped_column(Text)
+    dockerfile: Mapped[str] = mapped_column(Text)
+    args: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    network: Mapped[str] = mapped_column(Text, server_default="none")
+    timeout_seconds: Mapped[int] = mapped_column(Integer)
+    size: Mapped[int] = mapped_column(BigInteger)
+    context: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class ToolBuild(Base):
+    """One build of a digest on one engine, leased to a worker of that engine like a job."""
+
+    __tablename__ = "tool_builds"
+    __table_args__ = (
+        UniqueConstraint("tag", "engine_id", name="uq_tool_builds_tag_engine_id"),
+        Index(
+            "ix_tool_builds_open",
+            "engine_id",
+            "created_at",
+            postgresql_where=text("status IN ('queued', 'building')"),
+        ),
+        CheckConstraint("status IN ('queued', 'building', 'ready', 'failed')", name="status_known"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    tag: Mapped[str] = mapped_column(
+        Text, ForeignKey("tool_build_contexts.tag", ondelete="CASCADE")
+    )
+    tool: Mapped[str] = mapped_column(Text)
+    digest: Mapped[str] = mapped_column(Text)
+    engine_id: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(Text, server_default="queued")
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    max_attempts: Mapped[int] = mapped_column(Integer, server_default="3")
+    available_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+    locked_by: Mapped[str | None] = mapped_column(Text)
+    locked_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    lease_token: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    deadline_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The tail of the build's output (capped) and how many characters were ever appended.
+    log: Mapped[str] = mapped_column(Text, server_default="")
+    log_size: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    error: Mapped[str | None] = mapped_column(Text)
+    image_id: Mapped[str | None] = mapped_column(Text)

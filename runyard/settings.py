@@ -105,6 +105,12 @@ class Settings(BaseSettings):
     # The most a tool's ``artifacts_max_mb`` may be.
     max_artifacts_mb: int = Field(default=1024, ge=1)
 
+    # Tools built from source (docs/tools.md, "Built tools"): the most a build context may
+    # hold, the memory of a build's steps, the characters of its log kept (the tail).
+    build_context_max_mb: int = Field(default=16, ge=1, le=1024)
+    build_memory_mb: int = Field(default=1024, ge=64)
+    build_log_cap_bytes: int = Field(default=65_536, ge=1024)
+
     # Completion webhooks (runyard.webhooks): retried with a doubling backoff from base to max
     # for up to retry_hours after the run ended; each attempt has timeout_seconds in all.
     webhook_retry_hours: float = Field(default=24.0, gt=0)

@@ -20,6 +20,7 @@ import anyio
 from runyard.graph import GraphProblem, Node
 from runyard.notify import RunNotifier
 from runyard.queue import AdmissionCaps, AdmissionRefused, ApiQueue, EnqueueResult, NewRun
+from runyard.queue.builds import BuildQueue
 from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
 from runyard.runs import RunReader, RunView
 from runyard.submit import RunRequest
@@ -67,6 +68,12 @@ class WaitLimits:
     poll_seconds: float = 2.0
 
 
+def built_tag(run: NewRun) -> str | None:
+    """The tag of the build a run waits for, if its tool is built from source."""
+    build = run.spec.get("build")
+    return str(build["tag"]) if isinstance(build, dict) and "tag" in build else None
+
+
 class Submissions:
     """The submit use case over the queue, the registry and (sync mode) the inline executor."""
 
@@ -79,8 +86,11 @@ class Submissions:
         *,
         sync: SyncExecutor | None = None,
         limits: WaitLimits | None = None,
+        builds: BuildQueue | None = None,
     ) -> None:
         self._queue = queue
+        # Submits of a digest whose build failed fail at once (until an admin rebuilds).
+        self._builds = builds
         self._registry = registry
         self._caps = caps
         self._notifier = notifier
@@ -97,12 +107,17 @@ class Submissions:
         Raises ``UnknownTool``, ``InvalidInput``, ``AdmissionRefused``, ``IdempotencyConflict``.
         """
         run = request.prepare(self._registry)
+        build_tag = built_tag(run)
+        if build_tag is not None and self._sync is not None:
+            raise QueueModeOnly(f"tool {run.tool!r} is built from source: its runs need queue mode")
         if request.in_graph:
             result = self._submit_in_graph(request, run)
         elif self._sync is not None:
             result = self._sync.claim_new(run, self._caps)
         else:
             result = self._queue.submit(run, self._caps)
+        if build_tag is not None and result.created and self._builds is not None:
+            self._builds.fail_waiting(build_tag)
         view = None
         if read_back and result.job is None:
             view = self._reader.view(result.run_id, request.tenant)

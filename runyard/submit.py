@@ -10,12 +10,17 @@ from typing import Any
 
 import jsonschema
 
+from runyard.builds.context import BuildRef, ContextProblem
 from runyard.queue import NewRun
-from runyard.tools import ToolRegistry
+from runyard.tools import ToolRegistry, ToolSpec
 
 
 class UnknownTool(Exception):
     """No tool of that name is registered."""
+
+
+class BuildUnavailable(Exception):
+    """A built tool's source cannot be used (or this process cannot build tools)."""
 
 
 class InvalidInput(Exception):
@@ -111,6 +116,8 @@ class RunRequest:
                 raise InvalidInput(f"{path}: {error.message}", path)
         limits = {k: v for k, v in self.limits.items() if v is not None}
         spec = {**tool.snapshot(), **limits}
+        if tool.build is not None:
+            spec.update(_pinned_build(registry, tool))
         return NewRun(
             tenant=self.tenant,
             tool=tool.name,
@@ -125,6 +132,23 @@ class RunRequest:
             limits=limits,
             rerun_of=self.rerun_of,
         )
+
+
+def pinned_build_ref(registry: ToolRegistry, tool: ToolSpec) -> BuildRef:
+    """The build a built tool's source names now (its context kept for the builders)."""
+    if registry.builds is None:
+        raise BuildUnavailable(f"tool {tool.name!r} is built from source; no build store here")
+    try:
+        return registry.builds.resolve(tool)
+    except (ContextProblem, OSError) as exc:
+        raise BuildUnavailable(f"tool {tool.name!r}: {exc}") from exc
+
+
+def _pinned_build(registry: ToolRegistry, tool: ToolSpec) -> dict[str, Any]:
+    """A built tool's image and build as its source is now: the run is pinned to them."""
+    ref = pinned_build_ref(registry, tool)
+    assert tool.build is not None
+    return {"image": ref.tag, "build": {"context": tool.build.context, **ref.snapshot()}}
 
 
 def prepare_run(

@@ -6,8 +6,8 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any, Literal
 
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Valid
 from runyard.settings import Settings
 from runyard.tool_json import DEFAULT_MAX_DEPTH, MAX_STORED_DEPTH
 from runyard.tool_secrets import reference_problem
+
+if TYPE_CHECKING:
+    from runyard.builds.context import BuildRef
 
 _NUMERIC_USER = re.compile(r"[0-9]{1,10}(:[0-9]{1,10})?")
 # Docker's rule for the names of containers, volumes and networks.
@@ -34,6 +37,19 @@ class RegistryError(Exception):
     """The tool registry file is missing, unreadable or invalid."""
 
 
+class BuildSpec(BaseModel):
+    """How the platform builds a tool's image from source (``build = { ... }``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    # A directory relative to the tools file; the Dockerfile is a path inside it.
+    context: str = Field(min_length=1)
+    dockerfile: str = Field(default="Dockerfile", min_length=1)
+    args: dict[str, str] = Field(default_factory=dict)
+    # The build's network: none unless a step must fetch something.
+    network: Literal["none", "bridge"] = "none"
+
+
 class ToolSpec(BaseModel):
     """One tool as the registry defines it; snapshotted into every run at submit time."""
 
@@ -41,7 +57,9 @@ class ToolSpec(BaseModel):
 
     name: str = Field(pattern=TOOL_NAME_PATTERN)
     description: str = ""
-    image: str = Field(min_length=1)
+    image: str | None = Field(default=None, min_length=1)
+    build: BuildSpec | None = None
+    build_timeout_seconds: StrictInt = Field(default=600, ge=1, le=86_400)
     command: list[str] = Field(min_length=1)
     entrypoint: list[str] | None = None
     workdir: str | None = None
@@ -84,11 +102,23 @@ class ToolSpec(BaseModel):
         }
 
 
+class BuildResolver:
+    """Resolves a built tool to the content-addressed build of its current source."""
+
+    def resolve(self, tool: ToolSpec) -> BuildRef:  # pragma: no cover - interface
+        """The build the tool's source names now (its context kept for the builders)."""
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
 class ToolRegistry:
     """The loaded registry, keyed by tool name."""
 
     tools: Mapping[str, ToolSpec]
+    # The tools file's directory: build contexts are relative to it.
+    base_dir: Path | None = None
+    # Set by the API: where submits learn a built tool's digest (None: built tools refused).
+    builds: BuildResolver | None = None
 
     def get(self, name: str) -> ToolSpec | None:
         """The tool called ``name``, or None."""
@@ -126,6 +156,7 @@ def _check_against_maxima(tool: ToolSpec, settings: Settings) -> list[str]:
     elif tool.user.split(":")[0] == "0":
         problems.append("user must not be root")
     problems.extend(isolation_problems(tool))
+    problems.extend(build_problems(tool))
     if tool.input_schema is not None:
         try:
             jsonschema.Draft202012Validator.check_schema(tool.input_schema)
@@ -154,7 +185,25 @@ def isolation_problems(tool: ToolSpec) -> list[str]:
     return problems
 
 
-def parse_registry(document: Mapping[str, Any], settings: Settings) -> ToolRegistry:
+def build_problems(tool: ToolSpec) -> list[str]:
+    """What is wrong with how the tool names its image: exactly one of image and build, a
+    relative context and a Dockerfile inside it."""
+    if (tool.image is None) == (tool.build is None):
+        return ["exactly one of image and build must be given"]
+    if tool.build is None:
+        return []
+    problems = []
+    if PurePosixPath(tool.build.context).is_absolute():
+        problems.append(f"build.context {tool.build.context!r} must be relative to the tools file")
+    dockerfile = PurePosixPath(tool.build.dockerfile)
+    if dockerfile.is_absolute() or ".." in dockerfile.parts:
+        problems.append(f"build.dockerfile {tool.build.dockerfile!r} must be inside the context")
+    return problems
+
+
+def parse_registry(
+    document: Mapping[str, Any], settings: Settings, base_dir: Path | None = None
+) -> ToolRegistry:
     """Validate a parsed TOML document; every problem is reported with its tool and key."""
     unknown = set(document) - {"tools"}
     if unknown:
@@ -179,7 +228,7 @@ def parse_registry(document: Mapping[str, Any], settings: Settings) -> ToolRegis
         tools[name] = tool
     if errors:
         raise RegistryError("invalid tool registry:\n  " + "\n  ".join(errors))
-    return ToolRegistry(tools=tools)
+    return ToolRegistry(tools=tools, base_dir=base_dir)
 
 
 def load_registry(path: Path, settings: Settings) -> ToolRegistry:
@@ -190,4 +239,4 @@ def load_registry(path: Path, settings: Settings) -> ToolRegistry:
         raise RegistryError(f"tool registry not found: {path}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise RegistryError(f"tool registry {path} is not valid TOML: {exc}") from exc
-    return parse_registry(document, settings)
+    return parse_registry(document, settings, path.resolve().parent)

@@ -15,16 +15,20 @@ from types import FrameType
 from sqlalchemy import Engine
 
 from runyard.artifacts.factory import store_from_settings
+from runyard.builds.port import BuilderUnavailable
 from runyard.db import DbTimeouts, make_engine
+from runyard.docker.builder import DockerBuilder
 from runyard.docker.runner import DockerRunner
 from runyard.logs import configure
 from runyard.metrics import Metrics
 from runyard.queue import JobQueue
+from runyard.queue.builds import BuildQueue
 from runyard.runner import RunnerUnavailable
 from runyard.settings import Settings
 from runyard.sweep import Sweeper
 from runyard.tools import RegistryError, load_registry
 from runyard.workers import WorkerRegistry, new_worker_id
+from worker.builds import BuildAgent, BuildConfig
 from worker.service import Worker, WorkerConfig
 from worker.wakeup import Wakeups
 
@@ -123,6 +127,19 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
     if settings.worker_metrics_port:
         metrics.serve(settings.worker_metrics_port, settings.metrics_host)
     heartbeat_queue = JobQueue(heartbeat_engine)
+    builds = BuildAgent(
+        BuildQueue(engine, log_cap=settings.build_log_cap_bytes),
+        DockerBuilder.from_env(
+            timeout_seconds=settings.docker_timeout_seconds,
+            memory_mb=settings.build_memory_mb,
+        ),
+        BuildConfig(
+            worker_id=config.worker_id,
+            queues=config.queues,
+            lease_seconds=settings.lease_seconds,
+            heartbeat_seconds=settings.heartbeat_interval,
+        ),
+    )
     # The worker's row is renewed in the heartbeat round: on the heartbeat's connection, so a
     # busy pool cannot hold a round up.
     return Worker(
@@ -134,6 +151,7 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
         heartbeat_queue,
         metrics,
         artifacts=store_from_settings(settings, engine),
+        builds=builds,
     )
 
 
@@ -153,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         worker = build_worker(settings, args.concurrency)
         worker.start()
-    except (RunnerUnavailable, ValueError, RegistryError) as exc:
+    except (RunnerUnavailable, BuilderUnavailable, ValueError, RegistryError) as exc:
         logger.error("cannot start: %s", exc)
         return 2
     logger.info("worker started", extra={"worker_id": worker.worker_id})

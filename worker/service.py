@@ -46,6 +46,7 @@ from runyard.runner import (
 )
 from runyard.workers import WorkerRegistry
 from worker.bounded import OneAtATime
+from worker.builds import BuildAgent
 from worker.cleanup import Cleaner
 from worker.connection_watch import ConnectionWatch
 from worker.engine_health import EngineHealth
@@ -151,8 +152,11 @@ class Worker:
         heartbeat_queue: JobQueue | None = None,
         metrics: Metrics | None = None,
         artifacts: ArtifactStore | None = None,
+        builds: BuildAgent | None = None,
     ) -> None:
         self._queue = queue
+        # Builds of the tools built from source that the runs of this engine wait for.
+        self._builds = builds
         # Where attempts keep the files their tools leave under /runyard/out (None: nowhere).
         self._artifacts = artifacts
         self._metrics = metrics or Metrics()
@@ -197,6 +201,8 @@ class Worker:
         self._to_release: dict[int, InFlight] = {}
         self._loop_failed_at = 0.0
         self._loop_backoff = config.poll_seconds
+        if builds is not None:
+            builds.bind(self._health.trouble, self._wake.set)
         self._watches = [ConnectionWatch(queue.engine)]
         if self._heartbeat_queue.engine is not queue.engine:
             self._watches.append(ConnectionWatch(self._heartbeat_queue.engine))
@@ -247,11 +253,16 @@ class Worker:
             self.start()
         assert self._engine_id is not None
         free = self.free_slots()
-        if free <= 0 or self._stop.is_set() or self._sick.is_set():
+        idle = free <= 0 and self._builds is None
+        if idle or self._stop.is_set() or self._sick.is_set():
             return ClaimRound(claimed=0, adopted=0, free_slots=max(free, 0))
         # A claim charges an attempt: make it only when the engine has just answered.
         if not self._health.check():
             return ClaimRound(claimed=0, adopted=0, free_slots=free)
+        if self._builds is not None:
+            self._builds.run_once(self._engine_id)
+            if free <= 0:
+                return ClaimRound(claimed=0, adopted=0, free_slots=0)
         jobs = self._claim(free)
         for job in jobs:
             flight = self._take(job)
@@ -399,6 +410,8 @@ class Worker:
     def close(self, *, stopped: bool = True) -> None:
         """Shut the slot pool down and mark this worker stopped."""
         self._stop.set()
+        if self._builds is not None:
+            self._builds.stop()
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._cleaner.close()
         if stopped and self._registry is not None:

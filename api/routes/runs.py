@@ -24,7 +24,13 @@ from runyard.queue import AdmissionRefused, IdempotencyConflict
 from runyard.queue.graph import UnknownDependency
 from runyard.runs import LOG_STREAMS, BadCursor, RunFilter, RunReader, RunView
 from runyard.submission import Caller, QueueModeOnly, Submitted
-from runyard.submit import AboveMaximum, InvalidInput, RunRequest, UnknownTool
+from runyard.submit import (
+    AboveMaximum,
+    BuildUnavailable,
+    InvalidInput,
+    RunRequest,
+    UnknownTool,
+)
 from runyard.tools import TOOL_NAME_PATTERN
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=COMMON_ERRORS)
@@ -69,6 +75,8 @@ def submit_problem(services: Services, exc: Exception) -> Problem | None:
         return Problem(422, "invalid_graph", str(exc), field=graph_field(exc))
     if isinstance(exc, QueueModeOnly):
         return Problem(422, "queue_mode_only", str(exc))
+    if isinstance(exc, BuildUnavailable):
+        return Problem(409, "build_unavailable", str(exc), field="tool")
     if isinstance(exc, IdempotencyConflict):
         return Problem(409, "idempotency_conflict", str(exc), field="Idempotency-Key")
     if not isinstance(exc, AdmissionRefused):

@@ -211,6 +211,21 @@ class RunyardClient:
         tools: list[dict[str, Any]] = self._call("GET", "/v1/tools").json()
         return tools
 
+    def build(self, tool: str, *, force: bool = False) -> dict[str, Any]:
+        """Ask for a tool's build ahead of runs, or again after a failure (admin)."""
+        params = {"force": "true"} if force else {}
+        return dict(self._call("POST", f"/v1/tools/{tool}/build", params=params).json())
+
+    def builds(self, **filters: Any) -> list[dict[str, Any]]:
+        """Builds, newest first (``tool``, ``status``, ``limit``)."""
+        params = {k: v for k, v in filters.items() if v is not None}
+        found: list[dict[str, Any]] = self._call("GET", "/v1/builds", params=params).json()
+        return found
+
+    def get_build(self, build_id: str) -> dict[str, Any]:
+        """One build with its log's tail."""
+        return dict(self._call("GET", f"/v1/builds/{build_id}").json())
+
     def events(
         self, run_id: str, *, reconnect_seconds: float = RECONNECT_SECONDS
     ) -> Iterator[SseEvent]:

@@ -22,6 +22,7 @@ from runyard.artifacts.collect import CollectError, collect_dir, collect_tar
 from runyard.artifacts.deps_out import deps_archive, write_deps_dir
 from runyard.artifacts.rules import ArtifactLimits, ArtifactRefused, with_artifacts
 from runyard.artifacts.store import CHUNK_SIZE, ArtifactStore, ArtifactWriter
+from runyard.builds.digest import is_build_tag
 from runyard.capture import HeadTailBuffer
 from runyard.docker.engine_check import engine_problems
 from runyard.docker.engine_marker import EngineMarker
@@ -275,6 +276,14 @@ class DockerRunner:
 
     def _pull(self, image: str) -> AttemptResult | None:
         """Pull a missing image; an image the engine cannot get fails the attempt."""
+        if is_build_tag(image):
+            # Built by the platform, never pulled: it was removed from the engine since.
+            return AttemptResult(
+                status=RunStatus.FAILED,
+                error_code=ErrorCode.IMAGE_NOT_FOUND,
+                error=f"image {image!r} was removed from this engine; runyard build --force "
+                "builds it again",
+            )
         try:
             self._client.images.pull(image)
         except docker.errors.APIError:

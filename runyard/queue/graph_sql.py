@@ -109,11 +109,12 @@ INSERT_GRAPH = _sql(
     ), job AS (
         INSERT INTO tool_run_jobs (id, run_id, status, queue, tenant, priority, attempts,
                                    max_attempts, timeout_seconds, available_at, created_at,
-                                   updated_at, finished_at, waiting_on, last_error)
+                                   updated_at, finished_at, waiting_on, last_error, build_tag)
         SELECT i.job_id, i.run_id, run.status, i.queue, :tenant, i.priority, 0,
                i.max_attempts, i.timeout_seconds, GREATEST({NOW}, coalesce(i.run_at, {NOW})),
                {NOW}, {NOW}, CASE WHEN i.error IS NOT NULL THEN {NOW} END, i.waiting_on,
-               CASE WHEN i.error IS NOT NULL THEN 'dependency_failed' END
+               CASE WHEN i.error IS NOT NULL THEN 'dependency_failed' END,
+               coalesce(i.spec #>> '{build,tag}', '')
         FROM item i JOIN run ON run.id = i.run_id
         RETURNING run_id, queue, status, waiting_on, available_at
     ), deps AS (

@@ -43,7 +43,7 @@ _ENQUEUE_CTES: LiteralString = """
         INSERT INTO tool_run_jobs (id, run_id, status, queue, tenant, priority, attempts,
                                    max_attempts, timeout_seconds, available_at, created_at,
                                    updated_at, started_at, locked_by, locked_until, lease_token,
-                                   engine_id, deadline_at, container_requested_at)
+                                   engine_id, deadline_at, container_requested_at, build_tag)
         SELECT :job_id, run.id, run.status, :queue, :tenant, :priority, run.attempts,
                run.max_attempts,
                :timeout_seconds, {NOW}, {NOW}, {NOW},
@@ -52,7 +52,8 @@ _ENQUEUE_CTES: LiteralString = """
                CASE WHEN claim.by_api THEN gen_random_uuid() END, CAST(:engine_id AS text),
                CASE WHEN claim.by_api THEN {NOW} + make_interval(
                    secs => CAST(:timeout_seconds AS double precision)) END,
-               CASE WHEN claim.by_api THEN {NOW} END
+               CASE WHEN claim.by_api THEN {NOW} END,
+               coalesce(CAST(:spec AS jsonb) #>> '{build,tag}', '')
         FROM run, claim
         RETURNING id, run_id, attempts, max_attempts, lease_token, locked_until, deadline_at,
                   started_at, container_requested_at
@@ -147,9 +148,12 @@ FIND_IDEMPOTENT = _sql(
 
 # Adoption first (same engine, lease cleared, not held back by RELEASE_LATER), then queued
 # work, fair between tenants (docs/decisions/0012-fair-tenants-by-running-share.md): a skip
-# scan of the ``(queue, tenant, …)`` index finds the tenants with queued work in each of the
-# worker's queues, one probe each; each such tenant offers its oldest due jobs, unlocked
-# (``:limit`` plus a few spare ones, so claims racing for the same offers still find one);
+# scan of the ``(queue, tenant, build_tag, …)`` index finds the tenants with queued work in
+# each of the worker's queues, one probe per tenant and build its runs wait for ('' for
+# none); a group whose build is not ready on this engine offers nothing, so runs waiting for
+# a build never wedge the claim nor hold other runs back; each other group offers its
+# oldest due jobs, unlocked (``:limit`` plus a few spare ones, so claims racing for the same
+# offers still find one);
 # within a priority the claim locks first the offer that leaves its tenant with the fewest
 # running runs (running now + its rank among the tenant's offers), SKIP LOCKED, no more rows
 # than it takes. Cost: O(queues * tenants with work * limit) index probes, flat however deep
@@ -166,31 +170,39 @@ _CLAIM_CTES: LiteralString = """
         FOR UPDATE SKIP LOCKED
     ), wanted AS MATERIALIZED (
         SELECT GREATEST(:limit - (SELECT count(*) FROM adoptable), 0) AS n
-    ), tenants (queue, tenant) AS (
-        SELECT q.name, (SELECT tenant FROM tool_run_jobs
-                        WHERE status = 'queued' AND waiting_on = 0 AND queue = q.name AND {FRESH}
-                        ORDER BY tenant LIMIT 1)
-        FROM {QUEUES} AS q(name), wanted WHERE wanted.n > 0
+    ), groups (queue, tenant, build_tag) AS (
+        SELECT q.name, g.tenant, g.build_tag
+        FROM {QUEUES} AS q(name) CROSS JOIN wanted CROSS JOIN LATERAL (
+            SELECT tenant, build_tag FROM tool_run_jobs
+            WHERE status = 'queued' AND waiting_on = 0 AND queue = q.name AND {FRESH}
+            ORDER BY tenant, build_tag LIMIT 1
+        ) g
+        WHERE wanted.n > 0
         UNION ALL
-        SELECT t.queue, (SELECT tenant FROM tool_run_jobs
-                         WHERE status = 'queued' AND waiting_on = 0 AND queue = t.queue
-                           AND tenant > t.tenant
-                         ORDER BY tenant LIMIT 1)
-        FROM tenants t WHERE t.tenant IS NOT NULL
+        SELECT t.queue, g.tenant, g.build_tag
+        FROM groups t CROSS JOIN LATERAL (
+            SELECT tenant, build_tag FROM tool_run_jobs
+            WHERE status = 'queued' AND waiting_on = 0 AND queue = t.queue
+              AND (tenant, build_tag) > (t.tenant, t.build_tag)
+            ORDER BY tenant, build_tag LIMIT 1
+        ) g
     ), offers AS MATERIALIZED (
         SELECT o.id, o.priority, o.created_at,
                (SELECT coalesce(sum(c.running), 0) FROM tenant_run_counts c
                 WHERE c.tenant = t.tenant)
                + row_number() OVER (
                    PARTITION BY t.tenant ORDER BY o.priority DESC, o.created_at) AS share
-        FROM tenants t CROSS JOIN wanted CROSS JOIN LATERAL (
+        FROM groups t CROSS JOIN wanted CROSS JOIN LATERAL (
             SELECT id, priority, created_at FROM tool_run_jobs
             WHERE status = 'queued' AND waiting_on = 0 AND queue = t.queue AND tenant = t.tenant
+              AND build_tag = t.build_tag
               AND available_at <= {NOW} AND attempts < max_attempts
             ORDER BY priority DESC, created_at
             LIMIT wanted.n + {SPARE}
         ) o
-        WHERE t.tenant IS NOT NULL
+        WHERE t.build_tag = '' OR EXISTS (
+            SELECT 1 FROM tool_builds b
+            WHERE b.tag = t.build_tag AND b.engine_id = :engine_id AND b.status = 'ready')
     ), ranked AS MATERIALIZED (
         SELECT coalesce(array_agg(id ORDER BY priority DESC, share, created_at),
                         CAST('{}' AS uuid[])) AS ids

@@ -25,6 +25,8 @@ TABLES = {
     "tool_run_deps",
     "run_artifacts",
     "run_artifact_chunks",
+    "tool_build_contexts",
+    "tool_builds",
 }
 
 

@@ -1,0 +1,1 @@
+"""Tools built from source: the content digest, the build context, the rules and the port."""

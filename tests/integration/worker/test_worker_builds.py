@@ -1,0 +1,100 @@
+"""The worker's build loop with a fake builder and runner, real Postgres: runs wait for
+their engine's build, many runs on two workers make one build."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from sqlalchemy import Engine, text
+
+from runyard.builds.fake import FakeBuilder
+from runyard.builds.setup import with_builds
+from runyard.queue import JobQueue
+from runyard.queue.builds import BuildQueue
+from runyard.settings import Settings
+from runyard.submit import prepare_run
+from runyard.testing import FakeRunner
+from runyard.tools import ToolRegistry, load_registry
+from worker.builds import BuildAgent, BuildConfig
+from worker.service import Worker, WorkerConfig
+
+REGISTRY = """
+[tools.stats]
+build = { context = "stats" }
+command = ["true"]
+"""
+
+
+def registry(tmp_path: Path, engine: Engine) -> ToolRegistry:
+    (tmp_path / "stats").mkdir()
+    (tmp_path / "stats" / "Dockerfile").write_text("FROM runyard/toolbox:latest\n")
+    (tmp_path / "tools.toml").write_text(REGISTRY)
+    settings = Settings(database_url="unused")
+    loaded = load_registry(tmp_path / "tools.toml", settings)
+    return with_builds(loaded, BuildQueue(engine), settings)
+
+
+def worker(queue: JobQueue, engine: Engine, builder: FakeBuilder, worker_id: str) -> Worker:
+    agent = BuildAgent(
+        BuildQueue(engine), builder, BuildConfig(worker_id=worker_id, heartbeat_seconds=0.5)
+    )
+    config = WorkerConfig(worker_id=worker_id, concurrency=5)
+    return Worker(queue, FakeRunner(engine_id="engine-a"), config, builds=agent)
+
+
+def statuses(engine: Engine) -> list[str]:
+    with engine.connect() as conn:
+        return [str(s) for s in conn.execute(text("SELECT status FROM tool_runs")).scalars()]
+
+
+def until(condition: Callable[[], bool], workers: list[Worker], seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        for w in workers:
+            w.run_once()
+        time.sleep(0.05)
+
+
+def test_ten_runs_on_two_workers_of_one_engine__one_build_then_all_succeed(
+    tmp_path: Path, engine: Engine, queue: JobQueue
+):
+    tools = registry(tmp_path, engine)
+    run_ids: list[uuid.UUID] = []
+    for i in range(10):
+        run_ids.append(
+            queue.enqueue(
+                prepare_run(tools, tenant="acme", tool_name="stats", input_value={"i": i})
+            ).run_id
+        )
+    builder = FakeBuilder(seconds=0.5)
+    workers = [worker(queue, engine, builder, "w1"), worker(queue, engine, builder, "w2")]
+    until(lambda: statuses(engine) == ["succeeded"] * 10, workers)
+    for w in workers:
+        assert w.wait_idle(10)
+        w.close()
+    assert len(builder.built) == 1
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT status, attempts FROM tool_builds")).all()
+    assert [tuple(r) for r in rows] == [("ready", 1)]
+
+
+def test_failed_build__fails_the_waiting_runs_with_the_log_tail(
+    tmp_path: Path, engine: Engine, queue: JobQueue
+):
+    tools = registry(tmp_path, engine)
+    run = prepare_run(tools, tenant="acme", tool_name="stats", input_value={})
+    run_id = queue.enqueue(run).run_id
+    builder = FakeBuilder(fail=frozenset({run.spec["build"]["tag"]}))
+    workers = [worker(queue, engine, builder, "w1")]
+    until(lambda: statuses(engine) == ["failed"], workers)
+    workers[0].close()
+    with engine.connect() as conn:
+        code, error = conn.execute(
+            text("SELECT error_code, error FROM tool_runs WHERE id = :id"), {"id": run_id}
+        ).one()
+    assert code == "build_failed"
+    assert "fake failure" in error and "ERROR: the fake build failed" in error
