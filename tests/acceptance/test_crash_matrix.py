@@ -11,7 +11,7 @@ from sqlalchemy import text
 from runyard.faults import AFTER_CREATE, BEFORE_FINALIZE
 from tests.acceptance.cluster import Cluster, Expected, events_of
 
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(180), pytest.mark.solo]
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(180)]
 
 LONG = "echo start; sleep 3; echo end; exit 7"
 

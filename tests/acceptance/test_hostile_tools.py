@@ -18,7 +18,9 @@ from sqlalchemy import text
 from tests.acceptance.cluster import TERMINAL, Cluster, Expected, events_of
 from tests.integration.api.test_api_helpers import bearer, make_app
 
-pytestmark = pytest.mark.docker
+# Solo: its tools' time limits assume the CPU is not shared with other clusters, and it
+# checks the engine's free disk space.
+pytestmark = [pytest.mark.docker, pytest.mark.solo]
 
 FILL_MANY = "i=0; while true; do head -c 1048576 /dev/zero > /runyard/out/f$i; i=$((i+1)); done"
 

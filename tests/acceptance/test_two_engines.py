@@ -12,7 +12,7 @@ from runyard.docker.runner import DockerRunner
 from tests.acceptance.cluster import Cluster, Expected
 from tests.acceptance.second_engine import SecondEngine
 
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(240), pytest.mark.solo]
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(240)]
 
 B_NAME = "runyard-engine-b"
 B_HOST = f"unix:///var/run/{B_NAME}.sock"

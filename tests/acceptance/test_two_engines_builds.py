@@ -14,7 +14,7 @@ from tests.acceptance.builds_support import remove_images, use_built_tool
 from tests.acceptance.cluster import Cluster, Expected
 from tests.acceptance.second_engine import SecondEngine
 
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(300), pytest.mark.solo]
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
 # Not the name test_two_engines.py uses: the two may run on one machine at once.
 B_NAME = "runyard-engine-builds"

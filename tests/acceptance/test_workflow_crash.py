@@ -18,7 +18,7 @@ from sqlalchemy import text
 
 from tests.acceptance.cluster import RUN_LABEL, Cluster, Expected
 
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(240), pytest.mark.solo]
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(240)]
 
 WIDTH = 48  # source -> 48 in parallel -> sink: 50 runs
 # The middle runs become ready together when the source ends, so they run in waves of SLOTS
