@@ -417,6 +417,7 @@ def admission_cost(url: str, backlogs: list[int]) -> list[tuple[object, ...]]:
                                 "idempotency_key": None,
                                 "request_hash": None,
                                 "callback_url": None,
+                                "rerun_of": None,
                                 "owner": None,  # queue mode: not claimed at the insert
                                 "engine_id": None,
                                 "lease": None,

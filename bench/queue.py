@@ -241,6 +241,7 @@ def psycopg_floor_round(url: str, jobs: int, threads: int, deadline: Deadline) -
                     "idempotency_key": None,
                     "request_hash": None,
                     "callback_url": None,
+                    "rerun_of": None,
                     "owner": None,  # queue mode: not claimed at the insert
                     "engine_id": None,
                     "lease": None,
@@ -292,6 +293,7 @@ def psycopg_floor_round(url: str, jobs: int, threads: int, deadline: Deadline) -
                             "error_code": None,
                             "error": None,
                             "image_digest": None,
+                            "artifact_set": None,
                             "now": None,
                         },
                     ).fetchone()
@@ -684,6 +686,7 @@ def _profile_claim_vs_backlog(url: str, backlogs: list[int], deadline: Deadline)
                             "idempotency_key": None,
                             "request_hash": None,
                             "callback_url": None,
+                            "rerun_of": None,
                             "owner": None,  # queue mode: not claimed at the insert
                             "engine_id": None,
                             "lease": None,
