@@ -64,18 +64,41 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _keys_create(args: argparse.Namespace) -> int:
-    from runyard.auth import create_api_key
+    from runyard.auth import issue_api_key
     from runyard.db import make_engine
 
     engine = make_engine(Settings().database_url, pool_size=1, max_overflow=0)
     try:
-        key = create_api_key(engine, args.tenant, admin=args.admin, name=args.name)
+        issued = issue_api_key(
+            engine, args.tenant, admin=args.admin, name=args.name, max_priority=args.max_priority
+        )
     except ValueError as exc:
         say(f"runyard: error: {exc}")
         return EXIT_USAGE
     finally:
         engine.dispose()
-    print(key)  # noqa: T201
+    print(issued.key)  # noqa: T201
+    return 0
+
+
+def _keys_set_priority(args: argparse.Namespace) -> int:
+    """Set a key's ``max_priority`` (as ``PATCH /v1/keys/{prefix}`` does)."""
+    from runyard.db import make_engine
+    from runyard.keys import prefix_of, set_max_priority
+
+    prefix = prefix_of(args.key)
+    if prefix is None:
+        say(f"runyard: error: {args.key!r} is not a key or a key prefix")
+        return EXIT_USAGE
+    engine = make_engine(Settings().database_url, pool_size=1, max_overflow=0)
+    try:
+        key = set_max_priority(engine, prefix, args.max_priority)
+    finally:
+        engine.dispose()
+    if key is None:
+        say(f"runyard: error: no key has the prefix {prefix}")
+        return EXIT_FAILED
+    say(f"key {key.prefix} of {key.tenant}: max_priority {key.max_priority}")
     return 0
 
 
@@ -88,13 +111,17 @@ def _keys_ls(args: argparse.Namespace) -> int:
         keys = list_keys(engine, tenant=args.tenant, include_revoked=args.all, limit=args.limit)
     finally:
         engine.dispose()
-    rows = [f"{'PREFIX':12}  {'TENANT':16}  {'SCOPES':8}  {'CREATED':25}  {'LAST USED':25}  NAME"]
+    rows = [
+        f"{'PREFIX':12}  {'TENANT':16}  {'SCOPES':8}  {'MAX PRIO':8}  {'CREATED':25}  "
+        f"{'LAST USED':25}  NAME"
+    ]
     for key in keys:
         last = key.last_used_at.isoformat(timespec="seconds") if key.last_used_at else "never"
         revoked = f"  (revoked {key.revoked_at:%Y-%m-%d %H:%M})" if key.revoked_at else ""
+        ceiling = "any" if "admin" in key.scopes else str(key.max_priority)
         rows.append(
             f"{key.prefix:12}  {key.tenant[:16]:16}  {','.join(key.scopes) or '-':8}  "
-            f"{key.created_at.isoformat(timespec='seconds'):25}  {last:25}  "
+            f"{ceiling:8}  {key.created_at.isoformat(timespec='seconds'):25}  {last:25}  "
             f"{key.name or ''}{revoked}"
         )
     value = [dataclasses.asdict(key) for key in keys]
@@ -426,7 +453,19 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--tenant", required=True)
     create.add_argument("--admin", action="store_true", help="the key sees every tenant")
     create.add_argument("--name", help="a label for the key")
+    create.add_argument(
+        "--max-priority",
+        type=int,
+        default=0,
+        help="the highest run priority the key may ask for (default 0; admin keys: any)",
+    )
     create.set_defaults(func=_keys_create)
+    set_priority = keys_sub.add_parser(
+        "set-priority", help="set the highest run priority a key may ask for"
+    )
+    set_priority.add_argument("key", help="the key's prefix, as `keys ls` shows it")
+    set_priority.add_argument("max_priority", type=int)
+    set_priority.set_defaults(func=_keys_set_priority)
     ls = keys_sub.add_parser(
         "ls", help="list keys (prefix, tenant, scopes, created, last used), never a secret"
     )

@@ -168,7 +168,7 @@ def test_cli_keys__create_ls_revoke_against_the_database(database_url: str):
             [*CLI, "keys", *args], env=env, capture_output=True, text=True, timeout=60
         )
 
-    created = cli("create", "--tenant", "acme", "--name", "ci")
+    created = cli("create", "--tenant", "acme", "--name", "ci", "--max-priority", "5")
     assert created.returncode == 0, created.stderr
     key = created.stdout.strip()
     prefix = prefix_of(key)
@@ -177,8 +177,12 @@ def test_cli_keys__create_ls_revoke_against_the_database(database_url: str):
     listed = cli("ls")
     assert listed.returncode == 0, listed.stderr
     header, row = listed.stdout.splitlines()
-    assert header.split()[:3] == ["PREFIX", "TENANT", "SCOPES"]
-    assert row.split()[:3] == [prefix, "acme", "-"] and row.split()[4] == "never"
+    assert header.split()[:5] == ["PREFIX", "TENANT", "SCOPES", "MAX", "PRIO"]
+    assert row.split()[:4] == [prefix, "acme", "-", "5"] and row.split()[5] == "never"
+    raised = cli("set-priority", prefix, "20")
+    assert raised.returncode == 0 and "max_priority 20" in raised.stderr, raised.stderr
+    assert cli("ls").stdout.splitlines()[1].split()[3] == "20"
+    assert cli("set-priority", "0123456789ab", "1").returncode == 1
     assert key.split("_", 2)[2] not in listed.stdout
     [entry] = json.loads(cli("ls", "--json").stdout)
     assert entry["prefix"] == prefix and entry["tenant"] == "acme"
