@@ -416,7 +416,7 @@ def _profile_round_trips(url: str, jobs: int, concurrency: int, deadline: Deadli
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
-    import runyard.queue as queue_module
+    import runyard.queue.jobs as queue_module
     from runyard.queue import sql as queue_sql
 
     counts: dict[str, int] = defaultdict(int)

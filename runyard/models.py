@@ -209,8 +209,13 @@ class ToolRunJob(Base):
 
     __tablename__ = "tool_run_jobs"
     __table_args__ = (
-        Index("ix_tool_run_jobs_status_available_priority", "status", "available_at", "priority"),
-        Index("ix_tool_run_jobs_status_locked_until", "status", "locked_until"),
+        # No index leads with ``status``: fenced writes find their job by primary key (0014).
+        # The reaper's expiry scan; fenced writes find their job by primary key (0014).
+        Index(
+            "ix_tool_run_jobs_lease_expiry",
+            "locked_until",
+            postgresql_where=text("status = 'running' AND locked_until IS NOT NULL"),
+        ),
         Index(
             "ix_tool_run_jobs_queued",
             "queue",
