@@ -366,6 +366,47 @@ def vacuum(url: str) -> None:
         conn.execute("VACUUM (ANALYZE)")
 
 
+# Finished runs (with their job and three events each) written before the rounds: a queue
+# must drain as fast with a long history as with none.
+HISTORY_SQL = (
+    """
+    INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode, requested_at,
+                           started_at, finished_at, attempts, max_attempts, exit_code)
+    SELECT gen_random_uuid(), 'history', 'noop', '{}', '{}', 'succeeded', 'queue',
+           now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour',
+           1, 1, 0
+    FROM generate_series(1, %(n)s)
+    """,
+    """
+    INSERT INTO tool_run_jobs (id, run_id, status, queue, tenant, priority, attempts,
+                               max_attempts, timeout_seconds, available_at, created_at,
+                               updated_at, started_at, finished_at)
+    SELECT gen_random_uuid(), r.id, 'succeeded', 'default', r.tenant, 0, 1, 1, 30,
+           r.requested_at, r.requested_at, r.finished_at, r.started_at, r.finished_at
+    FROM tool_runs r WHERE r.tenant = 'history'
+    """,
+    """
+    INSERT INTO tool_run_events (run_id, at, type, data)
+    SELECT r.id, r.finished_at, e.type, e.data
+    FROM tool_runs r CROSS JOIN (VALUES
+        ('status', '{"status": "queued"}'::jsonb),
+        ('claimed', '{"attempt": 1, "worker_id": "history"}'::jsonb),
+        ('status', '{"status": "succeeded", "attempt": 1}'::jsonb)) AS e(type, data)
+    WHERE r.tenant = 'history'
+    """,
+)
+
+
+def write_history(url: str, runs: int) -> None:
+    """``runs`` finished runs, their jobs and events, then VACUUM ANALYZE."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        for statement in HISTORY_SQL:
+            conn.execute(statement, {"n": runs})
+        conn.execute("VACUUM (ANALYZE)")
+
+
 def ensure_procrastinate_schema(url: str) -> None:
     """Apply Procrastinate's schema once (it lives beside runyard's tables)."""
     import procrastinate
@@ -728,6 +769,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--warmup", type=int, default=1000, help="unrecorded jobs per side before round 0 (1000)"
     )
+    parser.add_argument(
+        "--history",
+        type=int,
+        default=0,
+        help="finished runs (with jobs and events) written before the rounds (0)",
+    )
     args = parser.parse_args(argv)
     deadline = Deadline(args.time_limit)
     install_signal_cleanup()
@@ -745,6 +792,9 @@ def main(argv: list[str] | None = None) -> int:
         print_machine(db.url)
         if "procrastinate" in sides:
             ensure_procrastinate_schema(db.url)
+        if args.history:
+            note(f"writing {args.history} finished runs of history")
+            write_history(db.url, args.history)
         server_cpu = stack.enter_context(BackendCpu(db.url))
         runners = {
             "runyard-worker": runyard_worker_round,
