@@ -113,9 +113,12 @@ def test_worker__engine_down_claims_nothing_charges_nothing_and_withholds_livene
     runner = FakeRunner()
     worker = Worker(queue, runner, config("w-sick"), WorkerRegistry(engine))
     worker.start()
-    age(engine, 300)
     runner.unreachable.set()
     assert worker.run_once() == ClaimRound(claimed=0, adopted=0, free_slots=4)
+    # The heartbeat thread's first round (at its start, while the engine still answered)
+    # may still be writing the worker's liveness: let it land before the clock moves.
+    time.sleep(0.5)
+    age(engine, 300)
     worker.heartbeat_once()
     assert not worker.engine_healthy
     assert seen_seconds_ago(engine, "w-sick") >= 299  # no liveness while the engine is down
