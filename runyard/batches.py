@@ -97,21 +97,25 @@ def batch_status(runs: Sequence[tuple[str, str | None]]) -> str:
 
 BATCH = text("SELECT id, tenant, created_at, size FROM batches WHERE id = :id")
 
+# The latest run of each ref of the batches ``:ids``.
 LATEST_RUNS = text(
     """
-    SELECT DISTINCT ON (r.ref) r.id, r.ref, r.tool, CAST(r.status AS text) AS status,
-           r.error_code, r.rerun_of, r.requested_at, r.finished_at, r.input, r.callback_url,
-           r.spec, j.priority
+    SELECT DISTINCT ON (r.batch_id, r.ref) r.batch_id, r.id, r.ref, r.tool,
+           CAST(r.status AS text) AS status, r.error_code, r.rerun_of, r.requested_at,
+           r.finished_at, r.input, r.callback_url, r.spec, j.priority
     FROM tool_runs r LEFT JOIN tool_run_jobs j ON j.run_id = r.id
-    WHERE r.batch_id = :id
-    ORDER BY r.ref, r.requested_at DESC, r.id DESC
+    WHERE r.batch_id = ANY(CAST(:ids AS uuid[]))
+    ORDER BY r.batch_id, r.ref, r.requested_at DESC, r.id DESC
     """
 )
 
+# The dependencies of the runs ``:ids``, and whether each is of the dependent's own batch.
 EDGES = text(
     """
-    SELECT d.run_id, d.depends_on, p.ref, p.batch_id = :id AS same_batch
-    FROM tool_run_deps d JOIN tool_runs p ON p.id = d.depends_on
+    SELECT d.run_id, d.depends_on, p.ref, p.batch_id IS NOT DISTINCT FROM c.batch_id AS same_batch
+    FROM tool_run_deps d
+    JOIN tool_runs p ON p.id = d.depends_on
+    JOIN tool_runs c ON c.id = d.run_id
     WHERE d.run_id = ANY(CAST(:ids AS uuid[]))
     ORDER BY d.run_id, p.ref, d.depends_on
     """
@@ -175,42 +179,53 @@ class Batches:
             raise AdmissionRefused("queue_full", self._caps.max_queue_depth)
 
     def _latest(self, batch_id: uuid.UUID) -> list[Any]:
-        return autocommit(self._engine, LATEST_RUNS, {"id": batch_id})
+        return autocommit(self._engine, LATEST_RUNS, {"ids": [batch_id]})
+
+    def _edges(self, runs: Sequence[Any]) -> list[Any]:
+        if not runs:
+            return []
+        return autocommit(self._engine, EDGES, {"ids": [run.id for run in runs]})
 
     def view(self, batch_id: uuid.UUID, tenant: str | None) -> BatchView | None:
         """The batch if ``tenant`` may see it (None: any tenant)."""
         found = autocommit(self._engine, BATCH, {"id": batch_id})
         if not found or (tenant is not None and found[0].tenant != tenant):
             return None
-        batch = found[0]
-        latest = self._latest(batch_id)
+        return self._views(found)[0]
+
+    def _views(self, batches: Sequence[Any]) -> list[BatchView]:
+        """The read model of ``batches`` (rows with id, created_at, size): two queries."""
+        latest = autocommit(self._engine, LATEST_RUNS, {"ids": [b.id for b in batches]})
         edges: dict[uuid.UUID, list[str]] = {}
-        params = {"id": batch_id, "ids": [run.id for run in latest]}
-        for edge in autocommit(self._engine, EDGES, params) if latest else []:
+        for edge in self._edges(latest):
             name = edge.ref if edge.same_batch else str(edge.depends_on)
             edges.setdefault(edge.run_id, []).append(name)
-        runs = [
-            BatchRun(
-                ref=run.ref,
-                run_id=run.id,
-                tool=run.tool,
-                status=run.status,
-                error_code=run.error_code,
-                depends_on=tuple(edges.get(run.id, ())),
-                rerun_of=run.rerun_of,
-                requested_at=run.requested_at,
-                finished_at=run.finished_at,
+        runs: dict[uuid.UUID, list[BatchRun]] = {b.id: [] for b in batches}
+        for run in latest:
+            runs[run.batch_id].append(
+                BatchRun(
+                    ref=run.ref,
+                    run_id=run.id,
+                    tool=run.tool,
+                    status=run.status,
+                    error_code=run.error_code,
+                    depends_on=tuple(edges.get(run.id, ())),
+                    rerun_of=run.rerun_of,
+                    requested_at=run.requested_at,
+                    finished_at=run.finished_at,
+                )
             )
-            for run in latest
+        return [
+            BatchView(
+                id=batch.id,
+                status=batch_status([(run.status, run.error_code) for run in runs[batch.id]]),
+                created_at=batch.created_at,
+                size=batch.size,
+                counts=dict(Counter(run.status for run in runs[batch.id])),
+                runs=runs[batch.id],
+            )
+            for batch in batches
         ]
-        return BatchView(
-            id=batch.id,
-            status=batch_status([(run.status, run.error_code) for run in runs]),
-            created_at=batch.created_at,
-            size=batch.size,
-            counts=dict(Counter(run.status for run in runs)),
-            runs=runs,
-        )
 
     def page(
         self, tenant: str, *, limit: int, before: tuple[datetime, uuid.UUID] | None = None
@@ -223,8 +238,7 @@ class Batches:
             "before_id": before[1] if before else None,
         }
         rows = autocommit(self._engine, BATCH_PAGE, params)
-        views = [self.view(row.id, tenant) for row in rows]
-        return [view for view in views if view is not None]
+        return self._views(rows) if rows else []
 
     def cancel(self, batch_id: uuid.UUID) -> int:
         """Cancel every queued run of the batch and ask running ones to stop."""
@@ -243,9 +257,8 @@ class Batches:
         kept = {run.ref: run.id for run in latest if run.status == "succeeded"}
         if not again:
             return GraphResult(batch_id=batch_id, run_ids=[], created=False), {}
-        params = {"id": batch_id, "ids": [run.id for run in again.values()]}
         depends: dict[uuid.UUID, list[str]] = {}
-        for edge in autocommit(self._engine, EDGES, params):
+        for edge in self._edges(list(again.values())):
             if not edge.same_batch:
                 name = str(edge.depends_on)
             elif edge.ref in again:

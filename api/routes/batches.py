@@ -5,14 +5,14 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Query, Response
 from fastapi.concurrency import run_in_threadpool
 
 from api.batch_schemas import BatchCreate, BatchCreated, BatchOut, BatchPage
 from api.deps import PrincipalDep, Services, ServicesDep, visible_tenant
 from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
 from api.problems import Problem
-from api.routes.runs import submit_problem
+from api.routes.runs import IdempotencyKey, submit_problem
 from api.routes.webhooks import check_callback_url
 from runyard.auth import Principal, priority_ceiling
 from runyard.batches import BatchItemProblem, BatchNotFinished, BatchView
@@ -72,10 +72,7 @@ async def post_batch(
     services: ServicesDep,
     principal: PrincipalDep,
     response: Response,
-    idempotency_key: Annotated[
-        str | None,
-        Header(alias="Idempotency-Key", min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+$"),
-    ] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> BatchCreated:
     """Admit every run or none (422 names the item and the problem); 202 with the batch."""
     _queue_mode(services)

@@ -42,6 +42,18 @@ RUN_JSON = TypeAdapter(RunView)
 MAX_PAGE = 200
 MAX_WAIT_QUERY = 3600.0
 NOT_FOUND = problem("No such run, or it belongs to another tenant")
+# The header of every submit (a run, a batch): retries with the same key and body get the
+# first answer's resource.
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=255,
+        pattern=r"^[\x21-\x7e]+$",
+        description="Retries with the same key and body return the first run or batch",
+    ),
+]
 
 
 def load_run(services: Services, principal: Principal, run_id: uuid.UUID) -> ToolRun:
@@ -177,16 +189,7 @@ async def post_run(
             "RUNYARD_MAX_WAIT_SECONDS); 200 if it got there, else 202",
         ),
     ] = 0,
-    idempotency_key: Annotated[
-        str | None,
-        Header(
-            alias="Idempotency-Key",
-            min_length=1,
-            max_length=255,
-            pattern=r"^[\x21-\x7e]+$",
-            description="Retries with the same key and body return the first run",
-        ),
-    ] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Validate the tool and input, then enqueue (queue mode) or run inline (sync mode)."""
     if body.callback_url is not None:

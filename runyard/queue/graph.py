@@ -6,7 +6,6 @@ who waits and who is doomed) are the pure functions of ``runyard.graph``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
 from collections.abc import Sequence
@@ -19,19 +18,19 @@ from sqlalchemy import Connection, Engine, text
 from runyard.graph import Dependency, GraphProblem, Node, Resolved, resolve, starts
 from runyard.queue.graph_sql import (
     ADMIT_MANY,
-    CANCEL_BATCH_QUEUED,
-    CANCEL_BATCH_RUNNING,
     FIND_BATCH_IDEMPOTENT,
     INSERT_BATCH,
     INSERT_GRAPH,
     LOCK_BATCH_FOR_RETRY,
     LOCK_DEPENDENCIES,
 )
+from runyard.queue.sql import CANCEL_BATCH_QUEUED, CANCEL_BATCH_RUNNING
 from runyard.queue.values import (
     AdmissionCaps,
     AdmissionRefused,
     IdempotencyConflict,
     NewRun,
+    json_digest,
 )
 
 
@@ -75,8 +74,7 @@ class GraphSubmit:
             }
             for item in self.runs
         ]
-        body = json.dumps(asked, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(body.encode()).hexdigest()
+        return json_digest(asked)
 
 
 @dataclass(frozen=True)
@@ -134,7 +132,7 @@ class GraphWriter:
         with self._engine.begin() as conn:
             cancelled = conn.execute(CANCEL_BATCH_QUEUED, {"batch_id": batch_id, "now": now})
             flagged = conn.execute(CANCEL_BATCH_RUNNING, {"batch_id": batch_id, "now": now})
-            return int(cancelled.scalar_one()) + int(flagged.scalar_one())
+            return len(cancelled.all()) + len(flagged.all())
 
     def _lock_for_retry(
         self, conn: Connection, batch_id: uuid.UUID, replaces: Sequence[uuid.UUID]
@@ -266,5 +264,4 @@ def _single_hash(item: GraphRun) -> str:
         "depends_on": sorted(item.node.depends_on),
         "run_at": item.run_at.isoformat() if item.run_at else None,
     }
-    body = json.dumps(asked, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(body.encode()).hexdigest()
+    return json_digest(asked)

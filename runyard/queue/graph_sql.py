@@ -7,7 +7,7 @@ end; the claim (``runyard.queue.sql``) takes only jobs that wait for nothing.
 
 from __future__ import annotations
 
-from runyard.queue.sql import _sql
+from runyard.queue.sql import TENANT_COUNTS_CTES, _sql
 
 INSERT_BATCH = _sql(
     """
@@ -46,19 +46,9 @@ LOCK_DEPENDENCIES = _sql(
 # Admission of ``:n`` runs at once, under the lock of the tenant's row 0 (as ``SUBMIT``): all
 # fit under the queued cap, or none is written.
 ADMIT_MANY = _sql(
-    """
-    WITH gate AS MATERIALIZED (
-        INSERT INTO tenant_run_counts AS c (tenant, shard)
-        SELECT :tenant, 0 WHERE :queued_cap > 0 OR :running_cap > 0
-        ON CONFLICT (tenant, shard) DO UPDATE SET queued = c.queued
-        RETURNING queued, running
-    ), active AS MATERIALIZED (
-        SELECT coalesce(sum(queued), 0) AS queued, coalesce(sum(running), 0) AS running
-        FROM (SELECT queued, running FROM gate
-              UNION ALL
-              SELECT queued, running FROM tenant_run_counts
-              WHERE tenant = :tenant AND shard <> 0 AND EXISTS (SELECT 1 FROM gate)) rows
-    )
+    "WITH "
+    + TENANT_COUNTS_CTES
+    + """
     SELECT CASE WHEN 0 < :queued_cap AND :queued_cap < queued + :n THEN 'tenant_queued'
                 WHEN 0 < :running_cap AND :running_cap <= running THEN 'tenant_running'
            END AS refused
@@ -151,48 +141,5 @@ LOCK_BATCH_FOR_RETRY = _sql(
                    WHERE r.rerun_of = ANY(CAST(:replaced AS uuid[]))) AS already_retried
     FROM batches b WHERE b.id = :batch_id
     FOR UPDATE
-    """
-)
-
-
-# Cancelling a batch: its queued runs at once (their dependents in the batch are cancelled
-# by the same statement, so none of them ends dependency_failed), its running ones flagged
-# for their owners, as ``CANCEL_QUEUED`` and ``CANCEL_RUNNING`` do for one run.
-CANCEL_BATCH_QUEUED = _sql(
-    """
-    WITH job AS (
-        UPDATE tool_run_jobs
-        SET status = 'cancelled', cancel_requested_at = {NOW}, finished_at = {NOW},
-            updated_at = {NOW}
-        WHERE status = 'queued'
-          AND run_id IN (SELECT id FROM tool_runs WHERE batch_id = :batch_id)
-        RETURNING run_id
-    ), run AS (
-        UPDATE tool_runs r SET status = 'cancelled', finished_at = {NOW},
-                               error_code = 'cancelled', error = 'its batch was cancelled'
-        FROM job WHERE r.id = job.run_id
-    ), event AS (
-        INSERT INTO tool_run_events (run_id, at, type, data)
-        SELECT run_id, {NOW}, 'status', jsonb_build_object('status', 'cancelled') FROM job
-    )
-    SELECT count(n.*) AS cancelled
-    FROM (SELECT pg_notify('runyard_runs', CAST(run_id AS text)) FROM job) n
-    """
-)
-
-CANCEL_BATCH_RUNNING = _sql(
-    """
-    WITH job AS (
-        UPDATE tool_run_jobs
-        SET cancel_requested_at = coalesce(cancel_requested_at, {NOW}), updated_at = {NOW}
-        WHERE status = 'running'
-          AND run_id IN (SELECT id FROM tool_runs WHERE batch_id = :batch_id)
-        RETURNING id, run_id
-    ), event AS (
-        INSERT INTO tool_run_events (run_id, at, type, data)
-        SELECT run_id, {NOW}, 'cancel_requested', '{}'::jsonb FROM job
-    )
-    SELECT count(n.*) AS flagged
-    FROM (SELECT pg_notify('runyard_cancel', CAST(id AS text)) FROM job) n
     """
 )

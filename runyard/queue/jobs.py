@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, TextClause, text
+from sqlalchemy import Engine, TextClause
 
 from runyard.db import autocommit
 from runyard.models import RunStatus
@@ -430,10 +430,6 @@ class JobQueue:
         """Cancel a queued run at once; flag a running one so its owner stops it."""
         with self._engine.begin() as conn:
             if conn.execute(CANCEL_QUEUED, {"run_id": run_id, "now": now}).first():
-                conn.execute(
-                    text("SELECT pg_notify(:channel, :run_id)"),
-                    {"channel": RUNS_CHANNEL, "run_id": str(run_id)},
-                )
                 return CancelResult(found=True, status=RunStatus.CANCELLED, cancelled_now=True)
             if conn.execute(CANCEL_RUNNING, {"run_id": run_id, "now": now}).first():
                 return CancelResult(found=True, status=RunStatus.RUNNING, requested=True)

@@ -94,7 +94,9 @@ ENQUEUE = _sql(
 # the snapshot; with no caps nothing is locked. A key already used is a replay, never
 # refused: no row is written (``replayed``); a concurrent submit of the same key that commits
 # first leaves ``id`` NULL.
-_ADMISSION_CTES: LiteralString = """
+# The tenant's queued and running counts, its row 0 locked until the commit (``active``);
+# shared by every admission (``SUBMIT``, ``ADMIT_MANY``).
+TENANT_COUNTS_CTES: LiteralString = """
     gate AS MATERIALIZED (
         INSERT INTO tenant_run_counts AS c (tenant, shard)
         SELECT :tenant, 0 WHERE :queued_cap > 0 OR :running_cap > 0
@@ -106,7 +108,11 @@ _ADMISSION_CTES: LiteralString = """
               UNION ALL
               SELECT queued, running FROM tenant_run_counts
               WHERE tenant = :tenant AND shard <> 0 AND EXISTS (SELECT 1 FROM gate)) rows
-    ), decision AS MATERIALIZED (
+    )"""
+
+_ADMISSION_CTES: LiteralString = (
+    TENANT_COUNTS_CTES
+    + """, decision AS MATERIALIZED (
         SELECT EXISTS (SELECT 1 FROM tool_runs
                        WHERE tenant = :tenant AND idempotency_key = :idempotency_key)
                    AS replayed,
@@ -118,6 +124,7 @@ _ADMISSION_CTES: LiteralString = """
         SELECT 1 FROM decision WHERE NOT replayed AND refused IS NULL
     )
 """
+)
 
 # ENQUEUE with admission: ``run_id`` is the new run's; else ``replayed`` or ``refused`` says
 # why. A sync run (``:owner`` set) comes back claimed, its job's row shaped like CLAIM's; only
@@ -576,40 +583,53 @@ RELEASE_LATER = _sql(
 )
 
 
-CANCEL_QUEUED = _sql(
-    """
+# A queued run (``{WHICH}``: which ones) ends cancelled at once, its waiters woken.
+_CANCEL_QUEUED: LiteralString = """
     WITH job AS (
         UPDATE tool_run_jobs
         SET status = 'cancelled', cancel_requested_at = {NOW}, finished_at = {NOW},
             updated_at = {NOW}
-        WHERE run_id = :run_id AND status = 'queued'
+        WHERE {WHICH} AND status = 'queued'
         RETURNING run_id
     ), run AS (
         UPDATE tool_runs r SET status = 'cancelled', finished_at = {NOW},
-                               error_code = 'cancelled', error = 'cancelled before it started'
+                               error_code = 'cancelled', error = {WHY}
         FROM job WHERE r.id = job.run_id
+    ), event AS (
+        INSERT INTO tool_run_events (run_id, at, type, data)
+        SELECT run_id, {NOW}, 'status', jsonb_build_object('status', 'cancelled') FROM job
     )
-    INSERT INTO tool_run_events (run_id, at, type, data)
-    SELECT run_id, {NOW}, 'status', jsonb_build_object('status', 'cancelled') FROM job
-    RETURNING run_id
-    """
-)
+    SELECT run_id, pg_notify('runyard_runs', CAST(run_id AS text)) FROM job
+"""
 
-
-CANCEL_RUNNING = _sql(
-    """
+# A running run (``{WHICH}``) is flagged; its owner sees it at its next heartbeat, or at once
+# through the NOTIFY.
+_CANCEL_RUNNING: LiteralString = """
     WITH job AS (
         UPDATE tool_run_jobs
         SET cancel_requested_at = coalesce(cancel_requested_at, {NOW}), updated_at = {NOW}
-        WHERE run_id = :run_id AND status = 'running'
+        WHERE {WHICH} AND status = 'running'
         RETURNING id, run_id
     ), event AS (
         INSERT INTO tool_run_events (run_id, at, type, data)
         SELECT run_id, {NOW}, 'cancel_requested', '{}'::jsonb FROM job
     )
     SELECT id, pg_notify('runyard_cancel', CAST(id AS text)) FROM job
-    """
+"""
+
+_ONE_RUN: LiteralString = "run_id = :run_id"
+# A batch's runs, all at once: its queued runs' dependents in the batch are cancelled by the
+# same statement, so none of them ends dependency_failed.
+_BATCH_RUNS: LiteralString = "run_id IN (SELECT id FROM tool_runs WHERE batch_id = :batch_id)"
+
+CANCEL_QUEUED = _sql(
+    _CANCEL_QUEUED.replace("{WHICH}", _ONE_RUN).replace("{WHY}", "'cancelled before it started'")
 )
+CANCEL_RUNNING = _sql(_CANCEL_RUNNING.replace("{WHICH}", _ONE_RUN))
+CANCEL_BATCH_QUEUED = _sql(
+    _CANCEL_QUEUED.replace("{WHICH}", _BATCH_RUNS).replace("{WHY}", "'its batch was cancelled'")
+)
+CANCEL_BATCH_RUNNING = _sql(_CANCEL_RUNNING.replace("{WHICH}", _BATCH_RUNS))
 
 
 # Fenced like every owner write: a worker that lost its lease cannot repeat log lines.

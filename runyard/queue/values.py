@@ -15,6 +15,12 @@ from runyard.models import RunStatus
 from runyard.runner import AttemptResult
 
 
+def json_digest(value: Any) -> str:
+    """SHA-256 of ``value`` as canonical JSON: the hash of what a caller asked for."""
+    body = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class NewRun:
     """A validated request to run a tool, with the tool definition already resolved."""
@@ -45,8 +51,7 @@ class NewRun:
             asked["callback_url"] = self.callback_url
         if self.limits:  # likewise
             asked["limits"] = self.limits
-        body = json.dumps(asked, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(body.encode()).hexdigest()
+        return json_digest(asked)
 
 
 # The queue of sync jobs: no worker claims from it and nothing ever waits in it.

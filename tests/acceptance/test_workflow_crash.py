@@ -156,7 +156,11 @@ def test_diamond_batch__kill9_worker_and_reaper_mid_flight__every_run_once(
     # A new worker first, with no reaper: it takes the waiting runs while the dead worker's
     # leases run out with nobody to clear them; then a new reaper hands those over.
     cluster.start_worker("w2", concurrency=SLOTS)
-    time.sleep(2)
+    cluster.wait_for(
+        lambda: any(job.locked_by == "w2" for job in _jobs(cluster, list(runs.values()))),
+        60,
+        "the new worker taking waiting runs",
+    )
     cluster.start_reaper("reaper2")
 
     figures = cluster.check_invariants()  # all succeeded, one finalize each, attempts == 1
