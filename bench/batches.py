@@ -25,10 +25,11 @@ Quick and documented run: ``python -m bench.batches`` (30 s).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bench.api import Connection, Pool
@@ -124,23 +125,24 @@ async def open_loop(
 
     async def one(scheduled: float) -> None:
         code = "error"
-        conn: Connection | None = None
+        held: list[Connection] = []
         try:
             conn, _ = await asyncio.wait_for(pool.get(), timeout)
+            held.append(conn)
             status, _body, keep = await asyncio.wait_for(conn.post(request), timeout)
+            held.clear()
             if keep:
                 pool.put(conn)
             else:
                 conn.close()
-            conn = None
             code = str(status)
         except TimeoutError:
             code = "timeout"
         except (OSError, ConnectionError, asyncio.IncompleteReadError, ValueError):
             code = "error"
         finally:
-            if conn is not None:
-                conn.close()
+            for broken in held:
+                broken.close()
         stream.statuses[code] = stream.statuses.get(code, 0) + 1
         if code.startswith("2"):
             stream.latencies.append(loop.time() - scheduled)
@@ -278,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         failed = False
     finally:
         engine.dispose()
+        _stop_api(procs)
         procs.close()
         db.close(keep=args.keep_db)
         if not failed:
@@ -286,6 +289,22 @@ def main(argv: list[str] | None = None) -> int:
             note(f"logs kept in {procs.logs}")
     assert batches is not None and singles is not None
     return report(args, batches, singles, api_cpu, pg_cpu, profile, shares)
+
+
+def _stop_api(procs: Procs) -> None:
+    """SIGTERM first: uvicorn's supervisor then stops its workers (a SIGKILL would orphan
+    them); any left after it are killed by pid."""
+    import os
+    import signal
+
+    if "api" not in procs.procs or not procs.alive("api"):
+        return
+    workers = children(procs.pid("api"))
+    procs.stop("api")
+    for pid in workers:
+        with contextlib.suppress(OSError):
+            if b"multiprocessing" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
 
 
 def argparse_copy(args: Any, **changes: Any) -> Any:
