@@ -241,16 +241,19 @@ class GraphWriter:
         ]
         single = not graph.batch
         depended = {edge[1] for edge in edges}
-        specs: dict[str, int] = {}
+        specs: dict[str, int] = {}  # distinct specs as JSON: their index
+        last: tuple[dict[str, Any] | None, int] = (None, -1)
         items = []
         for index, item in enumerate(graph.runs):
             run = item.run
-            spec = json.dumps(run.spec)
+            if run.spec != last[0]:  # runs in a row of one tool share a spec: dumped once
+                spec = json.dumps(run.spec, sort_keys=True)
+                last = (run.spec, specs.setdefault(spec, len(specs)))
             items.append(
                 {
                     "run_id": str(run_ids[index]),
                     "tool": run.tool,
-                    "spec": specs.setdefault(spec, len(specs)),
+                    "spec": last[1],
                     "input": run.input,
                     "queue": run.queue,
                     "priority": run.priority,
@@ -274,8 +277,7 @@ class GraphWriter:
             "idempotency_key": graph.idempotency_key if single else None,
             "items": json.dumps(items),
             "specs": "[" + ",".join(specs) + "]",
-            "edge_from": [edge[0] for edge in edges],
-            "edge_to": [edge[1] for edge in edges],
+            "edges": json.dumps([[str(run_id), str(dep)] for run_id, dep in edges]),
             "now": now,
         }
 

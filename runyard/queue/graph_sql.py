@@ -57,10 +57,11 @@ ADMIT_MANY = _sql(
 )
 
 
-# Every run of the graph with its job, its edges and its first events, from one JSON document
-# (``:items``, an array of one object per run; a run's spec is an index into ``:specs``, the
-# distinct specs, so a batch of one tool sends its spec once). JSON, not parallel arrays: the
-# driver escapes every element of a text array in Python, which cost more than the insert. A
+# Every run of the graph with its job, its edges and its first events, from JSON documents:
+# ``:items``, one object per run, whose spec is an index into ``:specs`` (the distinct specs:
+# a batch of one tool sends its spec once), and ``:edges``, pairs of run ids. JSON, not
+# parallel arrays: the driver escapes every element of a text array in Python, which cost
+# more than the insert. A
 # run whose dependency already ended without success is written failed (``error``); the others
 # queued, waiting for ``waiting_on`` dependencies, claimable from ``run_at`` (a past time means
 # now). A single run's Idempotency-Key that was used before writes nothing (``inserted`` 0):
@@ -81,8 +82,8 @@ INSERT_GRAPH = _sql(
             rerun_of uuid, has_dependents boolean)
         JOIN spec ON spec.n = t.spec
     ), edge AS MATERIALIZED (
-        SELECT * FROM unnest(CAST(:edge_from AS uuid[]), CAST(:edge_to AS uuid[]))
-            AS e(run_id, depends_on)
+        SELECT CAST(e ->> 0 AS uuid) AS run_id, CAST(e ->> 1 AS uuid) AS depends_on
+        FROM json_array_elements(CAST(:edges AS json)) AS e
     ), run AS (
         INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode, requested_at,
                                finished_at, attempts, max_attempts, idempotency_key,
