@@ -176,10 +176,15 @@ async def run_load(
     batch_pool, single_pool = Pool(port), Pool(port)
     start = asyncio.get_running_loop().time() + 0.1
     try:
-        await asyncio.gather(
-            open_loop(batches, batch_pool, batch_request, duration, args.timeout, start),
-            open_loop(singles, single_pool, single_request, duration, args.timeout, start),
-        )
+        loops = [
+            open_loop(stream, pool, request, duration, args.timeout, start)
+            for stream, pool, request in (
+                (batches, batch_pool, batch_request),
+                (singles, single_pool, single_request),
+            )
+            if stream.rate > 0
+        ]
+        await asyncio.gather(*loops)
     finally:
         batch_pool.close()
         single_pool.close()
@@ -190,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = base_parser("batches", __doc__)
     parser.add_argument("--rate", type=float, default=TARGET_RUNS_PER_S, help="runs/s (5000)")
     parser.add_argument("--batch-size", type=int, default=1000, help="runs per batch (1000)")
-    parser.add_argument("--single-rate", type=float, default=200.0, help="POST /v1/runs/s (200)")
+    parser.add_argument(
+        "--single-rate", type=float, default=200.0, help="POST /v1/runs/s (200; 0: none)"
+    )
     parser.add_argument("--duration", type=float, default=30.0, help="seconds (30)")
     parser.add_argument("--shape", choices=("independent", "layered"), default="independent")
     parser.add_argument("--auth", choices=("key", "disabled"), default="key")
@@ -372,11 +379,12 @@ def report(
     }
     if bad:
         out(f"errors by status: {bad}")
-    if runs:
+    wall = max(batches.wall_s, singles.wall_s)
+    if runs and wall > 0:
         out(
             f"CPU per accepted run: API {api_cpu / runs * 1e6:.0f} us, "
             f"Postgres backends {pg_cpu / runs * 1e6:.0f} us "
-            f"(API {api_cpu / batches.wall_s:.2f} cores, Postgres {pg_cpu / batches.wall_s:.2f})"
+            f"(API {api_cpu / wall:.2f} cores, Postgres {pg_cpu / wall:.2f})"
         )
     if profile is not None:
         libs, funcs, samples = profile
