@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
+import uvicorn
 
 import api.__main__ as api_main
 
@@ -12,7 +14,7 @@ import api.__main__ as api_main
 @pytest.fixture
 def served(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, dict[str, Any]]]:
     calls: list[tuple[Any, dict[str, Any]]] = []
-    monkeypatch.setattr(api_main.uvicorn, "run", lambda app, **kw: calls.append((app, kw)))
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: calls.append((app, kw)))
     monkeypatch.setenv("RUNYARD_DATABASE_URL", "postgresql://unused@127.0.0.1/unused")
     monkeypatch.delenv("RUNYARD_UI_SESSION_SECRET", raising=False)
     return calls
@@ -26,7 +28,7 @@ def test_main__workers_run_the_factory_and_share_one_session_secret(
     [(app, options)] = served
     assert app == "api.__main__:app_from_env" and options["factory"] is True
     assert (options["workers"], options["port"]) == (3, 8123)
-    assert len(api_main.os.environ["RUNYARD_UI_SESSION_SECRET"]) == 64
+    assert len(os.environ["RUNYARD_UI_SESSION_SECRET"]) == 64
 
 
 def test_main__one_process_by_default(served: list[tuple[Any, dict[str, Any]]]):
