@@ -14,16 +14,11 @@ from collections.abc import Callable
 import psycopg
 
 from runyard.queue import CANCEL_CHANNEL, JOBS_CHANNEL
-from runyard.settings import normalize_database_url
+from runyard.settings import libpq_url
 
 logger = logging.getLogger(__name__)
 
 HEALTH_CHECK_SECONDS = 15.0
-
-
-def libpq_url(database_url: str) -> str:
-    """A URL psycopg accepts directly (no SQLAlchemy driver name)."""
-    return normalize_database_url(database_url).replace("postgresql+psycopg://", "postgresql://")
 
 
 class Wakeups:
