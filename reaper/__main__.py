@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = Settings()
     configure(settings.log_level, settings.log_format)
     metrics = Metrics()
-    log_plan(logger, settings.connection_plan(), settings.reaper_interval_seconds)
+    log_plan(logger, settings.connection_plan(), None)
     reaper = build_reaper(settings, metrics)
     deliverer = build_deliverer(settings, metrics)
     if args.once:

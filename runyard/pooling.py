@@ -38,15 +38,20 @@ def connection_plan(pooler: Pooler, database_url: str, listen_database_url: str)
     return ConnectionPlan(PSYCOPG_PREPARE_THRESHOLD, True, listen_database_url or database_url)
 
 
-def log_plan(logger: logging.Logger, plan: ConnectionPlan, poll_seconds: float) -> None:
-    """Say once at start how this process reaches the database, if anything is unusual."""
+def log_plan(logger: logging.Logger, plan: ConnectionPlan, poll_seconds: float | None) -> None:
+    """Say once at start how this process reaches the database, if anything is unusual;
+    ``poll_seconds`` is how often it re-reads without LISTEN (None: it never listens)."""
     if plan.session_timeouts and plan.listen_url is not None:
         return
+    if poll_seconds is None:
+        listen = ""
+    elif plan.listen_url is not None:
+        listen = "; LISTEN on the direct URL"
+    else:
+        listen = f"; no LISTEN (no RUNYARD_LISTEN_DATABASE_URL): polling every {poll_seconds:g} s"
     logger.info(
         "database behind a transaction pooler: no prepared statements, statement and lock"
-        " timeouts from the database role; %s",
-        "LISTEN on the direct URL"
-        if plan.listen_url is not None
-        else f"no LISTEN (no RUNYARD_LISTEN_DATABASE_URL): polling every {poll_seconds:g} s",
+        " timeouts from the database role%s",
+        listen,
         extra={"listen": plan.listen_url is not None, "poll_seconds": poll_seconds},
     )

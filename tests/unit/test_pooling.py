@@ -92,19 +92,25 @@ def test_make_engine__connects_as_the_plan_says(
 
 
 @pytest.mark.parametrize(
-    ("plan", "logged"),
+    ("plan", "poll_seconds", "logged"),
     [
-        (ConnectionPlan(5, True, POOLED), None),
-        (ConnectionPlan(None, False, DIRECT), "LISTEN on the direct URL"),
-        (ConnectionPlan(None, False, None), "polling every 1.5 s"),
+        (ConnectionPlan(5, True, POOLED), 1.5, None),
+        (ConnectionPlan(None, False, DIRECT), 1.5, "LISTEN on the direct URL"),
+        (ConnectionPlan(None, False, None), 1.5, "no LISTEN (no RUNYARD_LISTEN_DATABASE_URL)"),
+        (ConnectionPlan(None, False, None), None, "timeouts from the database role"),
     ],
 )
 def test_log_plan__says_what_is_unusual(
-    plan: ConnectionPlan, logged: str | None, caplog: pytest.LogCaptureFixture
+    plan: ConnectionPlan,
+    poll_seconds: float | None,
+    logged: str | None,
+    caplog: pytest.LogCaptureFixture,
 ):
     with caplog.at_level(logging.INFO):
-        log_plan(logging.getLogger("test"), plan, 1.5)
+        log_plan(logging.getLogger("test"), plan, poll_seconds)
     if logged is None:
         assert caplog.records == []
     else:
-        assert len(caplog.records) == 1 and logged in caplog.records[0].getMessage()
+        [record] = caplog.records
+        assert logged in record.getMessage()
+        assert ("LISTEN" in record.getMessage()) == (poll_seconds is not None)
