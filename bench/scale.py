@@ -45,6 +45,8 @@ from bench.common import (
     out,
     percentile,
     print_machine,
+    psycopg_sql,
+    queue_statement,
     table,
 )
 from bench.pgbouncer import PgBouncer, console_rows, find_pgbouncer, start_pgbouncer
@@ -180,30 +182,20 @@ def _worker_process(
 
 
 def _enqueue(url: str, queue_name: str, jobs: int) -> None:
-    """``jobs`` no-op runs on ``queue_name``, from 4 threads (direct connection)."""
-    from runyard.db import make_engine
-    from runyard.queue import JobQueue, NewRun
+    """``jobs`` no-op runs on ``queue_name`` with runyard's ENQUEUE, pipelined in one
+    transaction on a direct connection (the set-up is not what is measured)."""
+    import psycopg
+
+    from runyard.queue import NewRun
+    from runyard.queue.values import enqueue_params
     from runyard.tools import ToolSpec
 
     spec = ToolSpec.model_validate({"name": "noop", **NOOP_SPEC}).snapshot()
     run = NewRun(tenant="bench", tool="noop", spec=spec, input={}, queue=queue_name)
-    engine = make_engine(url, pool_size=4, max_overflow=0)
-    queue = JobQueue(engine)
-
-    def some(n: int) -> None:
-        for _ in range(n):
-            queue.enqueue(run)
-
-    try:
-        threads = [
-            threading.Thread(target=some, args=(jobs // 4 + (i < jobs % 4),)) for i in range(4)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        engine.dispose()
+    sql = psycopg_sql(queue_statement("ENQUEUE"))
+    params = [enqueue_params(run, uuid.uuid4(), uuid.uuid4(), None) for _ in range(jobs)]
+    with psycopg.connect(url) as conn, conn.cursor() as cursor:
+        cursor.executemany(sql, params)
 
 
 class Sampler:
