@@ -50,24 +50,30 @@ def test_pooled_engine__runs_the_queue_through_a_transaction_pooler(
     errors: list[BaseException] = []
     finished: list[bool] = []
 
-    def cycle() -> None:
-        # Each statement runs far more often than psycopg's prepare threshold, on 6 client
-        # connections sharing 2 server connections: a prepared statement would be missing.
+    def enqueue() -> None:
         try:
             for _ in range(12):
                 queue.enqueue(run)
-                for job in queue.claim(worker_id="w", engine_id="e", limit=1, lease_seconds=30):
-                    outcome = AttemptResult(status=RunStatus.SUCCEEDED, exit_code=0)
-                    finished.append(queue.finalize(job.job_id, job.lease_token, outcome))
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=cycle) for _ in range(6)]
+    def drain() -> None:
+        try:
+            while jobs := queue.claim(worker_id="w", engine_id="e", limit=1, lease_seconds=30):
+                outcome = AttemptResult(status=RunStatus.SUCCEEDED, exit_code=0)
+                finished.append(queue.finalize(jobs[0].job_id, jobs[0].lease_token, outcome))
+        except BaseException as exc:
+            errors.append(exc)
+
+    # Each statement runs far more often than psycopg's prepare threshold, on 6 client
+    # connections sharing 2 server connections: a prepared statement would go missing.
     try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
+        for target in (enqueue, drain):
+            threads = [threading.Thread(target=target) for _ in range(6)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=60)
     finally:
         engine.dispose()
     assert errors == []
