@@ -24,11 +24,14 @@ pytestmark = [
     ),
 ]
 
-# What a session-scoped feature used through a transaction pooler would log.
+# What a session-scoped feature used through a transaction pooler would log: a prepared
+# statement missing or already there on the server connection at hand, startup options
+# refused, a LISTEN connection dropped.
 SESSION_ERRORS = (
-    "prepared statement",
+    'prepared statement "',
+    "DuplicatePreparedStatement",
+    "InvalidSqlStatementName",
     "unsupported startup parameter",
-    "Traceback",
     "listen connection lost",
 )
 
