@@ -18,15 +18,19 @@ Measured per level, from the moment every process is ready:
 - pooler clients: the peak of ``cl_active + cl_waiting`` for the database in PgBouncer's
   ``SHOW POOLS``, and the peak of ``cl_waiting`` (clients queued for a server connection).
 
-``--direct`` runs the same levels without the pooler too (a level that runs out of server
-connections says so instead of a rate). The pgbouncer executable comes from
-``scripts/ensure-pgbouncer``; this benchmark starts its own on a free loopback port with a
-generated config and ends it at the end.
+``--direct`` runs the same levels without the pooler too, twice: as a worker on Postgres
+itself is configured (prepared statements, startup options), and with the pooled plan (no
+prepared statements), which tells the pooler's hop from the re-planning of unprepared
+statements. A level that runs out of server connections says so instead of a rate.
+
+The pgbouncer executable comes from ``scripts/ensure-pgbouncer``; this benchmark starts its
+own on a free loopback port with a generated config and ends it after its levels.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import os
 import threading
@@ -71,6 +75,7 @@ class Level:
     clients_peak: int | None = None
     waiting_peak: int | None = None
     errors: int = 0
+    warnings: int = 0
     note: str = ""
 
     @property
@@ -110,6 +115,17 @@ def _timed_queue(engine: Any, latencies: list[float]) -> Any:
     return TimedQueue(engine)
 
 
+class _LogCounter(logging.Handler):
+    """Counts the records it is handed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+
+
 def _worker_process(
     url: str,
     pooler: Pooler,
@@ -133,6 +149,11 @@ def _worker_process(
 
     latencies: list[float] = []
     errors = 0
+    # The worker's warnings (connection refused, retries) are counted, not printed.
+    warnings = _LogCounter()
+    root = logging.getLogger()
+    root.handlers = [warnings]
+    root.setLevel(logging.WARNING)
     settings = Settings(database_url=url, database_pooler=pooler)
     engine, heartbeat_engine = worker_engines(
         url,
@@ -173,7 +194,7 @@ def _worker_process(
     except Exception:
         errors += 1
     finally:
-        results.put((index, latencies, errors))
+        results.put((index, latencies, errors, warnings.count))
         engine.dispose()
         heartbeat_engine.dispose()
 
@@ -253,6 +274,7 @@ def _pool_clients(admin: Any, database: str) -> tuple[int, int]:
 
 def run_level(
     mode: str,
+    pooler: Pooler,
     worker_url: str,
     direct_url: str,
     database: str,
@@ -271,7 +293,6 @@ def run_level(
     done = ctx.Array("i", procs)
     go, stop = ctx.Event(), ctx.Event()
     results = ctx.Queue()
-    pooler: Pooler = "transaction" if bouncer is not None else "none"
     children = [
         ctx.Process(
             target=_worker_process,
@@ -308,9 +329,10 @@ def run_level(
         collect_until = time.monotonic() + 30
         while got < len(children) and time.monotonic() < collect_until:
             with contextlib.suppress(Exception):
-                _, latencies, errors = results.get(timeout=1)
+                _, latencies, errors, warned = results.get(timeout=1)
                 level.latencies += latencies
                 level.errors += errors
+                level.warnings += warned
                 got += 1
         for child in children:
             child.join(timeout=5)
@@ -347,38 +369,51 @@ def main(argv: list[str] | None = None) -> int:
     from psycopg.conninfo import conninfo_to_dict
 
     db = BenchDatabase.open(args, "scale")
-    bouncer: PgBouncer | None = None
     results: list[Level] = []
     try:
         print_machine(db.url)
         database = str(conninfo_to_dict(db.url)["dbname"])
-        bouncer = start_pgbouncer(db.url, pool_size=args.pool_size)
-        max_connections = _server_setting(db.url, "max_connections")
-        note(
-            f"pgbouncer on 127.0.0.1:{bouncer.port} (pool_mode=transaction, "
-            f"default_pool_size={args.pool_size}); Postgres max_connections={max_connections}"
-        )
-        modes: list[tuple[str, str, PgBouncer | None]] = [
-            ("pgbouncer", bouncer.url(database), bouncer)
-        ]
+        note(f"Postgres max_connections={_server_setting(db.url, 'max_connections')}")
+        # (mode, pooler setting of the workers, through pgbouncer): the pooled plan directly
+        # on Postgres tells the pooler's hop from the statements it costs to leave unprepared.
+        modes: list[tuple[str, Pooler, bool]] = [("pgbouncer", "transaction", True)]
         if args.direct:
-            modes.append(("direct", db.url, None))
-        for mode, url, via in modes:
-            for procs in levels:
-                deadline.check(f"{mode} with {procs} processes")
-                level = run_level(
-                    mode, url, db.url, database, via, procs, args.slots, args.jobs, deadline
-                )
-                results.append(level)
-                note(
-                    f"{mode} {procs} processes: {level.rate:.0f} claims/s, p99 "
-                    f"{percentile(level.latencies, 99) * 1000:.1f} ms, server connections "
-                    f"{level.server_peak}, pooler clients {level.clients_peak}"
-                    + (f" ({level.note})" if level.note else "")
-                )
+            modes += [("direct", "none", False), ("direct, unprepared", "transaction", False)]
+        for mode, pooler, pooled in modes:
+            with contextlib.ExitStack() as stack:
+                bouncer = None
+                if pooled:
+                    # Started per mode and stopped after it: its idle server connections
+                    # would count in the next mode's.
+                    bouncer = start_pgbouncer(db.url, pool_size=args.pool_size)
+                    stack.callback(bouncer.stop)
+                    note(
+                        f"pgbouncer on 127.0.0.1:{bouncer.port} (pool_mode=transaction, "
+                        f"default_pool_size={args.pool_size})"
+                    )
+                url = bouncer.url(database) if bouncer is not None else db.url
+                for procs in levels:
+                    deadline.check(f"{mode} with {procs} processes")
+                    level = run_level(
+                        mode,
+                        pooler,
+                        url,
+                        db.url,
+                        database,
+                        bouncer,
+                        procs,
+                        args.slots,
+                        args.jobs,
+                        deadline,
+                    )
+                    results.append(level)
+                    note(
+                        f"{mode} {procs} processes: {level.rate:.0f} claims/s, p99 "
+                        f"{percentile(level.latencies, 99) * 1000:.1f} ms, server connections "
+                        f"{level.server_peak}, pooler clients {level.clients_peak}"
+                        + (f" ({level.note})" if level.note else "")
+                    )
     finally:
-        if bouncer is not None:
-            bouncer.stop()
         with contextlib.suppress(Exception):
             db.close(keep=args.keep_db)
     report(results, args.pool_size)
@@ -401,6 +436,7 @@ def report(results: list[Level], pool_size: int) -> None:
                 "peak server connections",
                 "peak pooler clients",
                 "peak clients waiting",
+                "worker warnings",
                 "note",
             ],
             [
@@ -416,7 +452,15 @@ def report(results: list[Level], pool_size: int) -> None:
                     r.server_peak,
                     "-" if r.clients_peak is None else r.clients_peak,
                     "-" if r.waiting_peak is None else r.waiting_peak,
-                    r.note or ("" if not r.errors else f"{r.errors} process error(s)"),
+                    r.warnings,
+                    "; ".join(
+                        part
+                        for part in (
+                            r.note,
+                            f"{r.errors} process(es) failed" if r.errors else "",
+                        )
+                        if part
+                    ),
                 )
                 for r in results
             ],
