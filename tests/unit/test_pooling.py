@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -9,6 +10,7 @@ from pydantic import ValidationError
 from sqlalchemy import event
 
 from runyard.db import DbTimeouts, libpq_params, make_engine
+from runyard.notify import RunNotifier
 from runyard.pooling import ConnectionPlan, Pooler, connection_plan, log_plan
 from runyard.settings import Settings
 
@@ -114,3 +116,9 @@ def test_log_plan__says_what_is_unusual(
         [record] = caplog.records
         assert logged in record.getMessage()
         assert ("LISTEN" in record.getMessage()) == (poll_seconds is not None)
+
+
+def test_run_notifier__without_a_url_never_listens():
+    notifier = RunNotifier(None)
+    asyncio.run(asyncio.wait_for(notifier.run(), timeout=5))
+    assert not notifier.connected.is_set()
