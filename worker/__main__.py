@@ -202,17 +202,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     plan = settings.connection_plan()
     log_plan(logger, plan, settings.worker_poll_seconds)
-    # Without LISTEN the claim loop polls, and a cancel arrives with the next heartbeat.
-    wakeups = (
-        Wakeups(plan.listen_url, worker.notify_job, worker.notify_cancel)
-        if plan.listen_url is not None
-        else None
-    )
-    if wakeups is not None:
-        wakeups.start()
+    wakeups = Wakeups(plan.listen_url, worker.notify_job, worker.notify_cancel)
+    wakeups.start()
     worker.run_forever()
-    if wakeups is not None:
-        wakeups.stop()
+    wakeups.stop()
     if args.drain:
         logger.info("draining: waiting for runs in progress")
         worker.wait_idle()

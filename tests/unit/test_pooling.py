@@ -13,6 +13,7 @@ from runyard.db import DbTimeouts, libpq_params, make_engine
 from runyard.notify import RunNotifier
 from runyard.pooling import ConnectionPlan, Pooler, connection_plan, log_plan
 from runyard.settings import Settings
+from worker.wakeup import Wakeups
 
 POOLED = "postgresql://u@127.0.0.1:6432/db"
 DIRECT = "postgresql://u@127.0.0.1:5432/db"
@@ -122,3 +123,10 @@ def test_run_notifier__without_a_url_never_listens():
     notifier = RunNotifier(None)
     asyncio.run(asyncio.wait_for(notifier.run(), timeout=5))
     assert not notifier.connected.is_set()
+
+
+def test_wakeups__without_a_url_never_listen():
+    wakeups = Wakeups(None, lambda: None, lambda job_id: None)
+    wakeups.start()
+    wakeups.stop()
+    assert not wakeups.connected.is_set()
