@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from runyard.pooling import ConnectionPlan, connection_plan
+from runyard.pooling import ConnectionPlan, Pooler, connection_plan
 
 
 class Settings(BaseSettings):
@@ -20,7 +20,7 @@ class Settings(BaseSettings):
     # "transaction": database_url reaches Postgres through a transaction pooler (PgBouncer's
     # pool_mode=transaction): no prepared statements, no session settings at connect, and
     # LISTEN only on listen_database_url, a direct URL (without it the loops poll).
-    database_pooler: Literal["none", "transaction"] = "none"
+    database_pooler: Pooler = "none"
     listen_database_url: str = ""
     queue_enabled: bool = True
     sync_max_concurrency: int = Field(default=4, ge=1, le=1024)
