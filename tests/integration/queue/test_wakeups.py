@@ -88,7 +88,7 @@ def test_events_of_many_runs_in_one_statement__notify_their_ids_200_a_payload(
     from runyard.graph import Node
     from runyard.queue import AdmissionCaps
     from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
-    from worker.wakeup import libpq_url
+    from runyard.settings import libpq_url
 
     runs = [GraphRun(new_run(), Node(f"r{i}")) for i in range(450)]
     with psycopg.connect(libpq_url(database_url), autocommit=True) as listener:
