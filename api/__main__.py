@@ -8,6 +8,7 @@ import os
 import secrets
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -46,15 +47,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--workers must be 1 or more")
     host = args.host or settings.api_host
     port = args.port or settings.api_port
+    served: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "log_config": None,
+        "access_log": False,
+        "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_SECONDS,
+    }
     if workers == 1:
-        uvicorn.run(
-            create_app(settings),
-            host=host,
-            port=port,
-            log_config=None,
-            access_log=False,
-            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
-        )
+        uvicorn.run(create_app(settings), **served)
         return 0
     if not settings.queue_enabled:
         parser.error("sync mode (RUNYARD_QUEUE_ENABLED=false) serves from one API process")
@@ -62,16 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The processes must accept each other's dashboard sessions: one secret for all.
         os.environ["RUNYARD_UI_SESSION_SECRET"] = secrets.token_hex(32)
         logger.info("no RUNYARD_UI_SESSION_SECRET: the workers share one made for this run")
-    uvicorn.run(
-        "api.__main__:app_from_env",
-        factory=True,
-        workers=workers,
-        host=host,
-        port=port,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
-    )
+    uvicorn.run("api.__main__:app_from_env", factory=True, workers=workers, **served)
     return 0
 
 
