@@ -27,6 +27,8 @@ from runyard.capture import HeadTailBuffer
 from runyard.docker.engine_check import engine_problems
 from runyard.docker.engine_marker import EngineMarker
 from runyard.docker.host_workdirs import HostWorkdirs
+from runyard.docker.inputs import InputsChoice
+from runyard.docker.inputs import choose as choose_input_mode
 from runyard.docker.live_logs import LogFollower, timestamp_key
 from runyard.docker.outputs import (
     ContainerLogs,
@@ -147,14 +149,30 @@ class DockerRunner:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DockerRunner:
-        """The runner the worker and the sync-mode API use, configured by ``settings``."""
+        """The runner the worker and the sync-mode API use, configured by ``settings``; its
+        input mode is decided here (``runyard.docker.inputs``) and logged once."""
         limits = DockerLimits(
             stdout_cap_bytes=settings.stdout_cap_bytes,
             result_cap_bytes=settings.result_cap_bytes,
             stop_grace_seconds=settings.stop_grace_seconds,
             api_timeout_seconds=settings.docker_timeout_seconds,
         )
-        return cls.from_env(limits, HostWorkdirs.from_setting(settings.host_workdir_root))
+        runner = cls.from_env(limits)
+        runner.choose_inputs(settings.host_workdir_root)
+        return runner
+
+    def choose_inputs(self, setting: str) -> InputsChoice:
+        """Apply ``RUNYARD_HOST_WORKDIR_ROOT=setting`` (``auto`` probes the engine): host work
+        directories or uploads from now on; ValueError for a forced root that cannot work."""
+        workdirs, choice = choose_input_mode(setting, self._api, self._marker.image)
+        self._workdirs = workdirs
+        self._input_dirs = workdirs
+        return choice
+
+    @property
+    def input_mode(self) -> str:
+        """``host`` or ``upload``: how new attempts get their input now."""
+        return "host" if self._input_dirs is not None else "upload"
 
     # --- identity ---
 
