@@ -94,6 +94,8 @@ def raw_create_kwargs(
 
     memory = f"{int(tool['memory_mb'])}m"
     nofile = int(tool.get("nofile_limit", 1024))
+    # No single file past the disk limit (or the /tmp size): as runyard's runner sets it.
+    fsize = max(int(tool.get("disk_mb") or 1024), int(tool.get("tmpfs_mb", 16))) << 20
     run_id = str(uuid.uuid4())
     return {
         "image": image_id,
@@ -119,7 +121,10 @@ def raw_create_kwargs(
         "memswap_limit": memory,
         "nano_cpus": int(float(tool["cpus"]) * 1e9),
         "pids_limit": int(tool["pids_limit"]),
-        "ulimits": [Ulimit(name="nofile", soft=nofile, hard=nofile)],
+        "ulimits": [
+            Ulimit(name="nofile", soft=nofile, hard=nofile),
+            Ulimit(name="fsize", soft=fsize, hard=fsize),
+        ],
         "init": True,
         "privileged": False,
         "mounts": [Mount(target="/runyard", source=name, type="volume")],

@@ -640,8 +640,9 @@ class DockerRunner:
 
     def workdir_path(self, container_id: str, name: str, labels: dict[str, str]) -> Path | None:
         """Where this host sees the attempt's /runyard, or None (the engine is elsewhere)."""
-        if self._workdirs is not None and labels.get(LABEL_WORKDIR) == "host":
-            return self._workdirs.path(name)
+        host_dir = self._host_dir(name, labels)
+        if host_dir is not None:
+            return host_dir
         try:
             mountpoint = self._api.inspect_volume(name).get("Mountpoint")
         except _TRANSPORT_ERRORS:
@@ -649,6 +650,15 @@ class DockerRunner:
         if not mountpoint or not os.access(mountpoint, os.R_OK | os.X_OK):
             return None
         return Path(mountpoint)
+
+    def _host_dir(self, name: str, labels: dict[str, str]) -> Path | None:
+        """The attempt's host work directory if it was made that way under this runner's root;
+        None otherwise (uploaded, or made under another root by a worker configured
+        differently): its outputs are then read through the engine, which works for both."""
+        if self._workdirs is None or labels.get(LABEL_WORKDIR) != "host":
+            return None
+        path = self._workdirs.path(name)
+        return path if path.is_dir() else None
 
     def _is_running(self, container_id: str) -> bool:
         attrs = self._inspect(container_id)
@@ -783,8 +793,9 @@ class DockerRunner:
         labels = attrs.get("Config", {}).get("Labels") or {}
         writer = store.writer(spec.run_id)
         try:
-            if self._workdirs is not None and labels.get(LABEL_WORKDIR) == "host":
-                kept = collect_dir(self._workdirs.path(spec.container_name) / "out", writer, limits)
+            host_dir = self._host_dir(spec.container_name, labels)
+            if host_dir is not None:
+                kept = collect_dir(host_dir / "out", writer, limits)
             else:
                 kept = self._collect_archive(container_id, writer, limits)
             writer.done()
@@ -827,7 +838,7 @@ class DockerRunner:
         """Read ``out/result.json`` from the host work directory, or else as a tar stream
         from the engine (checked by ``parse_result_archive``)."""
         labels = attrs.get("Config", {}).get("Labels") or {}
-        if self._workdirs is not None and labels.get(LABEL_WORKDIR) == "host":
+        if self._workdirs is not None and self._host_dir(spec.container_name, labels):
             return self._workdirs.read_result(spec.container_name, cap, depth)
         try:
             stream, stat = self._api.get_archive(container_id, f"{WORKDIR}/out/result.json")
