@@ -33,6 +33,7 @@ from runyard.docker.inputs import choose as choose_input_mode
 from runyard.docker.live_logs import LogFollower, timestamp_key
 from runyard.docker.outputs import (
     ContainerLogs,
+    add_workdir,
     parse_result_archive,
     stored_logs,
     workdir_archive,
@@ -446,29 +447,35 @@ class DockerRunner:
                 self._deps_into_dir(host_dir.path(name), spec, store)
             return container_id
         try:
-            self._api.put_archive(
-                container_id, WORKDIR, workdir_archive(spec.files(), user, time.time())
-            )
-            self._upload_deps(container_id, spec, store)
+            self._upload(container_id, spec, store, user)
         except _TRANSPORT_ERRORS as exc:
             raise RunnerUnavailable(f"cannot write the input of {name}: {exc}") from exc
         return container_id
 
-    def _upload_deps(
-        self, container_id: str, spec: AttemptSpec, store: ArtifactStore | None
+    def _upload(
+        self, container_id: str, spec: AttemptSpec, store: ArtifactStore | None, user: str
     ) -> None:
-        """Upload the dependencies' artifacts under ``/runyard/deps/<run id>/``."""
+        """Upload ``input.json`` and ``out/``, with the dependencies' artifacts under
+        ``/runyard/deps/<run id>/`` if any: one archive, since the engine re-executes itself
+        to unpack each one."""
+        now = time.time()
         if not spec.dep_artifacts or store is None:
+            self._api.put_archive(container_id, WORKDIR, workdir_archive(spec.files(), user, now))
             return
         try:
-            archive = deps_archive(store, spec.dep_artifacts, time.time())
+            archive = deps_archive(
+                store,
+                spec.dep_artifacts,
+                now,
+                head=lambda tar: add_workdir(tar, spec.files(), user, now),
+            )
         except DBAPIError:
             raise  # the database's trouble, not the engine's: the worker classifies it
         except Exception as exc:  # the store's disk
             raise RunnerUnavailable(f"cannot read the dependencies' artifacts: {exc}") from exc
-        if archive is not None:
-            with archive:
-                self._api.put_archive(container_id, WORKDIR, archive)
+        assert archive is not None  # it holds the attempt's own files at least
+        with archive:
+            self._api.put_archive(container_id, WORKDIR, archive)
 
     def _deps_into_dir(self, path: Path, spec: AttemptSpec, store: ArtifactStore | None) -> None:
         """Write the dependencies' artifacts into the attempt's host work directory."""
