@@ -83,6 +83,7 @@ _RUNNING = ("running", "paused", "restarting")
 # Someone is removing the container (or a removal failed half-way): its logs answer 409 and
 # its outputs cannot be trusted, so the attempt's container counts as lost.
 _GOING = ("removing", "dead")
+STUCK_MOUNT = "volume has active mounts"
 
 _TRANSPORT_ERRORS = (
     docker.errors.APIError,
@@ -136,6 +137,8 @@ class DockerRunner:
         # ``_input_dirs`` drops to None (uploads) for good if the engine cannot see them.
         self._workdirs = workdirs
         self._input_dirs = workdirs
+        # Volumes the engine refuses to remove while it counts a mount no container holds.
+        self._stuck_volumes: set[str] = set()
 
     @classmethod
     def from_env(
@@ -866,9 +869,31 @@ class DockerRunner:
         """Remove the attempt's container and volume (after the terminal commit)."""
         name = container_name(run_id, attempt)
         self._remove(name)
-        _unless_gone(lambda: self._api.remove_volume(name, force=True), f"remove volume {name}")
+        self._remove_volume(name)
         if self._workdirs is not None:
             self._workdirs.remove(name)
+
+    def _remove_volume(self, name: str) -> None:
+        """Remove the attempt's volume; one the engine says is still mounted with no container
+        left is given up on (logged once), and the sweep stops listing it."""
+        try:
+            self._api.remove_volume(name, force=True)
+        except docker.errors.NotFound:
+            return
+        except docker.errors.APIError as exc:
+            if STUCK_MOUNT not in str(exc.explanation or exc):
+                raise RunnerUnavailable(f"cannot remove volume {name}: {exc}") from exc
+            # Docker 20.10 with live-restore never forgets the mount of a bind-backed volume
+            # whose container ran across a dockerd restart: the record stays until the
+            # engine's next restart; the directory behind it is removed all the same.
+            if name not in self._stuck_volumes:
+                self._stuck_volumes.add(name)
+                logger.warning(
+                    "the engine keeps a volume it says is still mounted; left to its next restart",
+                    extra={"volume": name, "error": str(exc.explanation or exc)},
+                )
+        except _TRANSPORT_ERRORS as exc:
+            raise RunnerUnavailable(f"cannot remove volume {name}: {exc}") from exc
 
     def managed_attempts(self) -> list[ManagedAttempt]:
         """Labelled containers, and labelled volumes left without their container."""
@@ -887,6 +912,8 @@ class DockerRunner:
                 found[attempt] = ManagedAttempt(attempt[0], attempt[1], running)
         for volume in volumes:
             attempt = _attempt_of(volume.get("Labels") or {})
+            if volume.get("Name") in self._stuck_volumes:
+                continue
             if attempt is not None and attempt not in found:
                 found[attempt] = ManagedAttempt(attempt[0], attempt[1], False)
         for attempt in self._workdirs.attempts() if self._workdirs is not None else []:
