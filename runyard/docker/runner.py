@@ -24,7 +24,7 @@ from runyard.artifacts.rules import ArtifactLimits, ArtifactRefused, with_artifa
 from runyard.artifacts.store import CHUNK_SIZE, ArtifactStore, ArtifactWriter
 from runyard.builds.digest import is_build_tag
 from runyard.capture import HeadTailBuffer
-from runyard.docker.connection import keep_alive
+from runyard.docker.connection import skip_environment_lookups
 from runyard.docker.engine_check import engine_problems
 from runyard.docker.engine_marker import EngineMarker
 from runyard.docker.host_workdirs import HostWorkdirs
@@ -150,7 +150,7 @@ class DockerRunner:
             client = docker.from_env(timeout=timeout)
         except docker.errors.DockerException as exc:
             raise RunnerUnavailable(f"cannot reach the Docker engine: {exc}") from exc
-        keep_alive(client.api)
+        skip_environment_lookups(client.api)
         return cls(client, limits, workdirs)
 
     @classmethod

@@ -1,28 +1,21 @@
-"""Kept-alive engine connections: one pool for a unix socket, nothing changed over TCP."""
+"""Engine clients: no environment lookups per request on a unix socket, none changed over TCP."""
 
 from __future__ import annotations
 
 import docker
 
-from runyard.docker.connection import SCHEME, SharedPoolAdapter, keep_alive
+from runyard.docker.connection import skip_environment_lookups
 
 
-def test_keep_alive__a_unix_socket_gets_one_pool_for_every_url():
+def test_skip_environment_lookups__a_unix_socket_client_stops_trusting_the_environment():
     api = docker.APIClient(base_url="unix:///nonexistent/docker.sock", version="1.41")
-    keep_alive(api)
-    adapter = api.get_adapter(f"{SCHEME}localhost/v1.41/containers/a/json")
-    assert isinstance(adapter, SharedPoolAdapter) and api.trust_env is False
-    first = adapter.get_connection(f"{SCHEME}localhost/v1.41/containers/a/json")
-    second = adapter.get_connection(f"{SCHEME}localhost/v1.41/containers/b/start")
-    assert first is second and first.socket_path == "/nonexistent/docker.sock"
-    keep_alive(api)  # twice is once
-    assert api.get_adapter(f"{SCHEME}localhost/x") is adapter
+    skip_environment_lookups(api)
+    assert api.trust_env is False
     api.close()
 
 
-def test_keep_alive__tcp_engines_are_left_alone():
+def test_skip_environment_lookups__tcp_engines_keep_their_proxies():
     api = docker.APIClient(base_url="tcp://127.0.0.1:1", version="1.41")
-    keep_alive(api)
+    skip_environment_lookups(api)
     assert api.trust_env is True
-    assert not isinstance(api.get_adapter("http://127.0.0.1:1/x"), SharedPoolAdapter)
     api.close()
