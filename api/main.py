@@ -32,12 +32,13 @@ from runyard.chores import Chore, Chores
 from runyard.db import DbTimeouts, make_engine
 from runyard.docker.runner import DockerRunner
 from runyard.notify import RunNotifier
+from runyard.pooling import connection_plan, log_plan
 from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.queue.builds import BuildQueue
 from runyard.retention import retention_seconds
 from runyard.runner import Runner
 from runyard.schema_version import script_heads
-from runyard.settings import Settings
+from runyard.settings import Settings, libpq_url
 from runyard.submission import Submissions, WaitLimits
 from runyard.sweep import Sweeper
 from runyard.sync_mode import SyncExecutor
@@ -80,7 +81,11 @@ def _start_sync_mode(
     if own_engine:
         # Like the worker's heartbeats: a pool that requests cannot exhaust.
         heartbeat_engine = make_engine(
-            settings.database_url, pool_size=1, max_overflow=1, timeouts=timeouts
+            settings.database_url,
+            pool_size=1,
+            max_overflow=1,
+            timeouts=timeouts,
+            plan=settings.connection_plan(),
         )
         engines.append(heartbeat_engine)
         heartbeat_queue = ApiQueue(heartbeat_engine)
@@ -126,6 +131,7 @@ def _start_upkeep(
             pool_size=config.concurrency + 1,
             max_overflow=0,
             timeouts=timeouts,
+            plan=settings.connection_plan(),
         )
     upkeep = Upkeep(
         queue,
@@ -167,7 +173,10 @@ def create_app(
             engine
             if engine is not None
             else make_engine(
-                settings.database_url, pool_size=settings.api_db_pool_size, timeouts=timeouts
+                settings.database_url,
+                pool_size=settings.api_db_pool_size,
+                timeouts=timeouts,
+                plan=settings.connection_plan(),
             )
         )
         engines = [db] if own_engine else []
@@ -177,7 +186,11 @@ def create_app(
             backoff_base_seconds=settings.retry_backoff_base_seconds,
             backoff_max_seconds=settings.retry_backoff_max_seconds,
         )
-        notifier = RunNotifier(_listen_url(db))
+        plan = connection_plan(
+            settings.database_pooler, _listen_url(db), settings.listen_database_url
+        )
+        log_plan(logger, plan, settings.events_poll_seconds)
+        notifier = RunNotifier(None if plan.listen_url is None else libpq_url(plan.listen_url))
         builds = BuildQueue(db, log_cap=settings.build_log_cap_bytes)
         tools = with_builds(
             registry or load_registry(settings.tools_file, settings), builds, settings

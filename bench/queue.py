@@ -18,6 +18,10 @@ Same Postgres, same database, same run; the sides alternate round by round.
 Enqueue is one job per transaction from one producer on every side (``JobQueue.enqueue``,
 ``task.defer_async``). jobs/s = N / (enqueue seconds + drain seconds); the phases are also
 shown. ``--profile`` adds a per-statement breakdown of runyard's database round trips.
+
+With no flags: 100,000 finished runs of history first, then 6 rounds of 5,000 jobs of the
+runyard worker and Procrastinate, on an embedded Postgres; the last line gives the ratio
+(pooled and worst round) and the drain's last / first round against the targets.
 """
 
 from __future__ import annotations
@@ -85,6 +89,12 @@ SIDE_LABELS = (
     "runyard direct",
     "runyard SQL, plain psycopg",
 )
+
+# The targets: runyard / Procrastinate end to end, pooled and in every round; and the drain
+# of the last round against the first, with the history written before the rounds.
+POOLED_TARGET = 3.0
+ROUND_TARGET = 2.0
+FLAT_TARGET = 0.85
 
 # --- runyard --------------------------------------------------------------------------------
 
@@ -759,11 +769,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = base_parser("queue", __doc__)
     parser.add_argument("--jobs", type=int, default=5000, help="jobs per side per round (5000)")
     parser.add_argument("--threads", type=int, default=4, help="worker slots / threads (4)")
-    parser.add_argument("--rounds", type=int, default=1, help="rounds (1)")
+    parser.add_argument("--rounds", type=int, default=6, help="rounds (6)")
     parser.add_argument(
         "--sides",
-        default="runyard-worker,runyard-direct,psycopg-floor,procrastinate",
-        help="which sides to run (comma-separated; 'none' with --profile: the profile only)",
+        default="runyard-worker,procrastinate",
+        help="which sides to run (comma-separated, of runyard-worker, runyard-direct, "
+        "psycopg-floor, procrastinate; 'none' with --profile: the profile only)",
     )
     parser.add_argument("--profile", action="store_true", help="add a statement breakdown")
     parser.add_argument(
@@ -772,8 +783,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--history",
         type=int,
-        default=0,
-        help="finished runs (with jobs and events) written before the rounds (0)",
+        default=100_000,
+        help="finished runs (with jobs and events) written before the rounds (100000)",
     )
     args = parser.parse_args(argv)
     deadline = Deadline(args.time_limit)
@@ -912,6 +923,25 @@ def report(rounds: list[QueueRound], threads: int, profile_text: str = "") -> No
             f"{ours[0] / base[0]:.2f}x (enqueue {ours[1] / base[1]:.2f}x, "
             f"claim+finalize {ours[2] / base[2]:.2f}x)"
         )
+        worst = min(per_round.get(side) or [0.0])
+        parts[-1] += (
+            f", {_verdict(ours[0] / base[0] >= POOLED_TARGET)} (>= {POOLED_TARGET}x), "
+            f"worst round {worst:.2f}x {_verdict(worst >= ROUND_TARGET)} (>= {ROUND_TARGET}x)"
+        )
+    flat = drain_flatness(rounds)
+    if flat:
+        out("")
+        out("drain as the tables grow: each side's end-to-end jobs/s, round by round:")
+        out(
+            table(
+                [
+                    "side",
+                    *[f"round {i}" for i in range(max(len(v) for v in flat.values()))],
+                    "last / first",
+                ],
+                [(side, *rates, rates[-1] / rates[0]) for side, rates in flat.items()],
+            )
+        )
     if profile_text:
         out(profile_text.rstrip())
     out("")
@@ -920,7 +950,26 @@ def report(rounds: list[QueueRound], threads: int, profile_text: str = "") -> No
         rates = {side: pooled(side) for side in SIDE_LABELS}
         parts = [f"{side} {rate[0]:.0f} jobs/s" for side, rate in rates.items() if rate]
         parts.append("no Procrastinate baseline")
-    out(f"queue ({threads} threads): " + "; ".join(parts) + " (target >= 2.5x)")
+    for side, side_rates in flat.items():
+        if side != "procrastinate" and len(side_rates) > 1:
+            ratio = side_rates[-1] / side_rates[0]
+            parts.append(
+                f"{side} drain last / first round {ratio:.2f} "
+                f"{_verdict(ratio >= FLAT_TARGET)} (>= {FLAT_TARGET})"
+            )
+    out(f"queue ({threads} threads): " + "; ".join(parts))
+
+
+def drain_flatness(rounds: list[QueueRound]) -> dict[str, list[float]]:
+    """Each side's end-to-end rate per round, in round order."""
+    rates: dict[str, list[float]] = defaultdict(list)
+    for r in rounds:
+        rates[r.side].append(r.total_rate)
+    return dict(rates)
+
+
+def _verdict(met: bool) -> str:
+    return "met" if met else "missed"
 
 
 if __name__ == "__main__":

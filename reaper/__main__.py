@@ -16,6 +16,7 @@ from runyard.artifacts.factory import store_from_settings
 from runyard.db import DbTimeouts, make_engine
 from runyard.logs import configure
 from runyard.metrics import Metrics
+from runyard.pooling import log_plan
 from runyard.queue import JobQueue
 from runyard.retention import retention_seconds
 from runyard.settings import Settings
@@ -31,6 +32,7 @@ def build_reaper(settings: Settings, metrics: Metrics | None = None) -> Reaper:
         pool_size=2,
         max_overflow=2,
         timeouts=DbTimeouts.from_settings(settings),
+        plan=settings.connection_plan(),
     )
     queue = JobQueue(
         engine,
@@ -58,6 +60,7 @@ def build_deliverer(settings: Settings, metrics: Metrics | None = None) -> Webho
         pool_size=config.concurrency + 1,
         max_overflow=0,
         timeouts=DbTimeouts.from_settings(settings),
+        plan=settings.connection_plan(),
     )
     return WebhookDeliverer(engine, config, metrics=metrics)
 
@@ -70,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = Settings()
     configure(settings.log_level, settings.log_format)
     metrics = Metrics()
+    log_plan(logger, settings.connection_plan(), None)
     reaper = build_reaper(settings, metrics)
     deliverer = build_deliverer(settings, metrics)
     if args.once:

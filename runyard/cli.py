@@ -58,7 +58,8 @@ def _migrate(args: argparse.Namespace) -> int:
     from runyard.db import migrate
 
     settings = Settings()
-    migrate(settings.database_url, args.revision)
+    # DDL on the direct URL when there is one (it bypasses a transaction pooler).
+    migrate(settings.listen_database_url or settings.database_url, args.revision)
     print(f"database migrated to {args.revision}")  # noqa: T201
     return 0
 
@@ -67,7 +68,10 @@ def _keys_create(args: argparse.Namespace) -> int:
     from runyard.auth import issue_api_key
     from runyard.db import make_engine
 
-    engine = make_engine(Settings().database_url, pool_size=1, max_overflow=0)
+    settings = Settings()
+    engine = make_engine(
+        settings.database_url, pool_size=1, max_overflow=0, plan=settings.connection_plan()
+    )
     try:
         issued = issue_api_key(
             engine, args.tenant, admin=args.admin, name=args.name, max_priority=args.max_priority
@@ -90,7 +94,10 @@ def _keys_set_priority(args: argparse.Namespace) -> int:
     if prefix is None:
         say(f"runyard: error: {args.key!r} is not a key or a key prefix")
         return EXIT_USAGE
-    engine = make_engine(Settings().database_url, pool_size=1, max_overflow=0)
+    settings = Settings()
+    engine = make_engine(
+        settings.database_url, pool_size=1, max_overflow=0, plan=settings.connection_plan()
+    )
     try:
         key = set_max_priority(engine, prefix, args.max_priority)
     finally:
@@ -106,7 +113,10 @@ def _keys_ls(args: argparse.Namespace) -> int:
     from runyard.db import make_engine
     from runyard.keys import list_keys
 
-    engine = make_engine(Settings().database_url, pool_size=1, max_overflow=0)
+    settings = Settings()
+    engine = make_engine(
+        settings.database_url, pool_size=1, max_overflow=0, plan=settings.connection_plan()
+    )
     try:
         keys = list_keys(engine, tenant=args.tenant, include_revoked=args.all, limit=args.limit)
     finally:
@@ -136,7 +146,10 @@ def _keys_revoke(args: argparse.Namespace) -> int:
     prefix = prefix_of(args.key)
     if prefix is None:
         raise UsageError(f"not a key or key prefix: {args.key!r}")
-    engine = make_engine(Settings().database_url, pool_size=1, max_overflow=0)
+    settings = Settings()
+    engine = make_engine(
+        settings.database_url, pool_size=1, max_overflow=0, plan=settings.connection_plan()
+    )
     try:
         revoked = revoke_key(engine, prefix)
     finally:

@@ -16,6 +16,7 @@ from sqlalchemy import Engine, TextClause, create_engine, make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
+from runyard.pooling import ConnectionPlan, connection_plan
 from runyard.settings import Settings, normalize_database_url
 from runyard.tool_json import load_stored_json
 
@@ -51,12 +52,16 @@ class DbTimeouts:
         )
 
 
-def libpq_params(timeouts: DbTimeouts, url_options: str | None = None) -> dict[str, Any]:
+def libpq_params(
+    timeouts: DbTimeouts, url_options: str | None = None, *, session_timeouts: bool = True
+) -> dict[str, Any]:
     """The libpq connection parameters that carry ``timeouts``.
 
     ``tcp_user_timeout`` matches the keepalive budget, so a request sent into a dead link
     fails as soon as an idle one would (instead of after the kernel's ~15 minutes of
-    retransmissions). Session timeouts travel in ``options``, after any the URL sets.
+    retransmissions). Session timeouts travel in ``options``, after any the URL sets, unless
+    ``session_timeouts`` is off (a transaction pooler refuses that startup parameter, and a
+    session setting would not follow the client from one server connection to the next).
     """
     silent = timeouts.keepalives_idle_seconds + (
         timeouts.keepalives_interval_seconds * timeouts.keepalives_count
@@ -71,8 +76,8 @@ def libpq_params(timeouts: DbTimeouts, url_options: str | None = None) -> dict[s
     }
     options = [url_options] if url_options else []
     for name, seconds in (
-        ("statement_timeout", timeouts.statement_seconds),
-        ("lock_timeout", timeouts.lock_seconds),
+        ("statement_timeout", timeouts.statement_seconds if session_timeouts else None),
+        ("lock_timeout", timeouts.lock_seconds if session_timeouts else None),
     ):
         if seconds is not None:
             options.append(f"-c {name}={max(1, round(seconds * 1000))}")
@@ -88,16 +93,25 @@ def make_engine(
     max_overflow: int = 10,
     pre_ping: bool = True,
     timeouts: DbTimeouts | None = None,
+    plan: ConnectionPlan | None = None,
 ) -> Engine:
     """A pooled psycopg 3 engine; with ``pre_ping`` connections are checked before use.
 
     Without it a connection broken by a database restart fails once, invalidates the pool and
     the caller's retry gets a fresh one (the worker retries every database error). Every
-    connection gets ``timeouts`` (by default a connect timeout and keepalives only).
+    connection gets ``timeouts`` (by default a connect timeout and keepalives only), and
+    follows ``plan`` (by default a direct connection to Postgres).
     """
     url = normalize_database_url(database_url)
     timeouts = timeouts or DbTimeouts()
+    plan = plan or connection_plan("none", database_url, "")
     url_options = make_url(url).query.get("options")
+    connect_args = libpq_params(
+        timeouts,
+        url_options if isinstance(url_options, str) else None,
+        session_timeouts=plan.session_timeouts,
+    )
+    connect_args["prepare_threshold"] = plan.prepare_threshold
     return create_engine(
         url,
         pool_size=pool_size,
@@ -105,7 +119,7 @@ def make_engine(
         pool_pre_ping=pre_ping,
         pool_recycle=1800,
         pool_timeout=timeouts.pool_seconds,
-        connect_args=libpq_params(timeouts, url_options if isinstance(url_options, str) else None),
+        connect_args=connect_args,
         # Every jsonb value read passes the read-side gate: a stored row is always servable.
         json_deserializer=load_stored_json,
     )

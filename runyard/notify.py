@@ -52,7 +52,7 @@ class Subscription:
 class RunNotifier:
     """Listens on the run channels in the event loop; reconnects with backoff."""
 
-    def __init__(self, database_url: str, channels: Sequence[str] = API_CHANNELS) -> None:
+    def __init__(self, database_url: str | None, channels: Sequence[str] = API_CHANNELS) -> None:
         self._url = database_url
         self._channels = tuple(channels)
         self._subscriptions: dict[uuid.UUID, set[Subscription]] = {}
@@ -102,7 +102,10 @@ class RunNotifier:
                 subscription.wake()
 
     async def run(self) -> None:
-        """Listen until cancelled."""
+        """Listen until cancelled; without a URL (behind a transaction pooler with no direct
+        one) never: waiters then wake on their poll only."""
+        if self._url is None:
+            return
         delay = 0.5
         while True:
             try:
@@ -118,6 +121,7 @@ class RunNotifier:
                 delay = 0.5
 
     async def _listen(self) -> None:
+        assert self._url is not None
         conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True, connect_timeout=5)
         try:
             for channel in self._channels:

@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from runyard.pooling import ConnectionPlan, Pooler, connection_plan
+
 
 class Settings(BaseSettings):
     """Every knob of the platform; built only by entry points and tests, never at import."""
@@ -15,6 +17,11 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RUNYARD_", extra="ignore", frozen=True)
 
     database_url: str = ""
+    # "transaction": database_url reaches Postgres through a transaction pooler (PgBouncer's
+    # pool_mode=transaction): no prepared statements, no session settings at connect, and
+    # LISTEN only on listen_database_url, a direct URL (without it the loops poll).
+    database_pooler: Pooler = "none"
+    listen_database_url: str = ""
     queue_enabled: bool = True
     sync_max_concurrency: int = Field(default=4, ge=1, le=1024)
 
@@ -180,6 +187,10 @@ class Settings(BaseSettings):
         interval = self.heartbeat_interval
         return min(interval, self.lease_seconds - interval) / 2
 
+    def connection_plan(self) -> ConnectionPlan:
+        """What this process's connections may rely on (``runyard.pooling``)."""
+        return connection_plan(self.database_pooler, self.database_url, self.listen_database_url)
+
     def sqlalchemy_url(self) -> str:
         """The database URL with the psycopg 3 driver named, as SQLAlchemy wants it."""
         return normalize_database_url(self.database_url)
@@ -193,3 +204,8 @@ def normalize_database_url(url: str) -> str:
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix) :]
     return url
+
+
+def libpq_url(database_url: str) -> str:
+    """A URL psycopg accepts directly (no SQLAlchemy driver name)."""
+    return normalize_database_url(database_url).replace("postgresql+psycopg://", "postgresql://")

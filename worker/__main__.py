@@ -21,6 +21,7 @@ from runyard.docker.builder import DockerBuilder
 from runyard.docker.runner import DockerRunner
 from runyard.logs import configure
 from runyard.metrics import Metrics
+from runyard.pooling import ConnectionPlan, log_plan
 from runyard.queue import JobQueue
 from runyard.queue.builds import BuildQueue
 from runyard.runner import RunnerUnavailable
@@ -58,6 +59,7 @@ def worker_engines(
     timeouts: DbTimeouts | None = None,
     *,
     heartbeat_timeout: float | None = None,
+    plan: ConnectionPlan | None = None,
 ) -> tuple[Engine, Engine]:
     """The worker's pool (a connection per slot, the claim loop and the sweep) and a small one
     of its own for heartbeats, releases of handed-over runs and the worker's row, which the
@@ -71,6 +73,7 @@ def worker_engines(
         max_overflow=concurrency,
         pre_ping=False,
         timeouts=timeouts,
+        plan=plan,
     )
     heartbeat_engine = make_engine(
         database_url,
@@ -78,6 +81,7 @@ def worker_engines(
         max_overflow=0,
         pre_ping=False,
         timeouts=heartbeat_timeouts(timeouts or DbTimeouts(), heartbeat_timeout),
+        plan=plan,
     )
     return engine, heartbeat_engine
 
@@ -101,6 +105,7 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
         slots,
         DbTimeouts.from_settings(settings),
         heartbeat_timeout=settings.heartbeat_round_timeout,
+        plan=settings.connection_plan(),
     )
     runner = DockerRunner.from_settings(settings)
     check_engine(settings, runner)
@@ -196,7 +201,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    wakeups = Wakeups(settings.database_url, worker.notify_job, worker.notify_cancel)
+    plan = settings.connection_plan()
+    log_plan(logger, plan, settings.worker_poll_seconds)
+    wakeups = Wakeups(plan.listen_url, worker.notify_job, worker.notify_cancel)
     wakeups.start()
     worker.run_forever()
     wakeups.stop()

@@ -14,28 +14,27 @@ from collections.abc import Callable
 import psycopg
 
 from runyard.queue import CANCEL_CHANNEL, JOBS_CHANNEL
-from runyard.settings import normalize_database_url
+from runyard.settings import libpq_url
 
 logger = logging.getLogger(__name__)
 
 HEALTH_CHECK_SECONDS = 15.0
 
 
-def libpq_url(database_url: str) -> str:
-    """A URL psycopg accepts directly (no SQLAlchemy driver name)."""
-    return normalize_database_url(database_url).replace("postgresql+psycopg://", "postgresql://")
-
-
 class Wakeups:
-    """Listens on the job and cancel channels; reconnects with backoff when the link drops."""
+    """Listens on the job and cancel channels; reconnects with backoff when the link drops.
+
+    Without a URL (behind a transaction pooler with no direct one) it never listens: the
+    claim loop polls, and a cancel arrives with the next heartbeat.
+    """
 
     def __init__(
         self,
-        database_url: str,
+        database_url: str | None,
         on_job: Callable[[], None],
         on_cancel: Callable[[uuid.UUID], None],
     ) -> None:
-        self._url = libpq_url(database_url)
+        self._url = None if database_url is None else libpq_url(database_url)
         self._on_job = on_job
         self._on_cancel = on_cancel
         self._stop = threading.Event()
@@ -43,13 +42,15 @@ class Wakeups:
         self.connected = threading.Event()
 
     def start(self) -> None:
-        """Start listening in the background."""
-        self._thread.start()
+        """Start listening in the background (if there is a URL to listen on)."""
+        if self._url is not None:
+            self._thread.start()
 
     def stop(self) -> None:
         """Stop listening (within a second)."""
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
 
     def _run(self) -> None:
         delay = 0.5
@@ -66,6 +67,7 @@ class Wakeups:
                 delay = min(delay * 2, 10.0)
 
     def _listen(self) -> None:
+        assert self._url is not None
         with psycopg.connect(self._url, autocommit=True, connect_timeout=5) as conn:
             conn.execute(f"LISTEN {JOBS_CHANNEL}")
             conn.execute(f"LISTEN {CANCEL_CHANNEL}")

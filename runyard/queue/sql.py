@@ -215,9 +215,12 @@ _CLAIM_CTES: LiteralString = """
                         CAST('{}' AS uuid[])) AS ids
         FROM offers
     ), fresh AS MATERIALIZED (
+        -- The status test is written so that it cannot match the predicate of the queued
+        -- jobs' partial index: otherwise the planner, judging that index small (as it was at
+        -- the last ANALYZE), reads all of it and filters by id instead of probing the ids.
         SELECT id FROM tool_run_jobs
-        WHERE id = ANY(CAST((SELECT ids FROM ranked) AS uuid[])) AND status = 'queued'
-          AND waiting_on = 0
+        WHERE id = ANY(CAST((SELECT ids FROM ranked) AS uuid[]))
+          AND CAST(status AS text) = 'queued' AND waiting_on = 0
         ORDER BY array_position((SELECT ids FROM ranked), id)
         LIMIT (SELECT n FROM wanted)
         FOR UPDATE SKIP LOCKED

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,14 @@ from tests.integration.conftest import _quietly
 @pytest.fixture
 def cluster(database_url: str, engine: Engine, tmp_path: Path) -> Iterator[Cluster]:
     """Worker/reaper processes started by the test; all stopped and cleaned up after."""
+    with cluster_on(database_url, engine, tmp_path) as made:
+        yield made
+
+
+@contextlib.contextmanager
+def cluster_on(database_url: str, engine: Engine, logs: Path) -> Iterator[Cluster]:
+    """A cluster on the database at ``database_url``; its processes and runs' containers and
+    volumes are removed at the end."""
     client = docker.from_env(timeout=60)
     registry = load_registry(ROOT / "tests" / "tools.toml", Settings(database_url="unused"))
     made = Cluster(
@@ -28,7 +37,7 @@ def cluster(database_url: str, engine: Engine, tmp_path: Path) -> Iterator[Clust
         engine=engine,
         queue=JobQueue(engine),
         registry=registry,
-        logs=tmp_path,
+        logs=logs,
         docker_client=client,
     )
     try:

@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import docker
@@ -144,6 +145,17 @@ class SecondEngine:
         for volume in self.client.volumes.list(filters={"label": f"{LABEL_MANAGED}=true"}):
             if volume.name != MARKER_NAME:
                 _quietly(functools.partial(volume.remove, force=True))
+
+
+@contextlib.contextmanager
+def started_engine(name: str, logs: Path) -> Iterator[SecondEngine]:
+    """A second engine named ``name``, started, and closed at the end."""
+    engine = SecondEngine(name, logs)
+    try:
+        engine.start()
+        yield engine
+    finally:
+        engine.close()
 
 
 def _storage_driver() -> str:

@@ -12,7 +12,7 @@ from sqlalchemy import text
 from runyard.docker.runner import DockerRunner
 from tests.acceptance.builds_support import remove_images, use_built_tool
 from tests.acceptance.cluster import Cluster, Expected
-from tests.acceptance.second_engine import SecondEngine
+from tests.acceptance.second_engine import SecondEngine, started_engine
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
@@ -23,12 +23,8 @@ B_NAME = "runyard-engine-builds"
 @pytest.fixture
 def engine_b(tmp_path: Path) -> Iterator[SecondEngine]:
     """A second dockerd of this test's own (see ``tests/acceptance/second_engine.py``)."""
-    engine = SecondEngine(B_NAME, tmp_path)
-    try:
-        engine.start()
+    with started_engine(B_NAME, tmp_path) as engine:
         yield engine
-    finally:
-        engine.close()
 
 
 def builds(cluster: Cluster) -> list[tuple[str, str, int]]:

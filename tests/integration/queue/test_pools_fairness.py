@@ -10,8 +10,11 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
+from runyard.models import RunStatus
 from runyard.queue import JobQueue
-from runyard.queue.sql import CLAIM, CLAIM_ANY_QUEUE
+from runyard.queue.sql import CLAIM, CLAIM_ANY_QUEUE, FINALIZE_AND_CLAIM
+from runyard.queue.values import outcome_params
+from runyard.runner import AttemptResult
 from tests.integration.queue.test_queue import ENGINE, LEASE, T0, new_run
 
 
@@ -87,9 +90,8 @@ def test_claim__several_queues_are_fair_too(queue: JobQueue, engine: Engine):
     assert sorted(tenants_of(engine, jobs)) == ["a", "b"]
 
 
-@pytest.fixture
-def backlog(engine: Engine) -> Iterator[None]:
-    """20,000 queued jobs of one tenant in ``default``, inserted in bulk."""
+def _insert_backlog(engine: Engine, count: int) -> None:
+    """``count`` queued jobs of tenant ``flood`` in ``default``, inserted in bulk."""
     spec = json.dumps({"name": "echo", "image": "runyard/toolbox:latest", "command": ["true"]})
     with engine.begin() as conn:
         conn.execute(
@@ -100,7 +102,7 @@ def backlog(engine: Engine) -> Iterator[None]:
                                            requested_at)
                     SELECT gen_random_uuid(), 'flood', 'echo', CAST(:spec AS jsonb), '{}',
                            'queued', 'queue', CAST(:t0 AS timestamptz)
-                    FROM generate_series(1, 20000)
+                    FROM generate_series(1, :count)
                     RETURNING id
                 )
                 INSERT INTO tool_run_jobs (id, run_id, status, queue, tenant, timeout_seconds,
@@ -110,8 +112,15 @@ def backlog(engine: Engine) -> Iterator[None]:
                 FROM runs
                 """
             ),
-            {"spec": spec, "t0": T0},
+            {"spec": spec, "t0": T0, "count": count},
         )
+
+
+@pytest.fixture
+def backlog(engine: Engine) -> Iterator[None]:
+    """20,000 queued jobs of one tenant in ``default``, with fresh statistics."""
+    _insert_backlog(engine, 20000)
+    with engine.begin() as conn:
         conn.execute(text("ANALYZE tool_run_jobs"))
     yield
 
@@ -122,10 +131,15 @@ def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _nodes(child)
 
 
-def _job_rows_read(engine: Engine, statement: Any, params: dict[str, Any]) -> tuple[int, bool]:
-    """Rows of tool_run_jobs the claim's plan read, and whether it scanned the table whole."""
+def _job_rows_read(
+    engine: Engine, statement: Any, params: dict[str, Any], *, generic: bool = False
+) -> tuple[int, bool]:
+    """Rows of tool_run_jobs the plan read (kept or filtered out), and whether it scanned the
+    table whole; ``generic``: the plan a prepared statement settles on."""
     with engine.connect() as conn:
         trans = conn.begin()
+        if generic:
+            conn.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
         compiled = str(statement.text)
         plan = conn.execute(text("EXPLAIN (ANALYZE, FORMAT JSON) " + compiled), params).scalar_one()
         trans.rollback()
@@ -133,7 +147,12 @@ def _job_rows_read(engine: Engine, statement: Any, params: dict[str, Any]) -> tu
     seq = False
     for node in _nodes(plan[0]["Plan"]):
         if node.get("Relation Name") == "tool_run_jobs":
-            read += int(node["Actual Rows"]) * int(node["Actual Loops"])
+            kept_or_dropped = (
+                node["Actual Rows"]
+                + node.get("Rows Removed by Filter", 0)
+                + node.get("Rows Removed by Index Recheck", 0)
+            )
+            read += int(kept_or_dropped) * int(node["Actual Loops"])
             seq = seq or node["Node Type"] == "Seq Scan"
     return read, seq
 
@@ -172,5 +191,38 @@ def test_claim__plan_reads_no_backlog_of_its_own_queue(engine: Engine, backlog: 
     }
     for statement in (CLAIM, CLAIM_ANY_QUEUE):
         read, seq = _job_rows_read(engine, statement, params)
+        assert not seq
+        assert read < 200
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["custom_plan", "generic_plan"])
+def test_claim__plans_probe_offered_ids_when_statistics_say_nothing_is_queued(
+    engine: Engine, generic: bool
+):
+    # The statistics say nothing is queued (as after a VACUUM ANALYZE between drains): 2,000
+    # finished jobs; then 2,000 jobs arrive. Re-reading the offered jobs must probe their
+    # ids, not walk the queued jobs' index and filter by id.
+    queue = JobQueue(engine)
+    _insert_backlog(engine, 2000)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE tool_run_jobs SET status = 'succeeded'"))
+        conn.execute(text("UPDATE tool_runs SET status = 'succeeded'"))
+    with engine.begin() as conn:
+        conn.execute(text("ANALYZE tool_run_jobs"))
+    _insert_backlog(engine, 2000)
+    held = take(queue, ("default",))[0]
+    params = {
+        "worker_id": "w",
+        "engine_id": ENGINE,
+        "limit": 1,
+        "lease": LEASE,
+        "queue": "default",
+        "now": T0,
+        "job_id": held.job_id,
+        "token": held.lease_token,
+        **outcome_params(AttemptResult(status=RunStatus.SUCCEEDED, exit_code=0)),
+    }
+    for statement in (CLAIM, FINALIZE_AND_CLAIM):
+        read, seq = _job_rows_read(engine, statement, params, generic=generic)
         assert not seq
         assert read < 200

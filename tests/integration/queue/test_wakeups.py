@@ -70,7 +70,7 @@ def test_wakeups__reconnect_after_the_connection_is_killed(
 def test_every_event_row__notifies_runyard_events(database_url: str, queue: JobQueue):
     import psycopg
 
-    from worker.wakeup import libpq_url
+    from runyard.settings import libpq_url
 
     with psycopg.connect(libpq_url(database_url), autocommit=True) as listener:
         listener.execute("LISTEN runyard_events")

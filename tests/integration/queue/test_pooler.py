@@ -1,0 +1,94 @@
+"""The queue behind PgBouncer in transaction mode: engines built from the pooled plan work."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+from sqlalchemy.exc import OperationalError
+
+from bench.pgbouncer import PgBouncer, find_pgbouncer, start_pgbouncer
+from runyard.db import DbTimeouts, make_engine
+from runyard.models import RunStatus
+from runyard.pooling import connection_plan
+from runyard.queue import JobQueue, NewRun
+from runyard.runner import AttemptResult
+
+pytestmark = pytest.mark.skipif(
+    find_pgbouncer() is None, reason="no pgbouncer (scripts/ensure-pgbouncer installs it)"
+)
+
+TIMEOUTS = DbTimeouts(statement_seconds=30, lock_seconds=5)
+
+
+@pytest.fixture
+def pgbouncer(postgres_server_url: str) -> Iterator[PgBouncer]:
+    bouncer = start_pgbouncer(postgres_server_url, pool_size=2)
+    yield bouncer
+    bouncer.stop()
+
+
+def _pooled_url(bouncer: PgBouncer, database_url: str) -> str:
+    return bouncer.url(str(conninfo_to_dict(database_url)["dbname"]))
+
+
+def test_pooled_engine__runs_the_queue_through_a_transaction_pooler(
+    database_url: str, pgbouncer: PgBouncer
+):
+    url = _pooled_url(pgbouncer, database_url)
+    engine = make_engine(
+        url,
+        pool_size=6,
+        max_overflow=0,
+        timeouts=TIMEOUTS,
+        plan=connection_plan("transaction", url, ""),
+    )
+    queue = JobQueue(engine)
+    run = NewRun(tenant="t", tool="echo", spec={}, input={})
+    errors: list[BaseException] = []
+    finished: list[bool] = []
+
+    def enqueue() -> None:
+        try:
+            for _ in range(12):
+                queue.enqueue(run)
+        except BaseException as exc:
+            errors.append(exc)
+
+    def drain() -> None:
+        try:
+            while jobs := queue.claim(worker_id="w", engine_id="e", limit=1, lease_seconds=30):
+                outcome = AttemptResult(status=RunStatus.SUCCEEDED, exit_code=0)
+                finished.append(queue.finalize(jobs[0].job_id, jobs[0].lease_token, outcome))
+        except BaseException as exc:
+            errors.append(exc)
+
+    # Each statement runs far more often than psycopg's prepare threshold, on 6 client
+    # connections sharing 2 server connections: a prepared statement would go missing.
+    try:
+        for target in (enqueue, drain):
+            threads = [threading.Thread(target=target) for _ in range(6)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=60)
+    finally:
+        engine.dispose()
+    assert errors == []
+    assert len(finished) == 72 and all(finished)
+    pools = [p for p in pgbouncer.show("POOLS") if p["database"] != "pgbouncer"]
+    assert pools and all(p["pool_mode"] == "transaction" for p in pools)
+
+
+def test_direct_plan__is_refused_by_a_transaction_pooler(database_url: str, pgbouncer: PgBouncer):
+    # Why the pooled plan sends no startup options: PgBouncer refuses the connection.
+    url = _pooled_url(pgbouncer, database_url)
+    engine = make_engine(url, timeouts=TIMEOUTS, plan=connection_plan("none", url, ""))
+    try:
+        with pytest.raises(OperationalError, match="unsupported startup parameter"):
+            with engine.connect():
+                pass
+    finally:
+        engine.dispose()
