@@ -3,14 +3,31 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import secrets
 import sys
 from collections.abc import Sequence
 
 import uvicorn
+from fastapi import FastAPI
 
 from api.main import create_app
 from runyard.logs import configure
 from runyard.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+# Open event streams and waits must not hold a rolling restart up for long; sync-mode tools
+# left running are released, and adopted by another API process of the engine.
+GRACEFUL_SHUTDOWN_SECONDS = 10
+
+
+def app_from_env() -> FastAPI:
+    """The app of one worker process, from the environment (uvicorn's factory)."""
+    settings = Settings()
+    configure(settings.log_level, settings.log_format)
+    return create_app(settings)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -18,19 +35,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="runyard api", description=__doc__)
     parser.add_argument("--host", help="address to bind (default RUNYARD_API_HOST)")
     parser.add_argument("--port", type=int, help="port (default RUNYARD_API_PORT, 8000)")
+    parser.add_argument(
+        "--workers", type=int, help="API processes on the port (default RUNYARD_API_WORKERS, 1)"
+    )
     args = parser.parse_args(argv)
     settings = Settings()
     configure(settings.log_level, settings.log_format)
-    app = create_app(settings)
+    workers = args.workers or settings.api_workers
+    if workers < 1:
+        parser.error("--workers must be 1 or more")
+    host = args.host or settings.api_host
+    port = args.port or settings.api_port
+    if workers == 1:
+        uvicorn.run(
+            create_app(settings),
+            host=host,
+            port=port,
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        )
+        return 0
+    if not settings.queue_enabled:
+        parser.error("sync mode (RUNYARD_QUEUE_ENABLED=false) serves from one API process")
+    if settings.ui_session_secret is None:
+        # The processes must accept each other's dashboard sessions: one secret for all.
+        os.environ["RUNYARD_UI_SESSION_SECRET"] = secrets.token_hex(32)
+        logger.info("no RUNYARD_UI_SESSION_SECRET: the workers share one made for this run")
     uvicorn.run(
-        app,
-        host=args.host or settings.api_host,
-        port=args.port or settings.api_port,
+        "api.__main__:app_from_env",
+        factory=True,
+        workers=workers,
+        host=host,
+        port=port,
         log_config=None,
         access_log=False,
-        # Open event streams and waits must not hold a rolling restart up for long; sync-mode
-        # tools left running are released, and adopted by another API process of the engine.
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
     )
     return 0
 

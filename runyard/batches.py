@@ -95,21 +95,58 @@ def batch_status(runs: Sequence[tuple[str, str | None]]) -> str:
     return "failed"
 
 
+def written_view(
+    batch_id: uuid.UUID, runs: Sequence[GraphRun], result: GraphResult, at: datetime
+) -> BatchView:
+    """A new batch as ``result`` wrote it: queued runs, or failed at once (a dependency had
+    ended without success), by ref in code point order as ``Batches.view`` lists them."""
+    ids = set(result.run_ids)
+    written = [
+        BatchRun(
+            ref=item.node.ref or "",
+            run_id=run_id,
+            tool=item.run.tool,
+            status="failed" if failed else "queued",
+            error_code="dependency_failed" if failed else None,
+            depends_on=tuple(
+                ref if dep in ids and ref is not None else str(dep) for ref, dep in deps
+            ),
+            rerun_of=None,
+            requested_at=at,
+            finished_at=at if failed else None,
+        )
+        for item, run_id, failed, deps in zip(
+            runs, result.run_ids, result.failed, result.dependencies, strict=True
+        )
+    ]
+    written.sort(key=lambda run: run.ref)
+    return BatchView(
+        id=batch_id,
+        status=batch_status([(run.status, run.error_code) for run in written]),
+        created_at=at,
+        size=len(written),
+        counts=dict(Counter(run.status for run in written)),
+        runs=written,
+    )
+
+
 BATCH = text("SELECT id, tenant, created_at, size FROM batches WHERE id = :id")
 
-# The latest run of each ref of the batches ``:ids``.
+# The latest run of each ref of the batches ``:ids``, by ref in code point order (the order of
+# Python's ``sorted``, so the answer of a submit, built without reading, lists them the same).
 LATEST_RUNS = text(
     """
-    SELECT DISTINCT ON (r.batch_id, r.ref) r.batch_id, r.id, r.ref, r.tool,
+    SELECT DISTINCT ON (r.batch_id, r.ref COLLATE "C") r.batch_id, r.id, r.ref, r.tool,
            CAST(r.status AS text) AS status, r.error_code, r.rerun_of, r.requested_at,
            r.finished_at, r.input, r.callback_url, r.spec, j.priority
     FROM tool_runs r LEFT JOIN tool_run_jobs j ON j.run_id = r.id
     WHERE r.batch_id = ANY(CAST(:ids AS uuid[]))
-    ORDER BY r.batch_id, r.ref, r.requested_at DESC, r.id DESC
+    ORDER BY r.batch_id, r.ref COLLATE "C", r.requested_at DESC, r.id DESC
     """
 )
 
-# The dependencies of the runs ``:ids``, and whether each is of the dependent's own batch.
+# The dependencies of the runs ``:ids``, and whether each is of the dependent's own batch; by
+# ref in code point order (a run without one last), then by id.
 EDGES = text(
     """
     SELECT d.run_id, d.depends_on, p.ref, p.batch_id IS NOT DISTINCT FROM c.batch_id AS same_batch
@@ -117,7 +154,7 @@ EDGES = text(
     JOIN tool_runs p ON p.id = d.depends_on
     JOIN tool_runs c ON c.id = d.run_id
     WHERE d.run_id = ANY(CAST(:ids AS uuid[]))
-    ORDER BY d.run_id, p.ref, d.depends_on
+    ORDER BY d.run_id, p.ref COLLATE "C", d.depends_on
     """
 )
 
@@ -162,6 +199,13 @@ class Batches:
     ) -> GraphResult:
         """Check every item, then write them all or none. Raises ``BatchItemProblem``,
         ``GraphProblem``, ``AdmissionRefused``, ``IdempotencyConflict``."""
+        return self.submit_viewed(tenant, items, idempotency_key)[0]
+
+    def submit_viewed(
+        self, tenant: str, items: Sequence[BatchItem], idempotency_key: str | None
+    ) -> tuple[GraphResult, BatchView]:
+        """``submit``, and the batch as written (as a read right after the commit shows it;
+        read back for an idempotent replay)."""
         runs = []
         for index, item in enumerate(items):
             try:
@@ -172,7 +216,13 @@ class Batches:
             runs.append(GraphRun(run, node, run_at=item.request.run_at))
         self._check_room()
         graph = GraphSubmit(tenant, runs, batch=True, idempotency_key=idempotency_key)
-        return self._writer.submit(graph, self._caps)
+        result = self._writer.submit(graph, self._caps)
+        assert result.batch_id is not None
+        if result.created and result.requested_at is not None:
+            return result, written_view(result.batch_id, runs, result, result.requested_at)
+        view = self.view(result.batch_id, tenant)
+        assert view is not None
+        return result, view
 
     def _check_room(self) -> None:
         if self._queue.queue_full(self._caps.max_queue_depth):

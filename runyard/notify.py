@@ -83,18 +83,22 @@ class RunNotifier:
         return sum(len(subs) for subs in self._subscriptions.values())
 
     def dispatch(self, payload: str) -> None:
-        """Wake the subscribers of the run the payload names; other payloads are ignored."""
-        try:
-            run_id = uuid.UUID(payload)
-        except ValueError:
-            return  # e.g. a queue name on the jobs channel
-        for subscription in list(self._subscriptions.get(run_id, ())):
-            subscription.wake()
-        for callback in self._listeners:
+        """Wake the subscribers of the runs the payload names (one run id, or several
+        comma-separated: a statement's events); other payloads are ignored."""
+        for name in payload.split(","):
             try:
-                callback(run_id)
-            except Exception:
-                logger.exception("notification listener failed")
+                run_id = uuid.UUID(name)
+            except ValueError:
+                return  # e.g. a queue name on the jobs channel
+            if not self._listeners and run_id not in self._subscriptions:
+                continue
+            for subscription in list(self._subscriptions.get(run_id, ())):
+                subscription.wake()
+            for callback in self._listeners:
+                try:
+                    callback(run_id)
+                except Exception:
+                    logger.exception("notification listener failed")
 
     def _wake_all(self) -> None:
         for subs in list(self._subscriptions.values()):

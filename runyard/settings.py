@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(default=1_048_576, ge=1024)
     max_json_depth: int = Field(default=64, ge=2, le=512)
     api_db_pool_size: int = Field(default=10, ge=1, le=500)
+    # API processes behind one port (uvicorn workers), each with its own pool and LISTEN
+    # connection: one process uses one core at most. Queue mode only.
+    api_workers: int = Field(default=1, ge=1, le=64)
 
     # A sick database fails fast instead of hanging (docs/operations.md, "When the database
     # is sick"). libpq counts whole seconds, 2 at least.

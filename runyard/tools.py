@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
@@ -90,8 +91,20 @@ class ToolSpec(BaseModel):
     input_schema: dict[str, Any] | None = None
 
     def snapshot(self) -> dict[str, Any]:
-        """The JSON stored on a run: later registry edits never change queued runs."""
+        """The JSON stored on a run: later registry edits never change queued runs. A new
+        dict each call; its nested values are shared between calls (read them only)."""
+        return dict(self._snapshot)
+
+    @functools.cached_property
+    def _snapshot(self) -> dict[str, Any]:
+        # The model is frozen: dumped once, not once per run of a 1,000-run batch.
         return self.model_dump(mode="json")
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy, without the snapshot cached for this one (``update`` changes fields)."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy.__dict__.pop("_snapshot", None)
+        return copy
 
     def limit_maxima(self) -> dict[str, float]:
         """The most a run may ask for, per limit: the tool's maximum, else its own value."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 
-from runyard.graph import Dependency, GraphProblem, Node, Resolved, resolve, starts
+from runyard.graph import Dependency, GraphProblem, Node, Resolved, Start, resolve, starts
 from runyard.queue.graph_sql import (
     ADMIT_MANY,
     FIND_BATCH_IDEMPOTENT,
@@ -80,11 +80,16 @@ class GraphSubmit:
 @dataclass(frozen=True)
 class GraphResult:
     """The batch (if any), each run's id in the order submitted, and whether this call wrote
-    them (False: an idempotent replay)."""
+    them (False: an idempotent replay). A write also tells what it wrote, so no one needs to
+    read it back: the time on the runs, which were written failed, and each run's dependencies
+    as ``(ref, run id)`` (the ref of a run outside the graph as stored, or None)."""
 
     batch_id: uuid.UUID | None
     run_ids: list[uuid.UUID]
     created: bool
+    requested_at: datetime | None = None
+    failed: tuple[bool, ...] = ()
+    dependencies: tuple[tuple[tuple[str | None, uuid.UUID], ...], ...] = ()
 
 
 # A batch's original runs (not its retries), by ref: every batch run has one.
@@ -120,12 +125,20 @@ class GraphWriter:
                     return self._batch_replay(conn, graph)
             existing = self._lock_dependencies(conn, graph.tenant, resolved)
             self._admit(conn, graph.tenant, len(graph.runs), caps)
-            params = self._graph_params(graph, resolved, run_ids, existing, batch_id, now)
+            begin = starts(resolved, nodes, run_ids, existing)
+            params = self._graph_params(graph, resolved, run_ids, begin, batch_id, now)
             row = conn.execute(INSERT_GRAPH, params).one()
             if row.inserted == 0:  # a single run's Idempotency-Key, used before
                 conn.rollback()
                 return self._run_replay(graph)
-        return GraphResult(batch_id=batch_id, run_ids=run_ids, created=True)
+        return GraphResult(
+            batch_id=batch_id,
+            run_ids=run_ids,
+            created=True,
+            requested_at=row.requested_at,
+            failed=tuple(start.error is not None for start in begin),
+            dependencies=_dependencies(graph, resolved, run_ids, existing),
+        )
 
     def cancel_batch(self, batch_id: uuid.UUID, *, now: datetime | None = None) -> int:
         """Cancel the batch's queued runs and flag its running ones; how many it touched."""
@@ -216,45 +229,74 @@ class GraphWriter:
         graph: GraphSubmit,
         resolved: Resolved,
         run_ids: list[uuid.UUID],
-        existing: dict[uuid.UUID, Dependency],
+        begin: Sequence[Start],
         batch_id: uuid.UUID | None,
         now: datetime | None,
     ) -> dict[str, Any]:
         nodes = [item.node for item in graph.runs]
-        begin = starts(resolved, nodes, run_ids, existing)
         edges = [
             (run_ids[i], dep)
             for i in range(len(nodes))
             for dep in (*(run_ids[j] for j in resolved.internal[i]), *resolved.external[i])
         ]
         single = not graph.batch
+        depended = {edge[1] for edge in edges}
+        specs: dict[str, int] = {}  # distinct specs as JSON: their index
+        last: tuple[dict[str, Any] | None, int] = (None, -1)
+        items = []
+        for index, item in enumerate(graph.runs):
+            run = item.run
+            if run.spec != last[0]:  # runs in a row of one tool share a spec: dumped once
+                spec = json.dumps(run.spec, sort_keys=True)
+                last = (run.spec, specs.setdefault(spec, len(specs)))
+            items.append(
+                {
+                    "run_id": str(run_ids[index]),
+                    "tool": run.tool,
+                    "spec": last[1],
+                    "input": run.input,
+                    "queue": run.queue,
+                    "priority": run.priority,
+                    "max_attempts": run.max_attempts,
+                    "timeout_seconds": run.timeout_seconds,
+                    "ref": item.node.ref,
+                    "run_at": item.run_at.isoformat() if item.run_at else None,
+                    "waiting_on": begin[index].waiting_on,
+                    "error": begin[index].error,
+                    "callback_url": run.callback_url,
+                    "request_hash": (
+                        _single_hash(item) if single and graph.idempotency_key else None
+                    ),
+                    "rerun_of": str(run.rerun_of) if run.rerun_of else None,
+                    "has_dependents": run_ids[index] in depended,
+                }
+            )
         return {
             "tenant": graph.tenant,
             "batch_id": batch_id,
-            "rerun_ofs": [item.run.rerun_of for item in graph.runs],
             "idempotency_key": graph.idempotency_key if single else None,
-            "run_ids": run_ids,
-            "job_ids": [uuid.uuid4() for _ in run_ids],
-            "tools": [item.run.tool for item in graph.runs],
-            "specs": [json.dumps(item.run.spec) for item in graph.runs],
-            "inputs": [json.dumps(item.run.input) for item in graph.runs],
-            "queues": [item.run.queue for item in graph.runs],
-            "priorities": [item.run.priority for item in graph.runs],
-            "max_attempts": [item.run.max_attempts for item in graph.runs],
-            "timeouts": [item.run.timeout_seconds for item in graph.runs],
-            "refs": [item.node.ref for item in graph.runs],
-            "run_ats": [item.run_at for item in graph.runs],
-            "waiting": [start.waiting_on for start in begin],
-            "errors": [start.error for start in begin],
-            "callback_urls": [item.run.callback_url for item in graph.runs],
-            "request_hashes": [
-                _single_hash(item) if single and graph.idempotency_key else None
-                for item in graph.runs
-            ],
-            "edge_from": [edge[0] for edge in edges],
-            "edge_to": [edge[1] for edge in edges],
+            "items": json.dumps(items),
+            "specs": "[" + ",".join(specs) + "]",
+            "edges": json.dumps([[str(run_id), str(dep)] for run_id, dep in edges]),
             "now": now,
         }
+
+
+def _dependencies(
+    graph: GraphSubmit,
+    resolved: Resolved,
+    run_ids: Sequence[uuid.UUID],
+    existing: dict[uuid.UUID, Dependency],
+) -> tuple[tuple[tuple[str | None, uuid.UUID], ...], ...]:
+    """Each run's dependencies as ``(ref, run id)``, in the order a read of the batch lists
+    them (by ref, a run without one last, then by id)."""
+    found = []
+    for i in range(len(graph.runs)):
+        deps = [(graph.runs[j].node.ref, run_ids[j]) for j in resolved.internal[i]]
+        deps += [(existing[dep].ref, dep) for dep in resolved.external[i]]
+        deps.sort(key=lambda dep: (dep[0] is None, dep[0] or "", dep[1]))
+        found.append(tuple(deps))
+    return tuple(found)
 
 
 def _single_hash(item: GraphRun) -> str:

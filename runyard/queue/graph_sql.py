@@ -57,29 +57,33 @@ ADMIT_MANY = _sql(
 )
 
 
-# Every run of the graph with its job, its edges and its first events, from parallel arrays
-# (one element per run). A run whose dependency already ended without success is written
-# failed (``:errors``); the others queued, waiting for ``:waiting`` dependencies, claimable
-# from ``run_at`` (a past time means now). A single run's Idempotency-Key that was used
-# before writes nothing (``inserted`` 0): the caller reads the replay.
+# Every run of the graph with its job, its edges and its first events, from JSON documents:
+# ``:items``, one object per run, whose spec is an index into ``:specs`` (the distinct specs:
+# a batch of one tool sends its spec once), and ``:edges``, pairs of run ids. JSON, not
+# parallel arrays: the driver escapes every element of a text array in Python, which cost
+# more than the insert. A
+# run whose dependency already ended without success is written failed (``error``); the others
+# queued, waiting for ``waiting_on`` dependencies, claimable from ``run_at`` (a past time means
+# now). A single run's Idempotency-Key that was used before writes nothing (``inserted`` 0):
+# the caller reads the replay. ``requested_at`` is the time written on the runs.
 INSERT_GRAPH = _sql(
     """
-    WITH item AS MATERIALIZED (
-        SELECT * FROM unnest(
-            CAST(:run_ids AS uuid[]), CAST(:job_ids AS uuid[]), CAST(:tools AS text[]),
-            CAST(CAST(:specs AS text[]) AS jsonb[]), CAST(CAST(:inputs AS text[]) AS jsonb[]),
-            CAST(:queues AS text[]), CAST(:priorities AS integer[]),
-            CAST(:max_attempts AS integer[]), CAST(:timeouts AS integer[]),
-            CAST(:refs AS text[]), CAST(:run_ats AS timestamptz[]),
-            CAST(:waiting AS integer[]), CAST(:errors AS text[]),
-            CAST(:callback_urls AS text[]), CAST(:request_hashes AS text[]),
-            CAST(:rerun_ofs AS uuid[])
-        ) AS t(run_id, job_id, tool, spec, input, queue, priority, max_attempts,
-               timeout_seconds, ref, run_at, waiting_on, error, callback_url, request_hash,
-               rerun_of)
+    WITH spec AS MATERIALIZED (
+        SELECT CAST(s.n AS integer) - 1 AS n, s.spec
+        FROM jsonb_array_elements(CAST(:specs AS jsonb)) WITH ORDINALITY AS s(spec, n)
+    ), item AS MATERIALIZED (
+        SELECT t.run_id, gen_random_uuid() AS job_id, t.tool, spec.spec, t.input, t.queue,
+               t.priority, t.max_attempts, t.timeout_seconds, t.ref, t.run_at, t.waiting_on,
+               t.error, t.callback_url, t.request_hash, t.rerun_of, t.has_dependents
+        FROM json_to_recordset(CAST(:items AS json)) AS t(
+            run_id uuid, tool text, spec integer, input jsonb, queue text, priority integer,
+            max_attempts integer, timeout_seconds integer, ref text, run_at timestamptz,
+            waiting_on integer, error text, callback_url text, request_hash text,
+            rerun_of uuid, has_dependents boolean)
+        JOIN spec ON spec.n = t.spec
     ), edge AS MATERIALIZED (
-        SELECT * FROM unnest(CAST(:edge_from AS uuid[]), CAST(:edge_to AS uuid[]))
-            AS e(run_id, depends_on)
+        SELECT CAST(e ->> 0 AS uuid) AS run_id, CAST(e ->> 1 AS uuid) AS depends_on
+        FROM json_array_elements(CAST(:edges AS json)) AS e
     ), run AS (
         INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode, requested_at,
                                finished_at, attempts, max_attempts, idempotency_key,
@@ -92,7 +96,7 @@ INSERT_GRAPH = _sql(
                i.callback_url,
                CASE WHEN i.error IS NOT NULL THEN 'dependency_failed' END, i.error,
                CAST(:batch_id AS uuid), i.ref, i.rerun_of, i.run_at,
-               EXISTS (SELECT 1 FROM edge WHERE edge.depends_on = i.run_id)
+               i.has_dependents
         FROM item i
         ON CONFLICT (tenant, idempotency_key) DO NOTHING
         RETURNING id, status
@@ -124,7 +128,7 @@ INSERT_GRAPH = _sql(
         WHERE e.data IS NOT NULL
         ORDER BY job.run_id, e.n
     )
-    SELECT (SELECT count(*) FROM run) AS inserted,
+    SELECT (SELECT count(*) FROM run) AS inserted, {NOW} AS requested_at,
            (SELECT count(pg_notify('runyard_jobs', q.queue))
             FROM (SELECT DISTINCT queue FROM job
                   WHERE status = 'queued' AND waiting_on = 0) q) AS woken

@@ -247,3 +247,32 @@ def test_artifacts__rows_go_with_their_run_chunks_are_uncompressed_and_come_back
     assert storage == "e"
     assert left == 0
     assert "artifact_set" not in columns
+
+
+def _event_trigger(engine: Engine) -> tuple[str, str]:
+    """The notify trigger on tool_run_events: (function, row or statement)."""
+    with engine.connect() as conn:
+        row = conn.execute(
+            text(
+                "SELECT p.proname, CASE WHEN t.tgtype & 1 = 1 THEN 'row' ELSE 'statement' END"
+                " FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid"
+                " WHERE t.tgrelid = 'tool_run_events'::regclass"
+                " AND t.tgname = 'tool_run_events_notify'"
+            )
+        ).one()
+    return str(row[0]), str(row[1])
+
+
+def test_event_notify_per_statement__replaces_the_row_trigger_and_comes_back(database_url: str):
+    config, engine = _downgraded(database_url, "0014")
+    try:
+        before = _event_trigger(engine)
+        command.upgrade(config, "head")
+        after = _event_trigger(engine)
+        command.downgrade(config, "0014")
+        again = _event_trigger(engine)
+        command.upgrade(config, "head")
+    finally:
+        engine.dispose()
+    assert before == again == ("runyard_notify_event", "row")
+    assert after == ("runyard_notify_events", "statement")

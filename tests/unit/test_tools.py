@@ -157,3 +157,14 @@ def test_secrets__references_are_checked_at_load():
     both = {**BASE, "env": {"TOKEN": "x"}, "secrets": {"TOKEN": "env:T"}}
     with pytest.raises(RegistryError, match="TOKEN is both in env and in secrets"):
         parse_registry({"tools": {"t": both}}, SETTINGS)
+
+
+def test_snapshot__a_new_dict_each_time_and_a_copy_snapshots_its_own_fields():
+    from runyard.tools import ToolSpec
+
+    tool = ToolSpec.model_validate({"name": "noop", "image": "a", "command": ["true"]})
+    first, second = tool.snapshot(), tool.snapshot()
+    assert first == second == tool.model_dump(mode="json") and first is not second
+    first["image"] = "changed"
+    assert tool.snapshot()["image"] == "a"
+    assert tool.model_copy(update={"image": "b"}).snapshot()["image"] == "b"

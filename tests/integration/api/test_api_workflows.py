@@ -108,6 +108,38 @@ def test_batch__accepted_as_one_graph_and_read_back(client, acme, queue):
     assert [item["id"] for item in listed["items"]] == [batch["id"]]
 
 
+def test_batch__answer_is_what_a_read_right_after_shows(client, acme, queue):
+    # The 202 is built from the write, not read back: it must match the read exactly, runs
+    # and dependencies in the same order, for refs whose order differs between collations.
+    failed_id = post(client, acme).json()["id"]
+    assert finish_claimable(queue, FAILURE) == {failed_id}
+    other = client.post("/v1/batches", json={"runs": [{"ref": "up", "tool": "echo"}]}, headers=acme)
+    upstream = other.json()["run_ids"]["up"]
+    body = {
+        "runs": [
+            {"ref": "b", "tool": "echo"},
+            {"ref": "B", "tool": "echo", "depends_on": ["b", upstream]},
+            {"ref": "a_b", "tool": "echo", "depends_on": [upstream.upper(), "b", "B"]},
+            {"ref": "a-b", "tool": "echo", "depends_on": [failed_id]},
+            {"ref": "a.c", "tool": "echo", "depends_on": ["a-b", "a_b"]},
+            {"tool": "echo", "input": {"n": 10}},
+            {"tool": "echo", "depends_on": ["#5", "a.c"]},
+        ]
+    }
+    created = client.post("/v1/batches", json=body, headers={**acme, "Idempotency-Key": "k"})
+    assert created.status_code == 202, created.text
+    answer = created.json()
+    read = client.get(f"/v1/batches/{answer['id']}", headers=acme).json()
+    assert {k: v for k, v in answer.items() if k != "run_ids"} == read
+    assert answer["counts"] == {"queued": 4, "failed": 3}
+    by_ref = {run["ref"]: run for run in answer["runs"]}
+    assert by_ref["a_b"]["depends_on"] == ["B", "b", upstream]
+    assert by_ref["a-b"]["error_code"] == "dependency_failed"
+    replay = client.post("/v1/batches", json=body, headers={**acme, "Idempotency-Key": "k"})
+    assert replay.headers["Idempotent-Replayed"] == "true"
+    assert replay.json() == answer
+
+
 @pytest.mark.parametrize(
     ("runs", "code", "field"),
     [

@@ -78,3 +78,25 @@ def test_every_event_row__notifies_runyard_events(database_url: str, queue: JobQ
         queue.claim(worker_id="w", engine_id="e", limit=1, lease_seconds=30)
         payloads = [n.payload for n in listener.notifies(timeout=2.0, stop_after=2)]
     assert payloads == [str(run_id), str(run_id)]  # enqueue, then claim (one per transaction)
+
+
+def test_events_of_many_runs_in_one_statement__notify_their_ids_200_a_payload(
+    database_url: str, engine: Engine
+):
+    import psycopg
+
+    from runyard.graph import Node
+    from runyard.queue import AdmissionCaps
+    from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
+    from runyard.settings import libpq_url
+
+    runs = [GraphRun(new_run(), Node(f"r{i}")) for i in range(450)]
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as listener:
+        listener.execute("LISTEN runyard_events")
+        result = GraphWriter(engine).submit(
+            GraphSubmit(tenant="t", runs=runs, batch=True), AdmissionCaps()
+        )
+        payloads = [n.payload for n in listener.notifies(timeout=2.0, stop_after=3)]
+    assert [len(p.split(",")) for p in payloads] == [200, 200, 50]
+    named = [uuid.UUID(name) for p in payloads for name in p.split(",")]
+    assert named == sorted(result.run_ids)

@@ -1,0 +1,39 @@
+"""RunNotifier.dispatch: payloads of one run id or several, comma-separated."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from runyard.notify import RunNotifier
+
+A, B, C = (uuid.UUID(int=n) for n in (1, 2, 3))
+
+
+@pytest.mark.parametrize(
+    ("payload", "named"),
+    [
+        (str(A), [A]),
+        (f"{A},{B},{C}", [A, B, C]),
+        ("default", []),  # a queue name on the jobs channel
+        ("", []),
+    ],
+)
+def test_dispatch__calls_listeners_for_every_run_named(payload: str, named: list[uuid.UUID]):
+    notifier = RunNotifier("postgresql://unused")
+    seen: list[uuid.UUID] = []
+    notifier.add_listener(seen.append)
+    notifier.dispatch(payload)
+    assert seen == named
+
+
+def test_dispatch__wakes_the_subscribers_of_a_run_in_a_list():
+    async def scenario() -> tuple[bool, bool]:
+        notifier = RunNotifier("postgresql://unused")
+        with notifier.subscribe(B) as woken, notifier.subscribe(C) as idle:
+            notifier.dispatch(f"{A},{B}")
+            return await woken.wait(1.0), await idle.wait(0.05)
+
+    assert asyncio.run(scenario()) == (True, False)
