@@ -69,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     banner = (
         f"\nrunyard dev is up at {url}\n"
         "  auth is OFF (RUNYARD_AUTH_DISABLED=true): do not expose this port\n"
+        f"  inputs: {worker.inputs} (RUNYARD_HOST_WORKDIR_ROOT={settings.host_workdir_root})\n"
         f"  try: curl -s -X POST {url}/v1/runs -H 'content-type: application/json' "
         '-d \'{"tool":"echo","input":{"hello":"world"}}\'\n'
     )

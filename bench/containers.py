@@ -94,6 +94,8 @@ def raw_create_kwargs(
 
     memory = f"{int(tool['memory_mb'])}m"
     nofile = int(tool.get("nofile_limit", 1024))
+    # No single file past the disk limit (or the /tmp size): as runyard's runner sets it.
+    fsize = max(int(tool.get("disk_mb") or 1024), int(tool.get("tmpfs_mb", 16))) << 20
     run_id = str(uuid.uuid4())
     return {
         "image": image_id,
@@ -119,7 +121,10 @@ def raw_create_kwargs(
         "memswap_limit": memory,
         "nano_cpus": int(float(tool["cpus"]) * 1e9),
         "pids_limit": int(tool["pids_limit"]),
-        "ulimits": [Ulimit(name="nofile", soft=nofile, hard=nofile)],
+        "ulimits": [
+            Ulimit(name="nofile", soft=nofile, hard=nofile),
+            Ulimit(name="fsize", soft=fsize, hard=fsize),
+        ],
         "init": True,
         "privileged": False,
         "mounts": [Mount(target="/runyard", source=name, type="volume")],
@@ -152,16 +157,23 @@ PARITY_FIELDS = (
 )
 
 
+def bench_runner(client: Any, setting: str) -> Any:
+    """runyard's DockerRunner with ``RUNYARD_HOST_WORKDIR_ROOT=setting`` applied."""
+    from runyard.docker.runner import DockerRunner
+
+    runner = DockerRunner(client)
+    runner.choose_inputs(setting)
+    return runner
+
+
 def check_parity(
-    client: Any, tool: dict[str, Any], image_id: str, session: str, host_root: str
+    client: Any, tool: dict[str, Any], image_id: str, session: str, setting: str
 ) -> int:
     """Create one container through runyard's DockerRunner and one with the raw flags, compare
     the hardening fields of their configs, remove both. Returns the number of fields compared."""
-    from runyard.docker.host_workdirs import HostWorkdirs
-    from runyard.docker.runner import DockerRunner
     from runyard.runner import AttemptSpec
 
-    runner = DockerRunner(client, workdirs=HostWorkdirs.from_setting(host_root))
+    runner = bench_runner(client, setting)
     spec = AttemptSpec(
         run_id=uuid.uuid4(),
         attempt=1,
@@ -350,14 +362,12 @@ def _call_key(request: Any) -> str:
 
 
 def docker_breakdown(
-    client: Any, tool: dict[str, Any], image_id: str, session: str, runs: int, host_root: str
+    client: Any, tool: dict[str, Any], image_id: str, session: str, runs: int, setting: str
 ) -> None:
     """Time every Docker API request of ``runs`` sequential attempts through runyard's
     DockerRunner (no database, a null log sink) and of the raw lifecycle, alternating."""
     from collections import defaultdict
 
-    from runyard.docker.host_workdirs import HostWorkdirs
-    from runyard.docker.runner import DockerRunner
     from runyard.runner import AttemptControl, AttemptSpec, RunnerUnavailable
 
     lost = 0
@@ -380,8 +390,8 @@ def docker_breakdown(
             calls[side][key].extend(values)
         current.clear()
 
+    runner = bench_runner(client, setting)
     client.api.send = send
-    runner = DockerRunner(client, workdirs=HostWorkdirs.from_setting(host_root))
     walls: dict[str, list[float]] = {"runyard": [], "raw": []}
     terminal: dict[str, list[float]] = {"runyard": [], "raw": []}
     try:
@@ -494,10 +504,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--inputs",
-        choices=("host", "upload"),
-        default="host",
-        help="how the worker writes each input: 'host' (RUNYARD_HOST_WORKDIR_ROOT, a directory "
-        "beside the engine; the default here) or 'upload' (the archive API, runyard's default)",
+        choices=("auto", "host", "upload"),
+        default="auto",
+        help="how the worker writes each input: 'auto' (runyard's default: no "
+        "RUNYARD_HOST_WORKDIR_ROOT, the worker decides at start), 'host' (forced, a directory "
+        "under the benchmark's temporary folder) or 'upload' (forced, the archive API)",
     )
     args = parser.parse_args(argv)
     levels = [int(x) for x in args.concurrency.split(",") if x]
@@ -514,19 +525,21 @@ def main(argv: list[str] | None = None) -> int:
     results: list[RoundResult] = []
     since = datetime.now(UTC)
     breakdown = ""
+    modes: set[str] = set()
     failed = True
     try:
         print_machine(db.url)
         tool = noop_tool()
         image_id = str(client.images.get(TOOLBOX_IMAGE).id)
-        host_root = str(procs.logs / "attempts") if args.inputs == "host" else ""
-        out(f"inputs: {args.inputs} ({host_root or 'archive API'})")
-        fields = check_parity(client, tool, image_id, session, host_root)
+        setting = {"auto": "auto", "upload": "upload", "host": str(procs.logs / "attempts")}[
+            args.inputs
+        ]
+        fields = check_parity(client, tool, image_id, session, setting)
         out(f"hardening parity: {fields} container config fields identical (runyard vs raw)")
         if args.breakdown:
             buffer = io.StringIO()
             with contextlib.redirect_stdout(buffer):
-                docker_breakdown(client, tool, image_id, session, args.breakdown, host_root)
+                docker_breakdown(client, tool, image_id, session, args.breakdown, setting)
             breakdown = buffer.getvalue()
 
         tools_file = write_tools_file(procs.logs, {"noop": NOOP})
@@ -535,8 +548,9 @@ def main(argv: list[str] | None = None) -> int:
             "RUNYARD_DATABASE_URL": db.url,
             "RUNYARD_TOOLS_FILE": str(tools_file),
             "RUNYARD_AUTH_DISABLED": "true",
-            "RUNYARD_HOST_WORKDIR_ROOT": host_root,
         }
+        if args.inputs != "auto":  # auto: the setting left out, as a deployment would
+            procs.base_env["RUNYARD_HOST_WORKDIR_ROOT"] = setting
         procs.spawn("api", ["-m", "api", "--port", str(port)])
         wait_for_api(port, procs, "api")
         out(
@@ -553,6 +567,9 @@ def main(argv: list[str] | None = None) -> int:
                 {"RUNYARD_WORKER_ID": f"bench-{session}-c{c}"},
             )
             _wait_worker(engine, f"bench-{session}-c{c}", procs, name)
+            used = worker_inputs(procs, name)
+            modes.add(used)
+            out(f"inputs: {args.inputs} asked, the worker at c={c} uses {used}")
             if args.warmup:
                 runyard_round(port, engine, c, args.warmup, deadline)
                 raw_round(client, tool, image_id, session, c, args.warmup, deadline)
@@ -585,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             procs.cleanup_logs()
 
-    report(results, levels, breakdown, args.inputs)
+    report(results, levels, breakdown, f"{args.inputs} -> {'/'.join(sorted(modes)) or '?'}")
     return 0
 
 
@@ -594,6 +611,22 @@ def cpu_now(pids: dict[str, int]) -> dict[str, float]:
     return {"machine": machine_busy_seconds()} | {
         name: process_cpu_seconds(pid) for name, pid in pids.items()
     }
+
+
+def worker_inputs(procs: Procs, name: str) -> str:
+    """The input mode the worker logged at start (``host`` or ``upload``)."""
+    import json
+
+    def logged() -> str | None:
+        for line in (procs.logs / f"{name}.log").read_text(errors="replace").splitlines():
+            if "worker started" in line:
+                if line.startswith("{"):
+                    return str(json.loads(line).get("inputs"))
+                return line.rsplit("inputs=", 1)[-1].split()[0]
+        return None
+
+    wait_until(lambda: logged() is not None, 30, f"{name}'s start line", step=0.1)
+    return logged() or "?"
 
 
 def _wait_worker(engine: Any, worker_id: str, procs: Procs, name: str) -> None:
@@ -638,7 +671,7 @@ def _cleanup(client: Any, engine: Any, session: str, since: datetime) -> None:
 
 
 def report(
-    results: list[RoundResult], levels: list[int], breakdown: str = "", inputs: str = "host"
+    results: list[RoundResult], levels: list[int], breakdown: str = "", inputs: str = "auto"
 ) -> None:
     """Per-round table, summary per concurrency, the Docker breakdown, then the headline."""
     out("")

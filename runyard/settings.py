@@ -106,9 +106,11 @@ class Settings(BaseSettings):
     result_cap_bytes: int = Field(default=1_048_576, ge=1024)
     stop_grace_seconds: float = Field(default=5.0, ge=0)
     docker_timeout_seconds: float = Field(default=30.0, gt=0)
-    # A directory on the engine's host for the attempts' /runyard (workers beside the engine,
-    # as root): inputs are written there instead of uploaded. Empty: upload them.
-    host_workdir_root: str = ""
+    # Where attempts' /runyard is made (runyard.docker.inputs): "auto" writes it into a
+    # directory under /var/lib/runyard/attempts when the worker is root and a probe proves the
+    # engine sees that directory, else uploads; an absolute path forces host directories
+    # there; "upload" (or "off", or empty) forces uploads.
+    host_workdir_root: str = "auto"
     # Artifacts (files a tool leaves under /runyard/out): kept in Postgres unless this names
     # an absolute directory every worker and API host sees at the same path.
     artifacts_dir: str = ""

@@ -121,6 +121,7 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
         statement_timeout_seconds=settings.db_statement_timeout_seconds,
         engine_backoff_base_seconds=settings.engine_backoff_base_seconds,
         engine_backoff_max_seconds=settings.engine_backoff_max_seconds,
+        inputs=runner.input_mode,
     )
     queue = JobQueue(
         engine,
@@ -179,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (RunnerUnavailable, BuilderUnavailable, ValueError, RegistryError) as exc:
         logger.error("cannot start: %s", exc)
         return 2
-    logger.info("worker started", extra={"worker_id": worker.worker_id})
+    logger.info("worker started", extra={"worker_id": worker.worker_id, "inputs": worker.inputs})
     if args.once:
         round_ = worker.run_once()
         worker.wait_idle()

@@ -90,6 +90,8 @@ class WorkerConfig:
     # While the engine does not answer: probes (and re-adoptions) back off from base to max.
     engine_backoff_base_seconds: float = 1.0
     engine_backoff_max_seconds: float = 30.0
+    # How the runner gives attempts their input ("host" or "upload"), for the start log.
+    inputs: str = "upload"
 
 
 @dataclass
@@ -211,6 +213,11 @@ class Worker:
     def worker_id(self) -> str:
         """This process's worker id."""
         return self._config.worker_id
+
+    @property
+    def inputs(self) -> str:
+        """How attempts get their input here: ``host`` or ``upload`` (as decided at start)."""
+        return self._config.inputs
 
     @property
     def engine_healthy(self) -> bool:

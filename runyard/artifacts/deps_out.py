@@ -12,7 +12,7 @@ import os
 import tarfile
 import tempfile
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -46,13 +46,19 @@ class _Pieces(io.RawIOBase):
 
 
 def deps_archive(
-    store: ArtifactStore, sets: Mapping[str, uuid.UUID], now: float
+    store: ArtifactStore,
+    sets: Mapping[str, uuid.UUID],
+    now: float,
+    head: Callable[[tarfile.TarFile], None] | None = None,
 ) -> IO[bytes] | None:
-    """A tar of every dependency's artifacts under ``deps/<run id>/``, rewound; None if
-    there is nothing to copy."""
+    """A tar of every dependency's artifacts under ``deps/<run id>/``, rewound, after what
+    ``head`` adds first (the attempt's own files: one upload for all); None if there is
+    nothing to copy."""
     spool: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)
     count = 0
     with tarfile.open(fileobj=spool, mode="w") as tar:
+        if head is not None:
+            head(tar)
         for run_text, set_id in sets.items():
             run_id = uuid.UUID(run_text)
             for artifact in store.files(run_id, set_id):
@@ -61,7 +67,7 @@ def deps_archive(
                 pieces = store.read(run_id, set_id, artifact.path, 0, artifact.size)
                 tar.addfile(info, io.BufferedReader(_Pieces(pieces)))
                 count += 1
-    if count == 0:
+    if count == 0 and head is None:
         spool.close()
         return None
     spool.seek(0)

@@ -212,6 +212,12 @@ class EngineMarker:
             repository, _, tag = self._image.rpartition(":")
             self._api.import_image_from_data(_empty_image(), repository=repository, tag=tag)
 
+    def image(self) -> str:
+        """The empty image's name, imported first if the engine lacks it (for containers that
+        are created but never started, like the marker's)."""
+        self._ensure_image()
+        return self._image
+
     # --- putting back ---
 
     def _put_back(self) -> None:

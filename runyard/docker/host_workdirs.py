@@ -52,13 +52,10 @@ class HostWorkdirs:
             raise ValueError("RUNYARD_HOST_WORKDIR_ROOT needs the worker to run as root")
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         path.chmod(0o700)
-        _check_powers(path)
+        problem = check_powers(path)
+        if problem is not None:
+            raise ValueError(f"RUNYARD_HOST_WORKDIR_ROOT: {problem}")
         return cls(path)
-
-    @classmethod
-    def from_setting(cls, root: str) -> HostWorkdirs | None:
-        """``open(root)``, or None (inputs are uploaded) when the setting is empty."""
-        return cls.open(root) if root else None
 
     @property
     def root(self) -> Path:
@@ -73,7 +70,12 @@ class HostWorkdirs:
 
     def volume_options(self, name: str) -> dict[str, str]:
         """The local driver's options that make the volume ``name`` this directory."""
-        return {"type": "none", "o": "bind", "device": str(self.path(name))}
+        return self.bind_options(self.path(name))
+
+    @staticmethod
+    def bind_options(path: Path) -> dict[str, str]:
+        """The local driver's options that make a volume the directory ``path``."""
+        return {"type": "none", "o": "bind", "device": str(path)}
 
     def prepare(self, name: str, files: Mapping[str, bytes], user: str) -> bool:
         """Write the attempt's files (``input.json``, ``deps.json``: root, 0444) and ``out/``
@@ -170,9 +172,9 @@ class HostWorkdirs:
         os.chown(out, uid, gid)
 
 
-def _check_powers(root: Path) -> None:
-    """Fail now, not at every attempt, if root here cannot hand ``out/`` to a tool's uid
-    and remove what the tool writes (a root without CAP_CHOWN or CAP_DAC_OVERRIDE)."""
+def check_powers(root: Path) -> str | None:
+    """The problem, if root here cannot hand ``out/`` to a tool's uid and remove what the
+    tool writes (a root without CAP_CHOWN or CAP_DAC_OVERRIDE); None if it can."""
     probe = root / f".probe-{uuid.uuid4().hex}"
     try:
         probe.mkdir(mode=0o755)
@@ -181,7 +183,8 @@ def _check_powers(root: Path) -> None:
         shutil.rmtree(probe)
     except OSError as exc:
         shutil.rmtree(probe, ignore_errors=True)
-        raise ValueError(
-            "RUNYARD_HOST_WORKDIR_ROOT needs a root with CAP_CHOWN and CAP_DAC_OVERRIDE "
+        return (
+            "host work directories need a root with CAP_CHOWN and CAP_DAC_OVERRIDE "
             f"(to give out/ to the tool's uid and remove its files): {exc.strerror}"
-        ) from exc
+        )
+    return None

@@ -163,14 +163,19 @@ def tool_ids(user: str) -> tuple[int, int]:
 def workdir_archive(files: Mapping[str, bytes], user: str, now: float) -> bytes:
     """The attempt's files (``input.json``, ``deps.json``: root-owned, read-only) and
     ``out/`` (owned by the tool user)."""
-    uid, gid = tool_ids(user)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name, payload in files.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(payload), 0o444, now
-            tar.addfile(info, io.BytesIO(payload))
-        out = tarfile.TarInfo("out")
-        out.type, out.mode, out.uid, out.gid, out.mtime = tarfile.DIRTYPE, 0o755, uid, gid, now
-        tar.addfile(out)
+        add_workdir(tar, files, user, now)
     return buffer.getvalue()
+
+
+def add_workdir(tar: tarfile.TarFile, files: Mapping[str, bytes], user: str, now: float) -> None:
+    """Add ``workdir_archive``'s members to an archive being written."""
+    uid, gid = tool_ids(user)
+    for name, payload in files.items():
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime = len(payload), 0o444, now
+        tar.addfile(info, io.BytesIO(payload))
+    out = tarfile.TarInfo("out")
+    out.type, out.mode, out.uid, out.gid, out.mtime = tarfile.DIRTYPE, 0o755, uid, gid, now
+    tar.addfile(out)

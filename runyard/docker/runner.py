@@ -24,12 +24,16 @@ from runyard.artifacts.rules import ArtifactLimits, ArtifactRefused, with_artifa
 from runyard.artifacts.store import CHUNK_SIZE, ArtifactStore, ArtifactWriter
 from runyard.builds.digest import is_build_tag
 from runyard.capture import HeadTailBuffer
+from runyard.docker.connection import skip_environment_lookups
 from runyard.docker.engine_check import engine_problems
 from runyard.docker.engine_marker import EngineMarker
 from runyard.docker.host_workdirs import HostWorkdirs
+from runyard.docker.inputs import InputsChoice
+from runyard.docker.inputs import choose as choose_input_mode
 from runyard.docker.live_logs import LogFollower, timestamp_key
 from runyard.docker.outputs import (
     ContainerLogs,
+    add_workdir,
     parse_result_archive,
     stored_logs,
     workdir_archive,
@@ -79,6 +83,7 @@ _RUNNING = ("running", "paused", "restarting")
 # Someone is removing the container (or a removal failed half-way): its logs answer 409 and
 # its outputs cannot be trusted, so the attempt's container counts as lost.
 _GOING = ("removing", "dead")
+STUCK_MOUNT = "volume has active mounts"
 
 _TRANSPORT_ERRORS = (
     docker.errors.APIError,
@@ -132,6 +137,8 @@ class DockerRunner:
         # ``_input_dirs`` drops to None (uploads) for good if the engine cannot see them.
         self._workdirs = workdirs
         self._input_dirs = workdirs
+        # Volumes the engine refuses to remove while it counts a mount no container holds.
+        self._stuck_volumes: set[str] = set()
 
     @classmethod
     def from_env(
@@ -143,18 +150,35 @@ class DockerRunner:
             client = docker.from_env(timeout=timeout)
         except docker.errors.DockerException as exc:
             raise RunnerUnavailable(f"cannot reach the Docker engine: {exc}") from exc
+        skip_environment_lookups(client.api)
         return cls(client, limits, workdirs)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DockerRunner:
-        """The runner the worker and the sync-mode API use, configured by ``settings``."""
+        """The runner the worker and the sync-mode API use, configured by ``settings``; its
+        input mode is decided here (``runyard.docker.inputs``) and logged once."""
         limits = DockerLimits(
             stdout_cap_bytes=settings.stdout_cap_bytes,
             result_cap_bytes=settings.result_cap_bytes,
             stop_grace_seconds=settings.stop_grace_seconds,
             api_timeout_seconds=settings.docker_timeout_seconds,
         )
-        return cls.from_env(limits, HostWorkdirs.from_setting(settings.host_workdir_root))
+        runner = cls.from_env(limits)
+        runner.choose_inputs(settings.host_workdir_root)
+        return runner
+
+    def choose_inputs(self, setting: str) -> InputsChoice:
+        """Apply ``RUNYARD_HOST_WORKDIR_ROOT=setting`` (``auto`` probes the engine): host work
+        directories or uploads from now on; ValueError for a forced root that cannot work."""
+        workdirs, choice = choose_input_mode(setting, self._api, self._marker.image)
+        self._workdirs = workdirs
+        self._input_dirs = workdirs
+        return choice
+
+    @property
+    def input_mode(self) -> str:
+        """``host`` or ``upload``: how new attempts get their input now."""
+        return "host" if self._input_dirs is not None else "upload"
 
     # --- identity ---
 
@@ -426,29 +450,35 @@ class DockerRunner:
                 self._deps_into_dir(host_dir.path(name), spec, store)
             return container_id
         try:
-            self._api.put_archive(
-                container_id, WORKDIR, workdir_archive(spec.files(), user, time.time())
-            )
-            self._upload_deps(container_id, spec, store)
+            self._upload(container_id, spec, store, user)
         except _TRANSPORT_ERRORS as exc:
             raise RunnerUnavailable(f"cannot write the input of {name}: {exc}") from exc
         return container_id
 
-    def _upload_deps(
-        self, container_id: str, spec: AttemptSpec, store: ArtifactStore | None
+    def _upload(
+        self, container_id: str, spec: AttemptSpec, store: ArtifactStore | None, user: str
     ) -> None:
-        """Upload the dependencies' artifacts under ``/runyard/deps/<run id>/``."""
+        """Upload ``input.json`` and ``out/``, with the dependencies' artifacts under
+        ``/runyard/deps/<run id>/`` if any: one archive, since the engine re-executes itself
+        to unpack each one."""
+        now = time.time()
         if not spec.dep_artifacts or store is None:
+            self._api.put_archive(container_id, WORKDIR, workdir_archive(spec.files(), user, now))
             return
         try:
-            archive = deps_archive(store, spec.dep_artifacts, time.time())
+            archive = deps_archive(
+                store,
+                spec.dep_artifacts,
+                now,
+                head=lambda tar: add_workdir(tar, spec.files(), user, now),
+            )
         except DBAPIError:
             raise  # the database's trouble, not the engine's: the worker classifies it
         except Exception as exc:  # the store's disk
             raise RunnerUnavailable(f"cannot read the dependencies' artifacts: {exc}") from exc
-        if archive is not None:
-            with archive:
-                self._api.put_archive(container_id, WORKDIR, archive)
+        assert archive is not None  # it holds the attempt's own files at least
+        with archive:
+            self._api.put_archive(container_id, WORKDIR, archive)
 
     def _deps_into_dir(self, path: Path, spec: AttemptSpec, store: ArtifactStore | None) -> None:
         """Write the dependencies' artifacts into the attempt's host work directory."""
@@ -622,8 +652,9 @@ class DockerRunner:
 
     def workdir_path(self, container_id: str, name: str, labels: dict[str, str]) -> Path | None:
         """Where this host sees the attempt's /runyard, or None (the engine is elsewhere)."""
-        if self._workdirs is not None and labels.get(LABEL_WORKDIR) == "host":
-            return self._workdirs.path(name)
+        host_dir = self._host_dir(name, labels)
+        if host_dir is not None:
+            return host_dir
         try:
             mountpoint = self._api.inspect_volume(name).get("Mountpoint")
         except _TRANSPORT_ERRORS:
@@ -631,6 +662,15 @@ class DockerRunner:
         if not mountpoint or not os.access(mountpoint, os.R_OK | os.X_OK):
             return None
         return Path(mountpoint)
+
+    def _host_dir(self, name: str, labels: dict[str, str]) -> Path | None:
+        """The attempt's host work directory if it was made that way under this runner's root;
+        None otherwise (uploaded, or made under another root by a worker configured
+        differently): its outputs are then read through the engine, which works for both."""
+        if self._workdirs is None or labels.get(LABEL_WORKDIR) != "host":
+            return None
+        path = self._workdirs.path(name)
+        return path if path.is_dir() else None
 
     def _is_running(self, container_id: str) -> bool:
         attrs = self._inspect(container_id)
@@ -765,8 +805,9 @@ class DockerRunner:
         labels = attrs.get("Config", {}).get("Labels") or {}
         writer = store.writer(spec.run_id)
         try:
-            if self._workdirs is not None and labels.get(LABEL_WORKDIR) == "host":
-                kept = collect_dir(self._workdirs.path(spec.container_name) / "out", writer, limits)
+            host_dir = self._host_dir(spec.container_name, labels)
+            if host_dir is not None:
+                kept = collect_dir(host_dir / "out", writer, limits)
             else:
                 kept = self._collect_archive(container_id, writer, limits)
             writer.done()
@@ -809,7 +850,7 @@ class DockerRunner:
         """Read ``out/result.json`` from the host work directory, or else as a tar stream
         from the engine (checked by ``parse_result_archive``)."""
         labels = attrs.get("Config", {}).get("Labels") or {}
-        if self._workdirs is not None and labels.get(LABEL_WORKDIR) == "host":
+        if self._workdirs is not None and self._host_dir(spec.container_name, labels):
             return self._workdirs.read_result(spec.container_name, cap, depth)
         try:
             stream, stat = self._api.get_archive(container_id, f"{WORKDIR}/out/result.json")
@@ -828,9 +869,31 @@ class DockerRunner:
         """Remove the attempt's container and volume (after the terminal commit)."""
         name = container_name(run_id, attempt)
         self._remove(name)
-        _unless_gone(lambda: self._api.remove_volume(name, force=True), f"remove volume {name}")
+        self._remove_volume(name)
         if self._workdirs is not None:
             self._workdirs.remove(name)
+
+    def _remove_volume(self, name: str) -> None:
+        """Remove the attempt's volume; one the engine says is still mounted with no container
+        left is given up on (logged once), and the sweep stops listing it."""
+        try:
+            self._api.remove_volume(name, force=True)
+        except docker.errors.NotFound:
+            return
+        except docker.errors.APIError as exc:
+            if STUCK_MOUNT not in str(exc.explanation or exc):
+                raise RunnerUnavailable(f"cannot remove volume {name}: {exc}") from exc
+            # Docker 20.10 with live-restore never forgets the mount of a bind-backed volume
+            # whose container ran across a dockerd restart: the record stays until the
+            # engine's next restart; the directory behind it is removed all the same.
+            if name not in self._stuck_volumes:
+                self._stuck_volumes.add(name)
+                logger.warning(
+                    "the engine keeps a volume it says is still mounted; left to its next restart",
+                    extra={"volume": name, "error": str(exc.explanation or exc)},
+                )
+        except _TRANSPORT_ERRORS as exc:
+            raise RunnerUnavailable(f"cannot remove volume {name}: {exc}") from exc
 
     def managed_attempts(self) -> list[ManagedAttempt]:
         """Labelled containers, and labelled volumes left without their container."""
@@ -849,6 +912,8 @@ class DockerRunner:
                 found[attempt] = ManagedAttempt(attempt[0], attempt[1], running)
         for volume in volumes:
             attempt = _attempt_of(volume.get("Labels") or {})
+            if volume.get("Name") in self._stuck_volumes:
+                continue
             if attempt is not None and attempt not in found:
                 found[attempt] = ManagedAttempt(attempt[0], attempt[1], False)
         for attempt in self._workdirs.attempts() if self._workdirs is not None else []:

@@ -2,8 +2,10 @@
 
 The script builds or finds the images (no registry needed), brings the stack up under a
 unique project name with the API on a free 127.0.0.1 port, submits an ``echo`` run with a
-fresh API key, waits for ``succeeded`` with the input echoed back, and always tears the stack
-down. Here we only run it and check its verdict; its output is kept in the test's tmp dir.
+fresh API key, waits for ``succeeded`` with the input echoed back, reports the worker's input
+mode from its start line, and always tears the stack down. Here we run it and check its
+verdict, and that the worker proved it shares this engine's host directory (host inputs);
+its output is kept in the test's tmp dir.
 """
 
 from __future__ import annotations
@@ -59,3 +61,6 @@ def test_compose_smoke__echo_run_succeeds_through_compose_yaml(tmp_path: Path) -
     tail = "\n".join(output.splitlines()[-80:])
     assert returncode == 0, f"compose-smoke exited {returncode}:\n{tail}"
     assert PASS_LINE.search(output), f"no PASS line in the output:\n{tail}"
+    # compose.yaml mounts /var/lib/runyard/attempts at the same path, with CHOWN and
+    # DAC_OVERRIDE: on the engine's own host the worker's probe succeeds.
+    assert "compose-smoke: worker inputs: host (the engine read back a marker)" in output, tail

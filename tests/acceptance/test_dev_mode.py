@@ -79,6 +79,10 @@ def test_dev__echo_run_succeeds_with_embedded_postgres(tmp_path: Path):
         assert run["result"] == {"hi": 1}
         banner = (tmp_path / "dev.log").read_text()
         assert "auth is OFF" in banner and f"{base}/v1/runs" in banner
+        # The default input mode: host work directories beside the engine when root (the
+        # probe proves the engine sees them), uploads otherwise; the banner says which.
+        inputs = "host" if os.geteuid() == 0 else "upload"
+        assert f"inputs: {inputs} (RUNYARD_HOST_WORKDIR_ROOT=auto)" in banner
 
         # The CLI client against the same server.
         cli = [sys.executable, "-m", "runyard.cli"]

@@ -186,7 +186,7 @@ def test_hostile_tools__each_ends_as_documented_and_the_worker_stays_healthy(
 ):
     free_before = _free_bytes()
     workdirs = tmp_path / "attempts"
-    extra = {"RUNYARD_HOST_WORKDIR_ROOT": str(workdirs)} if inputs == "host" else {}
+    extra = {"RUNYARD_HOST_WORKDIR_ROOT": str(workdirs) if inputs == "host" else "upload"}
     cluster.start_worker("w-hostile", concurrency=4, RUNYARD_STOP_GRACE_SECONDS="2", **extra)
     headers = bearer(cluster.engine, "acceptance")
     pid = cluster.procs["w-hostile"].pid

@@ -168,7 +168,7 @@ def test_open__refuses_a_root_that_cannot_chown(tmp_path: Path):
         timeout=60,
     )
     assert done.returncode != 0
-    assert "needs a root with CAP_CHOWN and CAP_DAC_OVERRIDE" in done.stderr
+    assert "need a root with CAP_CHOWN and CAP_DAC_OVERRIDE" in done.stderr
     assert list((tmp_path / "root").iterdir()) == []
 
 

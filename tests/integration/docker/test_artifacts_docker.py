@@ -190,6 +190,7 @@ def test_deps__a_dependent_finds_its_dependencys_artifacts(
     registry: ToolRegistry,
     tmp_path: Path,
     mode: str,
+    monkeypatch: pytest.MonkeyPatch,
 ):
     workdirs = HostWorkdirs.open(str(tmp_path / "attempts")) if mode == "host_workdir" else None
     runner = DockerRunner(docker_client, workdirs=workdirs)
@@ -214,5 +215,15 @@ def test_deps__a_dependent_finds_its_dependencys_artifacts(
         base.deadline_at,
         dep_artifacts={str(first.run_id): made.artifact_set},
     )
+    uploads: list[str] = []
+    put_archive = docker_client.api.put_archive
+
+    def counting(container: str, path: str, data: Any) -> bool:
+        uploads.append(path)
+        return bool(put_archive(container, path, data))
+
+    monkeypatch.setattr(docker_client.api, "put_archive", counting)
     outcome = runner.run(spec, AttemptControl(artifacts=store))
     assert (outcome.status, outcome.result) == (RunStatus.SUCCEEDED, 1), outcome
+    # Uploads: the input and the dependencies' artifacts in one archive (one unpack).
+    assert uploads == (["/runyard"] if mode == "upload" else [])

@@ -133,3 +133,17 @@ def test_bound__adopter_without_host_directories_reads_the_result_from_the_engin
     assert labels["io.runyard.workdir"] == "host"
     adopted = DockerRunner(docker_client).run(spec, AttemptControl())
     assert adopted.status == RunStatus.SUCCEEDED and adopted.result == {"via": "engine"}
+
+
+def test_bound__adopter_with_another_root_reads_the_result_from_the_engine(
+    bound_runner: DockerRunner,
+    docker_client: docker.DockerClient,
+    registry: ToolRegistry,
+    tmp_path: Path,
+):
+    # A rolling change of RUNYARD_HOST_WORKDIR_ROOT: the adopter's root lacks the directory.
+    spec = spec_for(registry, "echo", {"via": "other root"})
+    assert bound_runner.run(spec, AttemptControl()).result == {"via": "other root"}
+    other = DockerRunner(docker_client, workdirs=HostWorkdirs.open(str(tmp_path / "other")))
+    adopted = other.run(spec, AttemptControl())
+    assert adopted.status == RunStatus.SUCCEEDED and adopted.result == {"via": "other root"}
