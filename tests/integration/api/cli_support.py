@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -63,6 +64,10 @@ class Api:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            # A shell runs background jobs with SIGINT ignored, and an ignored SIGINT stays
+            # ignored across exec: the CLI gets Ctrl-C as a terminal would send it, whatever
+            # started the test run.
+            preexec_fn=_default_sigint,
         )
         with proc:
             try:
@@ -94,3 +99,7 @@ class Api:
         )
         assert self.queue.finalize(job.job_id, job.lease_token, outcome)
         return run_id
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
