@@ -42,14 +42,19 @@ def test_two_engines__each_builds_once_and_runs_on_both_succeed(
     engine_b_id = DockerRunner(engine_b.client).engine_id()
     tool = use_built_tool(cluster, tmp_path, build_seconds=2)
     try:
+        # Both workers are up before the runs arrive: each engine asks for its build while
+        # every run still waits (a build takes 2 s), so neither engine can run them all first.
+        cluster.start_worker("wb", concurrency=2, DOCKER_HOST=engine_b.host)
+        cluster.start_worker("wa", concurrency=2)
+        cluster.wait_for(
+            lambda: all("worker started" in cluster.log_of(name) for name in ("wa", "wb")),
+            60,
+            "both workers to start",
+        )
         run_ids = [
             cluster.submit(tool, {"n": i}, Expected("succeeded", 0, {"n": i}, check_result=True))
             for i in range(8)
         ]
-        # B first, so that A cannot finish every run before B has asked for its build.
-        cluster.start_worker("wb", concurrency=2, DOCKER_HOST=engine_b.host)
-        cluster.wait_for(lambda: len(builds(cluster)) == 1, 60, "B's build to be queued")
-        cluster.start_worker("wa", concurrency=2)
         cluster.drain(timeout=180)
         assert cluster.check_invariants() == {"runs": 8, "extra_attempts": 0}
         assert builds(cluster) == sorted([(engine_a_id, "ready", 1), (engine_b_id, "ready", 1)])
