@@ -272,8 +272,13 @@ class Cluster:
             ).one_or_none()
         return {} if row is None else dict(row._mapping)
 
-    def check_invariants(self, *, leak_timeout: float = 15) -> dict[str, int]:
-        """Assert the six invariants over every accepted run; return figures."""
+    def check_invariants(
+        self, *, leak_timeout: float = 15, kept_volumes: frozenset[str] = frozenset()
+    ) -> dict[str, int]:
+        """Assert the six invariants over every accepted run; return figures.
+
+        ``kept_volumes``: volume records the engine refuses to remove until its next restart.
+        """
         self.drain()
         duplicates = 0
         for run_id, expected in self.accepted.items():
@@ -287,10 +292,14 @@ class Cluster:
             assert row.finals == 1, context  # exactly one finalize
             assert 1 <= row.attempts <= expected.max_attempts, context  # attempts bounded
             duplicates += max(0, int(row.claims) - 1)
-        self.wait_for(self._no_leaks, leak_timeout, "containers and volumes to be cleaned up")
+        self.wait_for(
+            lambda: self._no_leaks(kept_volumes),
+            leak_timeout,
+            "containers and volumes to be cleaned up",
+        )
         return {"runs": len(self.accepted), "extra_attempts": duplicates}
 
-    def _no_leaks(self) -> bool:
+    def _no_leaks(self, kept_volumes: frozenset[str] = frozenset()) -> bool:
         # The low-level listing carries the labels, so nothing is inspected one by one: a
         # container a worker removes meanwhile cannot turn into a 404 here.
         label = {"label": "io.runyard.managed=true"}
@@ -298,7 +307,11 @@ class Cluster:
         containers = self.docker_client.api.containers(all=True, filters=label)
         volumes = self.docker_client.api.volumes(filters=label).get("Volumes") or []
         leaked = [c["Id"] for c in containers if (c.get("Labels") or {}).get(RUN_LABEL) in runs]
-        leaked += [v["Name"] for v in volumes if (v.get("Labels") or {}).get(RUN_LABEL) in runs]
+        leaked += [
+            v["Name"]
+            for v in volumes
+            if (v.get("Labels") or {}).get(RUN_LABEL) in runs and v["Name"] not in kept_volumes
+        ]
         return not leaked
 
 

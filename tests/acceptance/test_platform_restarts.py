@@ -18,12 +18,14 @@ import pytest
 from docker.models.containers import Container
 
 from runyard.db import make_engine, migrate
+from runyard.docker.inputs import DEFAULT_ROOT
 from runyard.queue import JobQueue
 from tests.acceptance.cluster import ROOT, Cluster, Expected
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(240), pytest.mark.solo]
 
 DOCKER_PIDFILE = Path("/var/run/docker.pid")
+HOST_WORKDIRS = Path(DEFAULT_ROOT)
 
 
 def _daemon_is_ours() -> bool:
@@ -62,14 +64,40 @@ def test_docker_daemon_restart_with_live_restore__run_finishes_once(cluster: Clu
         Expected("failed", exit_code=5),
     )
     cluster.wait_for(lambda: cluster.container_state(run_id) == "running", 30, "container")
+    _restart_docker()
+    started = cluster.log_of("w1")
+    host_inputs = "inputs=host" in started or '"inputs": "host"' in started
+    volume = f"runyard-{run_id}-1"
+    if not host_inputs:
+        cluster.check_invariants()
+    else:
+        # Docker 20.10 keeps counting the mount of a bind-backed volume whose container ran
+        # across the restart: the worker removes the directory, says so once, and the record
+        # goes after the engine's next restart (operations.md, "Inputs").
+        cluster.check_invariants(kept_volumes=frozenset({volume}))
+        cluster.wait_for(
+            lambda: "keeps a volume it says is still mounted" in cluster.log_of("w1"),
+            30,
+            "the worker to report the volume the engine keeps",
+        )
+        assert not (HOST_WORKDIRS / volume).exists()
+        _restart_docker()
+        client = docker.from_env(timeout=30)
+        try:
+            client.volumes.get(volume).remove()
+        finally:
+            client.close()
+    row = cluster.run_row(run_id)
+    assert row.attempts == 1 and row.stdout.count("start") == 1
+
+
+def _restart_docker() -> None:
+    """SIGTERM the machine's dockerd (live-restore keeps containers), then start it again."""
     os.kill(int(DOCKER_PIDFILE.read_text().strip()), signal.SIGTERM)
     deadline = time.monotonic() + 30
     while _docker_answers() and time.monotonic() < deadline:
         time.sleep(0.2)
     subprocess.run([str(ROOT / "scripts" / "ensure-docker")], check=True, timeout=120)
-    cluster.check_invariants()
-    row = cluster.run_row(run_id)
-    assert row.attempts == 1 and row.stdout.count("start") == 1
 
 
 def _free_port() -> int:
