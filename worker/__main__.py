@@ -37,6 +37,9 @@ logger = logging.getLogger("worker")
 
 
 HEARTBEAT_POOL_SIZE = 2
+# The build round (three statements) runs at most this often, not at every wake-up: under a
+# stream of submits the claim loop wakes for each run, and builds take seconds anyway.
+BUILD_ROUND_SECONDS = 1.0
 
 
 def heartbeat_timeouts(timeouts: DbTimeouts, round_timeout: float | None) -> DbTimeouts:
@@ -144,6 +147,7 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
             queues=config.queues,
             lease_seconds=settings.lease_seconds,
             heartbeat_seconds=settings.heartbeat_interval,
+            min_round_seconds=BUILD_ROUND_SECONDS,
         ),
     )
     # The worker's row is renewed in the heartbeat round: on the heartbeat's connection, so a

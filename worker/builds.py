@@ -5,6 +5,7 @@ that failed. Builds take no run slot."""
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -41,6 +42,9 @@ class BuildConfig:
     heartbeat_seconds: float = 10.0
     # A build given back for engine trouble is due again after this long.
     retry_seconds: float = 5.0
+    # Rounds closer together than this are skipped: the claim loop calls one at every wake-up
+    # (a notification per submitted run), and a build is still asked for within this long.
+    min_round_seconds: float = 0.0
 
 
 class _LogPipe:
@@ -91,6 +95,7 @@ class BuildAgent:
         self._stopping = threading.Event()
         self._on_trouble: Callable[[str], None] = lambda error: None
         self._on_ready: Callable[[], None] = lambda: None
+        self._last_round = -math.inf
 
     def bind(self, on_trouble: Callable[[str], None], on_ready: Callable[[], None]) -> None:
         """What to call when the engine fails a build call, and when a build is ready."""
@@ -108,6 +113,10 @@ class BuildAgent:
         none runs here; True if one was started."""
         if self._stopping.is_set():
             return False
+        now = time.monotonic()
+        if now - self._last_round < self._config.min_round_seconds:
+            return False
+        self._last_round = now
         requested = self._builds.request_builds(engine_id, queues or self._config.queues)
         for tag in requested:
             logger.info("build queued", extra={"tag": tag, "engine_id": engine_id})

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy import Engine, text
@@ -98,3 +99,27 @@ def test_failed_build__fails_the_waiting_runs_with_the_log_tail(
         ).one()
     assert code == "build_failed"
     assert "fake failure" in error and "ERROR: the fake build failed" in error
+
+
+class CountingBuildQueue(BuildQueue):
+    """A build queue that counts the build rounds' first statement."""
+
+    requests = 0
+
+    def request_builds(
+        self, engine_id: str, queues: Sequence[str], *, now: datetime | None = None
+    ) -> list[str]:
+        self.requests += 1
+        return super().request_builds(engine_id, queues, now=now)
+
+
+def test_build_agent__rounds_closer_than_min_round_seconds_are_skipped(engine: Engine):
+    builds = CountingBuildQueue(engine)
+    config = BuildConfig(worker_id="w1", min_round_seconds=0.3)
+    agent = BuildAgent(builds, FakeBuilder(seconds=0.1), config)
+    for _ in range(5):
+        agent.run_once("engine-a")
+    assert builds.requests == 1
+    time.sleep(0.35)
+    agent.run_once("engine-a")
+    assert builds.requests == 2
