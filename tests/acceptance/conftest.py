@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import docker
 import pytest
 from sqlalchemy import Engine
 
+from runyard.docker.inputs import DEFAULT_ROOT
 from runyard.docker.runner import LABEL_MANAGED
 from runyard.queue import JobQueue
 from runyard.settings import Settings
@@ -54,4 +56,8 @@ def cluster_on(database_url: str, engine: Engine, logs: Path) -> Iterator[Cluste
         for volume in client.api.volumes(filters=label).get("Volumes") or []:
             if (volume.get("Labels") or {}).get("io.runyard.run_id") in runs:
                 _quietly(functools.partial(client.api.remove_volume, volume["Name"], force=True))
+        # Host work directories of attempts a killed worker left (its sweep would take them).
+        for run in runs:
+            for directory in Path(DEFAULT_ROOT).glob(f"runyard-{run}-*"):
+                shutil.rmtree(directory, ignore_errors=True)
         client.close()
