@@ -6,17 +6,18 @@ The core does not import the services: their entry points are loaded by name whe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import json
 import os
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import runyard
 from runyard.cli_builds import add_build_commands
@@ -42,6 +43,9 @@ from runyard.client.http import ClientError, follow_logs
 from runyard.client.spinner import Spinner
 from runyard.settings import Settings
 
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
 SERVICES = {
     "api": ("api.__main__", "serve the HTTP API"),
     "worker": ("worker.__main__", "run a worker (claims, runs containers, heartbeats)"),
@@ -64,8 +68,9 @@ def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _keys_create(args: argparse.Namespace) -> int:
-    from runyard.auth import issue_api_key
+@contextlib.contextmanager
+def _admin_engine() -> Iterator[Engine]:
+    """A one-connection engine on the configured database, disposed of at the end."""
     from runyard.db import make_engine
 
     settings = Settings()
@@ -73,35 +78,40 @@ def _keys_create(args: argparse.Namespace) -> int:
         settings.database_url, pool_size=1, max_overflow=0, plan=settings.connection_plan()
     )
     try:
-        issued = issue_api_key(
-            engine, args.tenant, admin=args.admin, name=args.name, max_priority=args.max_priority
-        )
+        yield engine
+    finally:
+        engine.dispose()
+
+
+def _keys_create(args: argparse.Namespace) -> int:
+    from runyard.auth import issue_api_key
+
+    try:
+        with _admin_engine() as engine:
+            issued = issue_api_key(
+                engine,
+                args.tenant,
+                admin=args.admin,
+                name=args.name,
+                max_priority=args.max_priority,
+            )
     except ValueError as exc:
         say(f"runyard: error: {exc}")
         return EXIT_USAGE
-    finally:
-        engine.dispose()
     print(issued.key)  # noqa: T201
     return 0
 
 
 def _keys_set_priority(args: argparse.Namespace) -> int:
     """Set a key's ``max_priority`` (as ``PATCH /v1/keys/{prefix}`` does)."""
-    from runyard.db import make_engine
     from runyard.keys import prefix_of, set_max_priority
 
     prefix = prefix_of(args.key)
     if prefix is None:
         say(f"runyard: error: {args.key!r} is not a key or a key prefix")
         return EXIT_USAGE
-    settings = Settings()
-    engine = make_engine(
-        settings.database_url, pool_size=1, max_overflow=0, plan=settings.connection_plan()
-    )
-    try:
+    with _admin_engine() as engine:
         key = set_max_priority(engine, prefix, args.max_priority)
-    finally:
-        engine.dispose()
     if key is None:
         say(f"runyard: error: no key has the prefix {prefix}")
         return EXIT_FAILED
@@ -110,17 +120,10 @@ def _keys_set_priority(args: argparse.Namespace) -> int:
 
 
 def _keys_ls(args: argparse.Namespace) -> int:
-    from runyard.db import make_engine
     from runyard.keys import list_keys
 
-    settings = Settings()
-    engine = make_engine(
-        settings.database_url, pool_size=1, max_overflow=0, plan=settings.connection_plan()
-    )
-    try:
+    with _admin_engine() as engine:
         keys = list_keys(engine, tenant=args.tenant, include_revoked=args.all, limit=args.limit)
-    finally:
-        engine.dispose()
     rows = [
         f"{'PREFIX':12}  {'TENANT':16}  {'SCOPES':8}  {'MAX PRIO':8}  {'CREATED':25}  "
         f"{'LAST USED':25}  NAME"
@@ -140,20 +143,13 @@ def _keys_ls(args: argparse.Namespace) -> int:
 
 
 def _keys_revoke(args: argparse.Namespace) -> int:
-    from runyard.db import make_engine
     from runyard.keys import prefix_of, revoke_key
 
     prefix = prefix_of(args.key)
     if prefix is None:
         raise UsageError(f"not a key or key prefix: {args.key!r}")
-    settings = Settings()
-    engine = make_engine(
-        settings.database_url, pool_size=1, max_overflow=0, plan=settings.connection_plan()
-    )
-    try:
+    with _admin_engine() as engine:
         revoked = revoke_key(engine, prefix)
-    finally:
-        engine.dispose()
     if revoked is None:
         say(f"runyard: error: there is no key {prefix}")
         return EXIT_FAILED
