@@ -157,10 +157,10 @@ class Pool:
         self.idle.clear()
 
 
-def build_request(port: int, token: str | None) -> bytes:
-    body = json.dumps({"tool": "noop", "input": {}}).encode()
+def http_request(port: int, path: str, body: bytes, token: str | None) -> bytes:
+    """The bytes of one keep-alive ``POST path`` of a JSON ``body``."""
     headers = [
-        "POST /v1/runs HTTP/1.1",
+        f"POST {path} HTTP/1.1",
         f"Host: 127.0.0.1:{port}",
         "Content-Type: application/json",
         f"Content-Length: {len(body)}",
@@ -168,6 +168,10 @@ def build_request(port: int, token: str | None) -> bytes:
     if token:
         headers.append(f"Authorization: Bearer {token}")
     return ("\r\n".join(headers) + "\r\n\r\n").encode() + body
+
+
+def build_request(port: int, token: str | None) -> bytes:
+    return http_request(port, "/v1/runs", json.dumps({"tool": "noop", "input": {}}).encode(), token)
 
 
 async def open_loop(

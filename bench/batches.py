@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.api import Connection, Pool
+from bench.api import Connection, Pool, http_request
 from bench.common import (
     BackendCpu,
     BenchDatabase,
@@ -101,18 +101,6 @@ def batch_body(size: int, shape: str) -> bytes:
     else:
         runs = [{"tool": "noop", "input": {"i": i}} for i in range(size)]
     return json.dumps({"runs": runs}).encode()
-
-
-def http_request(port: int, path: str, body: bytes, token: str | None) -> bytes:
-    headers = [
-        f"POST {path} HTTP/1.1",
-        f"Host: 127.0.0.1:{port}",
-        "Content-Type: application/json",
-        f"Content-Length: {len(body)}",
-    ]
-    if token:
-        headers.append(f"Authorization: Bearer {token}")
-    return ("\r\n".join(headers) + "\r\n\r\n").encode() + body
 
 
 async def open_loop(
