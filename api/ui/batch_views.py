@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request, Response
@@ -24,6 +25,8 @@ from api.ui.views import form_fields, page
 from runyard.batches import BatchView
 from runyard.dashboard_workflows import batch_summaries, scheduled_runs
 from runyard.runs import BadCursor, decode_cursor_parts, encode_cursor_parts
+
+T = TypeVar("T")
 
 router = APIRouter(prefix="/ui/batches", include_in_schema=False)
 
@@ -162,24 +165,33 @@ def batch_panel(
     return HTMLResponse(panel, headers={"ETag": etag})
 
 
-@router.post("/{batch_id}/cancel")
-async def cancel(
-    batch_id: str, request: Request, services: ServicesDep, session: SessionDep
-) -> Response:
-    """Cancel every queued run of the batch and stop its running ones, then show it again."""
+async def _batch_action(
+    action: Callable[..., T],
+    batch_id: str,
+    request: Request,
+    services: ServicesDep,
+    session: Session,
+) -> tuple[uuid.UUID, T]:
+    """A batch route called from a dashboard form: CSRF checked, 404 as the batch page's."""
     check_csrf(session, await form_fields(request))
     parsed = _parse(batch_id)
     try:
-        await run_in_threadpool(
-            batch_routes.cancel_batch,
-            batch_id=parsed,
-            services=services,
-            principal=session.principal,
+        result = await run_in_threadpool(
+            action, batch_id=parsed, services=services, principal=session.principal
         )
     except Problem as exc:
         if exc.status == 404:
             raise no_batch(batch_id) from exc
         raise
+    return parsed, result
+
+
+@router.post("/{batch_id}/cancel")
+async def cancel(
+    batch_id: str, request: Request, services: ServicesDep, session: SessionDep
+) -> Response:
+    """Cancel every queued run of the batch and stop its running ones, then show it again."""
+    parsed, _ = await _batch_action(batch_routes.cancel_batch, batch_id, request, services, session)
     return RedirectResponse(f"/ui/batches/{parsed}?notice=batch_cancel_requested", 303)
 
 
@@ -188,20 +200,13 @@ async def retry(
     batch_id: str, request: Request, services: ServicesDep, session: SessionDep
 ) -> Response:
     """Run again every ref that did not succeed, then show the batch again."""
-    check_csrf(session, await form_fields(request))
-    parsed = _parse(batch_id)
     try:
-        created = await run_in_threadpool(
-            batch_routes.retry_batch,
-            batch_id=parsed,
-            services=services,
-            principal=session.principal,
+        parsed, created = await _batch_action(
+            batch_routes.retry_batch, batch_id, request, services, session
         )
     except Problem as exc:
-        if exc.status == 404:
-            raise no_batch(batch_id) from exc
         if exc.code in ("batch_not_finished", "batch_retried"):
-            return RedirectResponse(f"/ui/batches/{parsed}?notice={exc.code}", 303)
+            return RedirectResponse(f"/ui/batches/{_parse(batch_id)}?notice={exc.code}", 303)
         raise UiError(exc.status, "Retry refused", exc.detail) from exc
     notice = "batch_retry_started" if created.run_ids else "batch_nothing_to_retry"
     return RedirectResponse(f"/ui/batches/{parsed}?notice={notice}", 303)
