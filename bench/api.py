@@ -330,10 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         engine.dispose()
         procs.close()
         db.close(keep=args.keep_db)
-        if not failed:
-            procs.cleanup_logs()
-        else:
-            note(f"logs kept in {procs.logs}")
+        procs.keep_logs_if(failed)
     report(
         results,
         lambda: _profile_tables(rates[0], samples, libs, funcs, shares, admission, trips),

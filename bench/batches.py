@@ -43,7 +43,6 @@ from bench.common import (
     inclusive_top,
     install_signal_cleanup,
     load_line,
-    note,
     out,
     percentile,
     print_machine,
@@ -278,10 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         _stop_api(procs)
         procs.close()
         db.close(keep=args.keep_db)
-        if not failed:
-            procs.cleanup_logs()
-        else:
-            note(f"logs kept in {procs.logs}")
+        procs.keep_logs_if(failed)
     assert batches is not None and singles is not None
     return report(args, batches, singles, api_cpu, pg_cpu, profile, shares)
 

@@ -336,6 +336,13 @@ class Procs:
         """Remove the log directory (kept when a benchmark fails, for diagnosis)."""
         shutil.rmtree(self.logs, ignore_errors=True)
 
+    def keep_logs_if(self, failed: bool) -> None:
+        """Keep the logs of a failed benchmark (and say where), else remove them."""
+        if failed:
+            note(f"logs kept in {self.logs}")
+        else:
+            self.cleanup_logs()
+
 
 def install_signal_cleanup() -> None:
     """SIGTERM/SIGINT end the benchmark through the normal cleanup path (atexit/finally)."""

@@ -597,10 +597,7 @@ def main(argv: list[str] | None = None) -> int:
         engine.dispose()
         procs.close()
         db.close(keep=args.keep_db)
-        if failed:
-            note(f"logs kept in {procs.logs}")
-        else:
-            procs.cleanup_logs()
+        procs.keep_logs_if(failed)
 
     report(results, levels, breakdown, f"{args.inputs} -> {'/'.join(sorted(modes)) or '?'}")
     return 0

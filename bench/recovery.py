@@ -200,10 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             note(f"container cleanup failed: {exc}")
         engine.dispose()
         db.close(keep=args.keep_db)
-        if failed:
-            note(f"logs kept in {procs.logs}")
-        else:
-            procs.cleanup_logs()
+        procs.keep_logs_if(failed)
 
     target = args.lease + args.reaper_interval + 2.0
     out("")

@@ -701,10 +701,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         procs.close()
         db.close(keep=args.keep_db)
-        if failed:
-            note(f"logs kept in {procs.logs}")
-        else:
-            procs.cleanup_logs()
+        procs.keep_logs_if(failed)
     out("")
     out(table(["target", "figure", "met"], [(v.name, v.figure, v.met) for v in results.verdicts]))
     out(load_line())
