@@ -16,6 +16,7 @@ Rounds alternate (runyard first, then raw first, ...) so machine noise hits both
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import threading
@@ -490,7 +491,8 @@ def docker_breakdown(
 # --- main -----------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line; with no flags, runyard's default configuration at the quick size."""
     parser = base_parser("containers", __doc__)
     parser.add_argument("--runs", type=int, default=20, help="runs per side per round (20)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per concurrency (2)")
@@ -510,7 +512,11 @@ def main(argv: list[str] | None = None) -> int:
         "RUNYARD_HOST_WORKDIR_ROOT, the worker decides at start), 'host' (forced, a directory "
         "under the benchmark's temporary folder) or 'upload' (forced, the archive API)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     levels = [int(x) for x in args.concurrency.split(",") if x]
     deadline = Deadline(args.time_limit)
     install_signal_cleanup()

@@ -26,6 +26,7 @@ runyard worker and Procrastinate, on an embedded Postgres; the last line gives t
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import importlib.util
@@ -765,7 +766,8 @@ def _profile_claim_vs_backlog(url: str, backlogs: list[int], deadline: Deadline)
 # --- main -----------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line; with no flags, the documented run."""
     parser = base_parser("queue", __doc__)
     parser.add_argument("--jobs", type=int, default=5000, help="jobs per side per round (5000)")
     parser.add_argument("--threads", type=int, default=4, help="worker slots / threads (4)")
@@ -786,7 +788,11 @@ def main(argv: list[str] | None = None) -> int:
         default=100_000,
         help="finished runs (with jobs and events) written before the rounds (100000)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     deadline = Deadline(args.time_limit)
     install_signal_cleanup()
     logging.getLogger("procrastinate").setLevel(logging.WARNING)

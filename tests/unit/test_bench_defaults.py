@@ -1,0 +1,19 @@
+"""With no flags, the flat-drain and the container benchmarks measure what they document."""
+
+from __future__ import annotations
+
+from bench import containers, queue
+
+
+def test_bench_queue__no_flags_is_the_flat_drain_against_procrastinate():
+    args = queue.build_parser().parse_args([])
+    assert (args.history, args.rounds, args.jobs) == (100_000, 6, 5000)
+    assert args.sides.split(",") == ["runyard-worker", "procrastinate"]
+    assert args.database_url is None and args.server_url is None  # an embedded Postgres
+
+
+def test_bench_containers__no_flags_is_runyards_default_configuration():
+    args = containers.build_parser().parse_args([])
+    assert args.inputs == "auto"  # the worker gets no input setting, as a deployment
+    assert args.concurrency == "1,2,4"
+    assert args.database_url is None and args.server_url is None
