@@ -4,8 +4,12 @@ migrated template database, and a fresh database cloned from it for every test."
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -81,11 +85,23 @@ def database_url(postgres_server_url: str, template_database: str) -> Iterator[s
                 sql.Identifier(name), sql.Identifier(template_database)
             )
         )
-    yield _libpq_url(postgres_server_url, name)
+    url = _libpq_url(postgres_server_url, name)
+    yield url
+    _record_runs_of(url)
     with psycopg.connect(postgres_server_url, autocommit=True) as conn:
         conn.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         )
+
+
+def _record_runs_of(url: str) -> None:
+    """Record the runs of a test's database: processes the test started may have made
+    containers for them."""
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            record_run_ids(r for (r,) in conn.execute("SELECT id FROM tool_runs"))
+    except psycopg.Error:
+        pass  # a migration test may have left no runs table
 
 
 @pytest.fixture
@@ -96,23 +112,82 @@ def engine(database_url: str) -> Iterator[Engine]:
     eng.dispose()
 
 
-def _managed_docker_objects() -> set[str] | None:
+# Every run id this suite may have made a container for, one file per process: the leftover
+# check below judges only those, never the whole engine (a dev stack, a benchmark or another
+# checkout's suite may run on the same engine meanwhile).
+_RECORD_DIR_ENV = "RUNYARD_TEST_RUN_RECORD_DIR"
+
+
+def record_run_ids(run_ids: Iterable[object]) -> None:
+    """Remember run ids this test session made containers (or rows) for."""
+    directory = os.environ.get(_RECORD_DIR_ENV)
+    ids = [str(r) for r in run_ids]
+    if directory and ids:
+        with open(Path(directory) / f"{os.getpid()}.ids", "a", encoding="utf-8") as out:
+            out.write("".join(f"{r}\n" for r in ids))
+
+
+def _recorded_run_ids() -> set[str]:
+    directory = os.environ.get(_RECORD_DIR_ENV)
+    if not directory:
+        return set()
+    ids: set[str] = set()
+    for path in Path(directory).glob("*.ids"):
+        ids.update(path.read_text(encoding="utf-8").split())
+    return ids
+
+
+def _record_created_containers() -> None:
+    """Record the run id of every labelled container this process creates (the in-process
+    runners of the integration tests; processes a test starts are covered by its database)."""
+    import docker.api.client
+
+    create = docker.api.client.APIClient.create_container
+    if getattr(create, "records_run_ids", False):
+        return
+
+    def recording_create(self: Any, *args: Any, **kwargs: Any) -> Any:
+        run_id = (kwargs.get("labels") or {}).get("io.runyard.run_id")
+        if run_id:
+            record_run_ids([run_id])
+        return create(self, *args, **kwargs)
+
+    recording_create.records_run_ids = True  # type: ignore[attr-defined]
+    docker.api.client.APIClient.create_container = recording_create
+
+
+def _managed_docker_objects() -> dict[str, str] | None:
+    """Every labelled runyard container and volume on the engine, with its run id."""
     try:
         import docker
 
         client = docker.from_env(timeout=10)
         label = {"label": "io.runyard.managed=true"}
-        names = {f"container:{c.name}" for c in client.containers.list(all=True, filters=label)}
-        names |= {f"volume:{v.name}" for v in client.volumes.list(filters=label)}
+        objects = {
+            f"container:{c['Names'][0].lstrip('/')}": (c.get("Labels") or {}).get(_RUN_LABEL, "")
+            for c in client.api.containers(all=True, filters=label)
+        }
+        volumes = client.api.volumes(filters=label).get("Volumes") or []
+        objects |= {
+            f"volume:{v['Name']}": (v.get("Labels") or {}).get(_RUN_LABEL, "") for v in volumes
+        }
         client.close()
     except Exception:
         return None
-    return names - {"volume:runyard-engine-marker"}
+    objects.pop("volume:runyard-engine-marker", None)
+    return objects
 
 
 def _is_xdist_worker(config: pytest.Config) -> bool:
     # Under pytest-xdist (scripts/test --quick) only the controller sees the whole suite.
     return hasattr(config, "workerinput")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller makes the run-id record that every test process appends to."""
+    if not _is_xdist_worker(config) and _RECORD_DIR_ENV not in os.environ:
+        os.environ[_RECORD_DIR_ENV] = tempfile.mkdtemp(prefix="runyard-test-runs-")
+    _record_created_containers()
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -123,14 +198,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """The suite must leave no labelled container or volume behind."""
+    """The suite must leave no container or volume of its own runs behind."""
     if _is_xdist_worker(session.config):
         return
     before = session.config.stash.get(_BEFORE, None)
     after = _managed_docker_objects()
     if before is None or after is None:
         return
-    leftover = sorted(after - before)
+    leftover = sorted(suite_leftovers(before, after, _recorded_run_ids()))
     if leftover:
         session.config.get_terminal_writer().line(
             f"runyard containers/volumes left over by the suite: {leftover}", red=True
@@ -138,4 +213,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-_BEFORE = pytest.StashKey[set[str] | None]()
+def suite_leftovers(
+    before: dict[str, str], after: dict[str, str], suite_runs: set[str]
+) -> set[str]:
+    """The objects that appeared during the suite and belong to one of its own runs."""
+    return {name for name, run in after.items() if name not in before and run in suite_runs}
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The controller removes the record."""
+    directory = os.environ.get(_RECORD_DIR_ENV)
+    if directory and not _is_xdist_worker(config):
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+_RUN_LABEL = "io.runyard.run_id"
+_BEFORE = pytest.StashKey[dict[str, str] | None]()

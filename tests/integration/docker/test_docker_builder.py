@@ -1,5 +1,10 @@
 """The Docker builder against the real engine: a tagged image, a failing step, the deadline,
-and a build with no network."""
+and a build with no network.
+
+A test that reads a step's output builds it from a context no earlier build has seen
+(``uncached``): on an engine that ran the same step before, the step would come from the build
+cache and print nothing.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import docker
 import pytest
@@ -18,6 +24,7 @@ from runyard.docker.builder import LABEL_BUILD_TOOL, DockerBuilder
 
 
 def request(dockerfile: str, *, timeout: float = 120, files: dict[str, str] | None = None):
+    """A build request of ``dockerfile`` and ``files``, tagged uniquely."""
     tag = f"runyard-build/test-{uuid.uuid4().hex[:8]}:0123456789ab"
     items = [ContextFile("Dockerfile", False, dockerfile.encode())]
     items += [ContextFile(p, False, d.encode()) for p, d in (files or {}).items()]
@@ -30,6 +37,17 @@ def request(dockerfile: str, *, timeout: float = 120, files: dict[str, str] | No
         args={"GREETING": "hello"},
         timeout_seconds=timeout,
     )
+
+
+def uncached(dockerfile: str, files: dict[str, str] | None = None) -> dict[str, Any]:
+    """``dockerfile`` with a file unique to this call copied in right after its ``FROM``: every
+    later step misses the engine's build cache, so it runs and prints."""
+    first, rest = dockerfile.split("\n", 1)
+    nonce = {"nonce.txt": uuid.uuid4().hex}
+    return {
+        "dockerfile": f"{first}\nCOPY nonce.txt /nonce.txt\n{rest}",
+        "files": {**(files or {}), **nonce},
+    }
 
 
 @pytest.fixture
@@ -55,13 +73,15 @@ def collect() -> tuple[list[str], Callable[[str], bool]]:
     return lines, write
 
 
-def test_build__tags_the_image_with_its_labels_and_streams_the_log(builder):
-    build, made = builder
-    req = request(
-        "FROM runyard/toolbox:latest\nARG GREETING\nCOPY note.txt /note.txt\n"
-        'RUN ["sh", "-c", "echo $GREETING from the build; cat /note.txt"]\n',
-        files={"note.txt": "a note\n"},
-    )
+LABELLED_BUILD = (
+    "FROM runyard/toolbox:latest\nARG GREETING\nCOPY note.txt /note.txt\n"
+    'RUN ["sh", "-c", "echo $GREETING from the build; cat /note.txt"]\n'
+)
+
+
+def build_and_check_labels_and_log(build: DockerBuilder, made: list[str]) -> None:
+    """Build ``LABELLED_BUILD``; its tag carries the labels and its log the step's output."""
+    req = request(**uncached(LABELLED_BUILD, {"note.txt": "a note\n"}))
     made.append(req.tag)
     lines, write = collect()
     result = build.build(req, write, threading.Event())
@@ -70,6 +90,19 @@ def test_build__tags_the_image_with_its_labels_and_streams_the_log(builder):
     assert "hello from the build" in log and "a note" in log
     labels = docker.APIClient().inspect_image(req.tag)["Config"]["Labels"]
     assert labels[LABEL_BUILD_TOOL] == "test"
+
+
+def test_build__tags_the_image_with_its_labels_and_streams_the_log(builder):
+    build, made = builder
+    build_and_check_labels_and_log(build, made)
+
+
+def test_build__the_same_build_twice_streams_its_log_twice(builder):
+    # The second build of the same Dockerfile runs on an engine whose cache holds the first:
+    # the test above must pass however warm the engine is.
+    build, made = builder
+    build_and_check_labels_and_log(build, made)
+    build_and_check_labels_and_log(build, made)
 
 
 def test_build__a_failing_step_is_an_error_with_its_output(builder):
@@ -99,7 +132,9 @@ def test_build__stopped_at_its_deadline(builder):
 def test_build__has_no_network_but_loopback(builder):
     build, made = builder
     req = request(
-        'FROM runyard/toolbox:latest\nRUN ["sh", "-c", "echo nets: $(ls /sys/class/net)"]\n'
+        **uncached(
+            'FROM runyard/toolbox:latest\nRUN ["sh", "-c", "echo nets: $(ls /sys/class/net)"]\n'
+        )
     )
     made.append(req.tag)
     lines, write = collect()
