@@ -24,7 +24,7 @@ from runyard.queue.graph_sql import (
     LOCK_BATCH_FOR_RETRY,
     LOCK_DEPENDENCIES,
 )
-from runyard.queue.sql import CANCEL_BATCH_QUEUED, CANCEL_BATCH_RUNNING
+from runyard.queue.sql import CANCEL_BATCH
 from runyard.queue.values import (
     AdmissionCaps,
     AdmissionRefused,
@@ -141,11 +141,11 @@ class GraphWriter:
         )
 
     def cancel_batch(self, batch_id: uuid.UUID, *, now: datetime | None = None) -> int:
-        """Cancel the batch's queued runs and flag its running ones; how many it touched."""
+        """Flag the batch's running runs and cancel its queued ones (in the lock order of
+        ``CANCEL_BATCH``); how many it touched."""
+        params = {"batch_id": batch_id, "now": now}
         with self._engine.begin() as conn:
-            cancelled = conn.execute(CANCEL_BATCH_QUEUED, {"batch_id": batch_id, "now": now})
-            flagged = conn.execute(CANCEL_BATCH_RUNNING, {"batch_id": batch_id, "now": now})
-            return len(cancelled.all()) + len(flagged.all())
+            return sum(len(conn.execute(statement, params).all()) for statement in CANCEL_BATCH)
 
     def _lock_for_retry(
         self, conn: Connection, batch_id: uuid.UUID, replaces: Sequence[uuid.UUID]

@@ -634,6 +634,14 @@ CANCEL_BATCH_QUEUED = _sql(
 )
 CANCEL_BATCH_RUNNING = _sql(_CANCEL_RUNNING.replace("{WHICH}", _BATCH_RUNS))
 
+# A batch's cancel, in one transaction: its running jobs first, then its queued ones. Every
+# statement that ends a run locks in that order too: a finalize (or a requeue, a cancel of a
+# run) locks the run's running job, then the trigger of migration 0011 locks its queued
+# dependents' jobs. Queued first here would let a finalize of one of the batch's runs hold
+# its running job while waiting for a queued dependent this cancel holds, and this cancel
+# wait for that running job: a deadlock (Postgres aborts one of the two with 40P01).
+CANCEL_BATCH = (CANCEL_BATCH_RUNNING, CANCEL_BATCH_QUEUED)
+
 
 # Fenced like every owner write: a worker that lost its lease cannot repeat log lines.
 APPEND_LOG = _sql(
