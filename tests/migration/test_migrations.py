@@ -92,13 +92,14 @@ def test_tenant_run_counts__backfilled_from_the_runs_already_there(database_url:
         with engine.connect() as conn:
             rows = conn.execute(
                 text(
-                    "SELECT tenant, sum(queued), sum(running) FROM tenant_run_counts "
+                    "SELECT tenant, sum(queued), sum(running), sum(stored) FROM tenant_run_counts "
                     "GROUP BY tenant ORDER BY tenant"
                 )
             ).all()
     finally:
         engine.dispose()
-    assert [tuple(row) for row in rows] == [("a", 2, 1), ("b", 0, 1)]
+    # Queued and running runs (migration 0006), and every run kept (migration 0018).
+    assert [tuple(row) for row in rows] == [("a", 2, 1, 4), ("b", 0, 1, 1), ("c", 0, 0, 1)]
 
 
 def test_event_xact_id__rows_from_before_keep_their_order_and_ids_still_resume(database_url: str):
