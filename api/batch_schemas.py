@@ -10,7 +10,7 @@ import pydantic
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from api.schemas import RunLimits
-from runyard.batches import BatchItem, BatchRun, BatchView
+from runyard.batches import BatchItem, BatchRun, BatchView, ListedBatch
 from runyard.graph import MAX_BATCH_RUNS, MAX_DEPENDENCIES
 from runyard.submit import RunRequest
 from runyard.tools import TOOL_NAME_PATTERN
@@ -137,8 +137,23 @@ class BatchCreated(BatchOut):
     run_ids: dict[str, uuid.UUID] = Field(description="ref → run id")
 
 
+class BatchListed(BaseModel):
+    """A batch in a list: its status and counts; its runs are on its own page."""
+
+    id: uuid.UUID
+    status: str = Field(description="queued, running, succeeded, failed or cancelled")
+    created_at: datetime
+    size: int = Field(description="Runs submitted with it")
+    counts: dict[str, int] = Field(description="Its runs (the latest of each ref) by status")
+
+    @classmethod
+    def of(cls, listed: ListedBatch) -> BatchListed:
+        """From the read model."""
+        return cls(**vars(listed))
+
+
 class BatchPage(BaseModel):
     """Batches newest first, with the cursor of the next page."""
 
-    items: list[BatchOut]
+    items: list[BatchListed]
     next_cursor: str | None

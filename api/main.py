@@ -199,6 +199,10 @@ def create_app(
             max_queue_depth=settings.max_queue_depth,
             tenant_max_queued=settings.tenant_max_queued,
             tenant_max_running=settings.tenant_max_running,
+            tenant_max_created=settings.tenant_max_created_per_window,
+            created_window_seconds=settings.tenant_created_window_seconds,
+            tenant_max_stored=settings.tenant_max_stored_runs,
+            batch_max_dependencies=settings.batch_max_dependencies,
         )
         sync: SyncExecutor | None = None
         artifacts = store_from_settings(settings, db)

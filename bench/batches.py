@@ -14,9 +14,10 @@ library), open loop on two streams at once for ``--duration`` seconds:
 Latency is measured from the scheduled send time. Runs accepted per second = runs of 2xx
 batches / wall time (from the first send to the last answer). Batches and singles use two API
 keys of two tenants (``--same-tenant``: one key), each key made as ``runyard keys create``
-does. The admission caps are raised so the run is not capped: ``RUNYARD_TENANT_MAX_QUEUED`` and
-``RUNYARD_MAX_QUEUE_DEPTH`` of 10,000,000 (the admission statements still run and lock the
-tenant's row of counts as with the defaults; a cap of 0 would skip that).
+does. The admission caps are raised so the run is not capped: ``RUNYARD_TENANT_MAX_QUEUED``,
+``RUNYARD_MAX_QUEUE_DEPTH``, ``RUNYARD_TENANT_MAX_CREATED_PER_WINDOW`` and
+``RUNYARD_TENANT_MAX_STORED_RUNS`` of 10,000,000 (the admission statements still run and lock
+the tenant's row of counts as with the defaults; a cap of 0 would skip that).
 
 Targets: >= 5,000 runs/s accepted while the single submits keep p99 <= 50 ms, no errors.
 Quick and documented run: ``python -m bench.batches`` (30 s).
@@ -219,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
             "RUNYARD_TOOLS_FILE": str(tools_file),
             "RUNYARD_TENANT_MAX_QUEUED": UNCAPPED,
             "RUNYARD_MAX_QUEUE_DEPTH": UNCAPPED,
+            "RUNYARD_TENANT_MAX_CREATED_PER_WINDOW": UNCAPPED,
+            "RUNYARD_TENANT_MAX_STORED_RUNS": UNCAPPED,
         }
         if args.api_workers:
             env["RUNYARD_API_WORKERS"] = str(args.api_workers)

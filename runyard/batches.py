@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Engine, text
 
 from runyard.db import autocommit
-from runyard.graph import Node
+from runyard.graph import GraphProblem, Node
 from runyard.queue import AdmissionCaps, AdmissionRefused, ApiQueue
 from runyard.queue.graph import GraphResult, GraphRun, GraphSubmit, GraphWriter
 from runyard.submit import RunRequest
@@ -36,6 +36,13 @@ class BatchItemProblem(Exception):
 
 class BatchNotFinished(Exception):
     """A retry asked of a batch that still has runs queued or running."""
+
+
+class TooManyDependencies(GraphProblem):
+    """A batch names more dependencies in all than a batch may hold."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, None, field="runs")
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,29 @@ class BatchView:
     size: int
     counts: dict[str, int]
     runs: list[BatchRun]
+
+
+@dataclass(frozen=True)
+class ListedBatch:
+    """A batch as a page of batches shows it: its status and the count of its runs (the
+    latest of each ref) by status; its runs and their dependencies are on its own page."""
+
+    id: uuid.UUID
+    status: str
+    created_at: datetime
+    size: int
+    counts: dict[str, int]
+
+
+def dependencies_problem(dependencies: int, cap: int) -> str | None:
+    """Why a batch of ``dependencies`` depends_on entries in all is refused (``cap`` 0: no
+    cap), or None."""
+    if cap <= 0 or dependencies <= cap:
+        return None
+    return (
+        f"the batch names {dependencies} dependencies in all (depends_on entries of its"
+        f" runs); a batch may hold at most {cap}"
+    )
 
 
 def batch_status(runs: Sequence[tuple[str, str | None]]) -> str:
@@ -158,17 +188,59 @@ EDGES = text(
     """
 )
 
+# A page of the tenant's batches, newest first after the keyset position, each with the count
+# of its latest runs by status and whether a failure was its dependency's (what
+# ``batch_status`` needs): at most a row per batch and status, never a run nor an edge.
 BATCH_PAGE = text(
     """
-    SELECT b.id, b.created_at, b.size
-    FROM batches b
-    WHERE b.tenant = :tenant
-      AND (CAST(:before AS timestamptz) IS NULL
-           OR (b.created_at, b.id) < (CAST(:before AS timestamptz), CAST(:before_id AS uuid)))
-    ORDER BY b.created_at DESC, b.id DESC
-    LIMIT :limit
+    WITH page AS MATERIALIZED (
+        SELECT b.id, b.created_at, b.size
+        FROM batches b
+        WHERE b.tenant = :tenant
+          AND (CAST(:before AS timestamptz) IS NULL
+               OR (b.created_at, b.id) < (CAST(:before AS timestamptz), CAST(:before_id AS uuid)))
+        ORDER BY b.created_at DESC, b.id DESC
+        LIMIT :limit
+    ), latest AS (
+        SELECT DISTINCT ON (r.batch_id, r.ref) r.batch_id, CAST(r.status AS text) AS status,
+               r.error_code IS NOT DISTINCT FROM 'dependency_failed' AS dependency_failed
+        FROM tool_runs r
+        WHERE r.batch_id IN (SELECT id FROM page)
+        ORDER BY r.batch_id, r.ref, r.requested_at DESC, r.id DESC
+    )
+    SELECT p.id, p.created_at, p.size, l.status, l.dependency_failed, count(l.status) AS runs
+    FROM page p LEFT JOIN latest l ON l.batch_id = p.id
+    GROUP BY p.id, p.created_at, p.size, l.status, l.dependency_failed
+    ORDER BY p.created_at DESC, p.id DESC, l.status
     """
 )
+
+
+def listed_batches(rows: Sequence[Any]) -> list[ListedBatch]:
+    """The batches of ``BATCH_PAGE``'s rows, in their order."""
+    groups: dict[uuid.UUID, list[Any]] = {}
+    for row in rows:
+        groups.setdefault(row.id, []).append(row)
+    listed = []
+    for batch_rows in groups.values():
+        counts: dict[str, int] = {}
+        pairs: list[tuple[str, str | None]] = []
+        for row in batch_rows:
+            if row.status is None:  # a batch whose runs are gone
+                continue
+            counts[row.status] = counts.get(row.status, 0) + int(row.runs)
+            pairs.append((row.status, "dependency_failed" if row.dependency_failed else None))
+        first = batch_rows[0]
+        listed.append(
+            ListedBatch(
+                id=first.id,
+                status=batch_status(pairs),
+                created_at=first.created_at,
+                size=first.size,
+                counts=counts,
+            )
+        )
+    return listed
 
 
 class Batches:
@@ -206,6 +278,10 @@ class Batches:
     ) -> tuple[GraphResult, BatchView]:
         """``submit``, and the batch as written (as a read right after the commit shows it;
         read back for an idempotent replay)."""
+        dependencies = sum(len(item.request.depends_on) for item in items)
+        problem = dependencies_problem(dependencies, self._caps.batch_max_dependencies)
+        if problem is not None:
+            raise TooManyDependencies(problem)
         runs = []
         for index, item in enumerate(items):
             try:
@@ -244,7 +320,8 @@ class Batches:
         return self._views(found)[0]
 
     def _views(self, batches: Sequence[Any]) -> list[BatchView]:
-        """The read model of ``batches`` (rows with id, created_at, size): two queries."""
+        """The read model of ``batches`` (rows with id, created_at, size): two queries, the
+        second reading every dependency of their latest runs (a page of one batch only)."""
         latest = autocommit(self._engine, LATEST_RUNS, {"ids": [b.id for b in batches]})
         edges: dict[uuid.UUID, list[str]] = {}
         for edge in self._edges(latest):
@@ -279,27 +356,32 @@ class Batches:
 
     def page(
         self, tenant: str, *, limit: int, before: tuple[datetime, uuid.UUID] | None = None
-    ) -> list[BatchView]:
-        """The tenant's batches, newest first, after the keyset position ``before``."""
+    ) -> list[ListedBatch]:
+        """The tenant's batches, newest first, after the keyset position ``before``, with
+        their counts by status (one statement, whatever the batches hold)."""
         params = {
             "tenant": tenant,
             "limit": limit,
             "before": before[0] if before else None,
             "before_id": before[1] if before else None,
         }
-        rows = autocommit(self._engine, BATCH_PAGE, params)
-        return self._views(rows) if rows else []
+        return listed_batches(autocommit(self._engine, BATCH_PAGE, params))
 
     def cancel(self, batch_id: uuid.UUID) -> int:
         """Cancel every queued run of the batch and ask running ones to stop."""
         return self._writer.cancel_batch(batch_id)
 
     def retry(
-        self, batch_id: uuid.UUID, tenant: str, max_priority: int | None
+        self, batch_id: uuid.UUID, max_priority: int | None
     ) -> tuple[GraphResult, dict[str, uuid.UUID]]:
         """New runs for every ref whose latest run did not succeed, wired to the latest
-        successful runs of the others; the new runs by ref. Raises ``BatchNotFinished``,
-        ``BatchRetried``, and what a submit raises."""
+        successful runs of the others; the new runs by ref. They are the batch's tenant's,
+        whoever asks (an admin's retry too). Raises ``LookupError`` (no such batch),
+        ``BatchNotFinished``, ``BatchRetried``, and what a submit raises."""
+        found = autocommit(self._engine, BATCH, {"id": batch_id})
+        if not found:
+            raise LookupError(f"no batch {batch_id}")
+        tenant = str(found[0].tenant)
         latest = self._latest(batch_id)
         if any(run.status in ACTIVE for run in latest):
             raise BatchNotFinished("the batch still has runs queued or running")

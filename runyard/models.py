@@ -116,6 +116,8 @@ class ToolRun(Base):
             "finished_at",
             postgresql_where=text("status IN ('succeeded', 'failed', 'timed_out', 'cancelled')"),
         ),
+        # A batch's retry asks whether its runs were re-run already (LOCK_BATCH_FOR_RETRY).
+        Index("ix_tool_runs_rerun_of", "rerun_of", postgresql_where=text("rerun_of IS NOT NULL")),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
@@ -191,9 +193,11 @@ class ToolRunDep(Base):
 
 
 class TenantRunCount(Base):
-    """One of a tenant's rows of queued and running runs; their sum is the tenant's count.
+    """One of a tenant's rows of queued, running and stored runs; their sum is the tenant's
+    count.
 
-    Written only by the triggers on ``tool_runs`` (migration 0006), never by application code.
+    Written by the triggers on ``tool_runs`` (migrations 0006 and 0016), never by application
+    code, except the window of row 0, which admission starts anew (``TENANT_COUNTS_CTES``).
     """
 
     __tablename__ = "tenant_run_counts"
@@ -202,6 +206,11 @@ class TenantRunCount(Base):
     shard: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
     queued: Mapped[int] = mapped_column(BigInteger, server_default="0")
     running: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    # Row 0 only: runs created since ``window_started_at`` (admission starts a new window).
+    window_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    window_created: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    # Runs kept in the database, whatever their status (their sum over the tenant's rows).
+    stored: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
 
 class ToolRunJob(Base):

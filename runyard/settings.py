@@ -88,6 +88,14 @@ class Settings(BaseSettings):
     tenant_max_queued: int = Field(default=10_000, ge=0)
     tenant_max_running: int = Field(default=0, ge=0)
     retry_after_seconds: int = Field(default=2, ge=1, le=3600)
+    # Runs a tenant may create per window, whatever becomes of them (failed or cancelled at
+    # once included); the 429's Retry-After is the rest of the window.
+    tenant_max_created_per_window: int = Field(default=100_000, ge=0)
+    tenant_created_window_seconds: float = Field(default=3600.0, ge=1, le=7 * 86400)
+    # Runs a tenant may keep in the database, finished ones included (until deleted or pruned).
+    tenant_max_stored_runs: int = Field(default=1_000_000, ge=0)
+    # Dependencies (depends_on entries) one batch may hold in all: more is a 422.
+    batch_max_dependencies: int = Field(default=10_000, ge=0)
 
     # Live events (SSE): LISTEN/NOTIFY wakes streams; the poll is only a safety net.
     events_poll_seconds: float = Field(default=2.0, gt=0, le=60)

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic_core import to_json
 
-from api.batch_schemas import BatchCreate, BatchCreated, BatchOut, BatchPage
+from api.batch_schemas import BatchCreate, BatchCreated, BatchListed, BatchOut, BatchPage
 from api.deps import PrincipalDep, Services, ServicesDep, visible_tenant
 from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
 from api.problems import Problem
@@ -114,16 +114,17 @@ def list_batches(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
     cursor: Annotated[str | None, Query(max_length=200, pattern=r"^[A-Za-z0-9_-]+$")] = None,
 ) -> BatchPage:
-    """Your batches, newest first, keyset-paginated."""
+    """Your batches, newest first, keyset-paginated: each with its status and counts by
+    status (its runs are on ``GET /v1/batches/{id}``)."""
     try:
         before = decode_cursor_parts(cursor) if cursor else None
     except BadCursor as exc:
         raise Problem(400, "invalid_cursor", str(exc), field="cursor") from exc
-    views = services.batches.page(principal.tenant, limit=limit + 1, before=before)
-    more = len(views) > limit
-    views = views[:limit]
-    next_cursor = encode_cursor_parts(views[-1].created_at, views[-1].id) if more else None
-    return BatchPage(items=[BatchOut.of(view) for view in views], next_cursor=next_cursor)
+    found = services.batches.page(principal.tenant, limit=limit + 1, before=before)
+    more = len(found) > limit
+    found = found[:limit]
+    next_cursor = encode_cursor_parts(found[-1].created_at, found[-1].id) if more else None
+    return BatchPage(items=[BatchListed.of(batch) for batch in found], next_cursor=next_cursor)
 
 
 @router.post("/{batch_id}/cancel", status_code=202, responses={404: NOT_FOUND})
@@ -141,16 +142,19 @@ def cancel_batch(batch_id: uuid.UUID, services: ServicesDep, principal: Principa
     responses={
         404: NOT_FOUND,
         409: problem("The batch still has runs queued or running, or was just retried"),
+        429: problem("A tenant cap would be passed", retry_after=True),
+        503: problem("The queue is full, or the database is unavailable", retry_after=True),
     },
 )
 def retry_batch(
     batch_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep
 ) -> BatchCreated:
-    """New runs for every ref that did not succeed, wired to the successful ones."""
+    """New runs for every ref that did not succeed, wired to the successful ones; they are
+    the batch's tenant's (an admin's retry too)."""
     _queue_mode(services)
     view = _load(services, principal, batch_id)
     try:
-        _, runs = services.batches.retry(view.id, principal.tenant, priority_ceiling(principal))
+        _, runs = services.batches.retry(view.id, priority_ceiling(principal))
     except BatchNotFinished as exc:
         raise Problem(409, "batch_not_finished", str(exc)) from exc
     except BatchRetried as exc:

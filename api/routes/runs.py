@@ -18,6 +18,7 @@ from api.problems import Problem
 from api.routes.webhooks import check_callback_url
 from api.schemas import RunCreate, RunOut, RunPage
 from runyard.auth import Principal, priority_ceiling
+from runyard.batches import TooManyDependencies
 from runyard.graph import GraphProblem
 from runyard.models import RunMode, RunStatus, ToolRun
 from runyard.queue import AdmissionRefused, IdempotencyConflict
@@ -74,7 +75,6 @@ def view_run(services: Services, principal: Principal, run_id: uuid.UUID) -> Run
 
 def submit_problem(services: Services, exc: Exception) -> Problem | None:
     """The problem document of a submit the core refused; None for any other error."""
-    retry_after = {"Retry-After": str(services.settings.retry_after_seconds)}
     if isinstance(exc, AboveMaximum):
         return Problem(422, "above_maximum", str(exc), field=exc.path)
     if isinstance(exc, UnknownTool):
@@ -83,6 +83,8 @@ def submit_problem(services: Services, exc: Exception) -> Problem | None:
         return Problem(422, "invalid_input", str(exc), field=exc.path)
     if isinstance(exc, UnknownDependency):
         return Problem(422, "unknown_dependency", str(exc), field=graph_field(exc))
+    if isinstance(exc, TooManyDependencies):
+        return Problem(422, "too_many_dependencies", str(exc), field=graph_field(exc))
     if isinstance(exc, GraphProblem):
         return Problem(422, "invalid_graph", str(exc), field=graph_field(exc))
     if isinstance(exc, QueueModeOnly):
@@ -93,11 +95,15 @@ def submit_problem(services: Services, exc: Exception) -> Problem | None:
         return Problem(409, "idempotency_conflict", str(exc), field="Idempotency-Key")
     if not isinstance(exc, AdmissionRefused):
         return None
+    seconds = exc.retry_after or services.settings.retry_after_seconds
+    retry_after = {"Retry-After": str(seconds)}
     if exc.reason == "queue_full":
         return Problem(503, "queue_full", str(exc), headers=retry_after)
     code = {
         "tenant_queued": "tenant_queued_limit",
         "tenant_running": "tenant_running_limit",
+        "tenant_created": "tenant_created_limit",
+        "tenant_stored": "tenant_stored_limit",
     }.get(exc.reason, exc.reason)
     return Problem(429, code, str(exc), headers=retry_after, limit=exc.limit)
 

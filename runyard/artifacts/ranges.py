@@ -6,6 +6,10 @@ import re
 from dataclasses import dataclass
 
 _ONE_RANGE = re.compile(r"^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*$", re.IGNORECASE)
+# A position of more digits than this is past the end of any file: it is never converted
+# (``int`` refuses strings of thousands of digits, and would spend time on long ones).
+_MAX_DIGITS = 18
+_BEYOND_ANY_FILE = 10**_MAX_DIGITS
 
 
 @dataclass(frozen=True)
@@ -47,14 +51,20 @@ def parse_range(header: str | None, size: int) -> ByteRange | None:
     if not first and not last:
         return None
     if not first:
-        suffix = int(last)
+        suffix = _position(last)
         if suffix == 0 or size == 0:
             raise Unsatisfiable(header)
         return ByteRange(max(size - suffix, 0), size, size)
-    start = int(first)
-    stop = size if not last else int(last) + 1
+    start = _position(first)
+    stop = size if not last else _position(last) + 1
     if last and stop <= start:
         return None  # "bytes=5-2" is invalid syntax: ignored
     if start >= size:
         raise Unsatisfiable(header)
     return ByteRange(start, min(stop, size), size)
+
+
+def _position(digits: str) -> int:
+    """A byte position as written, or ``_BEYOND_ANY_FILE`` for one too long to be a file's."""
+    significant = digits.lstrip("0") or "0"
+    return int(significant) if len(significant) <= _MAX_DIGITS else _BEYOND_ANY_FILE

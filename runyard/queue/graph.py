@@ -24,7 +24,7 @@ from runyard.queue.graph_sql import (
     LOCK_BATCH_FOR_RETRY,
     LOCK_DEPENDENCIES,
 )
-from runyard.queue.sql import CANCEL_BATCH_QUEUED, CANCEL_BATCH_RUNNING
+from runyard.queue.sql import CANCEL_BATCH
 from runyard.queue.values import (
     AdmissionCaps,
     AdmissionRefused,
@@ -124,13 +124,24 @@ class GraphWriter:
                 if batch_id is None:
                     return self._batch_replay(conn, graph)
             existing = self._lock_dependencies(conn, graph.tenant, resolved)
-            self._admit(conn, graph.tenant, len(graph.runs), caps)
+            try:
+                self._admit(conn, graph.tenant, len(graph.runs), caps, now)
+            except AdmissionRefused:
+                if graph.batch or graph.idempotency_key is None:
+                    raise
+                conn.rollback()  # a single run's replay is never refused: it creates nothing
+                replayed = self._run_replay(graph)
+                if replayed is None:
+                    raise
+                return replayed
             begin = starts(resolved, nodes, run_ids, existing)
             params = self._graph_params(graph, resolved, run_ids, begin, batch_id, now)
             row = conn.execute(INSERT_GRAPH, params).one()
             if row.inserted == 0:  # a single run's Idempotency-Key, used before
                 conn.rollback()
-                return self._run_replay(graph)
+                replayed = self._run_replay(graph)
+                assert replayed is not None  # ON CONFLICT waited for the first writer
+                return replayed
         return GraphResult(
             batch_id=batch_id,
             run_ids=run_ids,
@@ -141,11 +152,11 @@ class GraphWriter:
         )
 
     def cancel_batch(self, batch_id: uuid.UUID, *, now: datetime | None = None) -> int:
-        """Cancel the batch's queued runs and flag its running ones; how many it touched."""
+        """Flag the batch's running runs and cancel its queued ones (in the lock order of
+        ``CANCEL_BATCH``); how many it touched."""
+        params = {"batch_id": batch_id, "now": now}
         with self._engine.begin() as conn:
-            cancelled = conn.execute(CANCEL_BATCH_QUEUED, {"batch_id": batch_id, "now": now})
-            flagged = conn.execute(CANCEL_BATCH_RUNNING, {"batch_id": batch_id, "now": now})
-            return len(cancelled.all()) + len(flagged.all())
+            return sum(len(conn.execute(statement, params).all()) for statement in CANCEL_BATCH)
 
     def _lock_for_retry(
         self, conn: Connection, batch_id: uuid.UUID, replaces: Sequence[uuid.UUID]
@@ -182,11 +193,16 @@ class GraphWriter:
         ids = [by_ref[item.node.ref] for item in graph.runs]
         return GraphResult(batch_id=found.id, run_ids=ids, created=False)
 
-    def _run_replay(self, graph: GraphSubmit) -> GraphResult:
+    def _run_replay(self, graph: GraphSubmit) -> GraphResult | None:
+        """The run a single run's Idempotency-Key made before, if any (else None)."""
+        if graph.idempotency_key is None:
+            return None
         (item,) = graph.runs
         with self._engine.connect() as conn:
             key = {"tenant": graph.tenant, "key": graph.idempotency_key}
-            found = conn.execute(FIND_RUN_IDEMPOTENT, key).one()
+            found = conn.execute(FIND_RUN_IDEMPOTENT, key).first()
+        if found is None:
+            return None
         if found.request_hash != _single_hash(item):
             raise IdempotencyConflict(
                 "this Idempotency-Key was already used with a different request"
@@ -210,19 +226,18 @@ class GraphWriter:
                     raise UnknownDependency(f"depends_on names {run_id}: no such run", index)
         return found
 
-    def _admit(self, conn: Connection, tenant: str, count: int, caps: AdmissionCaps) -> None:
-        params = {
-            "tenant": tenant,
-            "n": count,
-            "queued_cap": caps.tenant_max_queued,
-            "running_cap": caps.tenant_max_running,
-        }
-        refused = conn.execute(ADMIT_MANY, params).scalar_one()
-        if refused is not None:
-            limit = (
-                caps.tenant_max_queued if refused == "tenant_queued" else caps.tenant_max_running
-            )
-            raise AdmissionRefused(refused, limit)
+    def _admit(
+        self,
+        conn: Connection,
+        tenant: str,
+        count: int,
+        caps: AdmissionCaps,
+        now: datetime | None,
+    ) -> None:
+        params = {"tenant": tenant, "n": count, "now": now, **caps.tenant_params()}
+        decided = conn.execute(ADMIT_MANY, params).one()
+        if decided.refused is not None:
+            raise caps.refusal(decided.refused, decided.window_retry_after)
 
     def _graph_params(
         self,

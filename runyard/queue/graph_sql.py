@@ -7,7 +7,7 @@ end; the claim (``runyard.queue.sql``) takes only jobs that wait for nothing.
 
 from __future__ import annotations
 
-from runyard.queue.sql import TENANT_COUNTS_CTES, _sql
+from runyard.queue.sql import TENANT_COUNTS_CTES, WINDOW_RETRY_AFTER, _sql
 
 INSERT_BATCH = _sql(
     """
@@ -44,14 +44,20 @@ LOCK_DEPENDENCIES = _sql(
 
 
 # Admission of ``:n`` runs at once, under the lock of the tenant's row 0 (as ``SUBMIT``): all
-# fit under the queued cap, or none is written.
+# fit under the queued, created and stored caps, or none is written. Runs written failed (a
+# dependency had failed) count in ``:n`` like the others.
 ADMIT_MANY = _sql(
     "WITH "
     + TENANT_COUNTS_CTES
     + """
     SELECT CASE WHEN 0 < :queued_cap AND :queued_cap < queued + :n THEN 'tenant_queued'
                 WHEN 0 < :running_cap AND :running_cap <= running THEN 'tenant_running'
-           END AS refused
+                WHEN 0 < :created_cap AND :created_cap < created + :n THEN 'tenant_created'
+                WHEN 0 < :stored_cap AND :stored_cap < stored + :n THEN 'tenant_stored'
+           END AS refused,
+           """
+    + WINDOW_RETRY_AFTER
+    + """ AS window_retry_after
     FROM active
     """
 )

@@ -565,14 +565,7 @@ class ApiQueue(JobQueue):
         if inline is None and self.queue_full(caps.max_queue_depth):
             return self.replay_or_refuse(run, AdmissionRefused("queue_full", caps.max_queue_depth))
         params = enqueue_params(run, uuid.uuid4(), uuid.uuid4(), now, inline)
-        row = self._first(
-            SUBMIT,
-            {
-                **params,
-                "queued_cap": caps.tenant_max_queued,
-                "running_cap": caps.tenant_max_running,
-            },
-        )
+        row = self._first(SUBMIT, {**params, **caps.tenant_params()})
         assert row is not None
         if row.run_id is not None:
             if inline is None:
@@ -580,12 +573,7 @@ class ApiQueue(JobQueue):
                 return EnqueueResult(run_id=row.run_id, created=True)
             return EnqueueResult(run_id=row.run_id, created=True, job=claimed_job(row))
         if row.refused is not None and not row.replayed:
-            limit = (
-                caps.tenant_max_queued
-                if row.refused == "tenant_queued"
-                else caps.tenant_max_running
-            )
-            raise AdmissionRefused(row.refused, limit)
+            raise caps.refusal(row.refused, row.window_retry_after)
         # The key was used before, or by a concurrent submit that committed first.
         replayed = self._replay(run)
         assert replayed is not None

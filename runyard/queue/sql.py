@@ -88,27 +88,44 @@ ENQUEUE = _sql(
 # Admission of one submit, in the submit's own statement and transaction. ``gate`` locks the
 # tenant's row 0 of tenant_run_counts until the commit and reads its latest committed version
 # (ON CONFLICT DO UPDATE does, whatever the statement's snapshot). Every insert of a run is
-# counted in row 0 by the statement that makes it (migration 0006), so a submit sees every
-# submit of the tenant committed before it, in whatever API process: the N-th submit with N-1
-# queued runs is the last one admitted. The other rows, changed by workers, are read as of
-# the snapshot; with no caps nothing is locked. A key already used is a replay, never
-# refused: no row is written (``replayed``); a concurrent submit of the same key that commits
-# first leaves ``id`` NULL.
-# The tenant's queued and running counts, its row 0 locked until the commit (``active``);
-# shared by every admission (``SUBMIT``, ``ADMIT_MANY``).
+# counted in row 0 by the statement that makes it (migrations 0006 and 0016), so a submit sees
+# every submit of the tenant committed before it, in whatever API process: the N-th submit
+# with N-1 queued runs is the last one admitted. The other rows, changed by workers and
+# deletes, are read as of the snapshot; with no caps nothing is locked. A key already used is
+# a replay, never refused: no row is written (``replayed``); a concurrent submit of the same
+# key that commits first leaves ``id`` NULL.
+# The tenant's queued, running and stored runs, and the runs it created in the current window
+# (``active``), its row 0 locked until the commit; shared by every admission (``SUBMIT``,
+# ``ADMIT_MANY``). The window is row 0's: ``gate`` starts a new one, from nothing created,
+# when the last one has passed (or the clock went back before its start); the insert triggers
+# add every run inserted to it, failed and cancelled ones too. ``window_ends_at`` is when the
+# runs created now stop counting.
 TENANT_COUNTS_CTES: LiteralString = """
     gate AS MATERIALIZED (
-        INSERT INTO tenant_run_counts AS c (tenant, shard)
-        SELECT :tenant, 0 WHERE :queued_cap > 0 OR :running_cap > 0
-        ON CONFLICT (tenant, shard) DO UPDATE SET queued = c.queued
-        RETURNING queued, running
+        INSERT INTO tenant_run_counts AS c (tenant, shard, window_started_at)
+        SELECT :tenant, 0, {NOW}
+        WHERE :queued_cap > 0 OR :running_cap > 0 OR :created_cap > 0 OR :stored_cap > 0
+        ON CONFLICT (tenant, shard) DO UPDATE
+        SET window_started_at = CASE WHEN {IN_WINDOW} THEN c.window_started_at ELSE {NOW} END,
+            window_created = CASE WHEN {IN_WINDOW} THEN c.window_created ELSE 0 END
+        RETURNING queued, running, stored, window_created, window_started_at
     ), active AS MATERIALIZED (
-        SELECT coalesce(sum(queued), 0) AS queued, coalesce(sum(running), 0) AS running
-        FROM (SELECT queued, running FROM gate
+        SELECT coalesce(sum(queued), 0) AS queued, coalesce(sum(running), 0) AS running,
+               coalesce(sum(stored), 0) AS stored,
+               coalesce((SELECT window_created FROM gate), 0) AS created,
+               (SELECT window_started_at FROM gate) + {WINDOW} AS window_ends_at
+        FROM (SELECT queued, running, stored FROM gate
               UNION ALL
-              SELECT queued, running FROM tenant_run_counts
+              SELECT queued, running, stored FROM tenant_run_counts
               WHERE tenant = :tenant AND shard <> 0 AND EXISTS (SELECT 1 FROM gate)) rows
-    )"""
+    )""".replace(
+    "{IN_WINDOW}", "c.window_started_at <= {NOW} AND {NOW} < c.window_started_at + {WINDOW}"
+).replace("{WINDOW}", "make_interval(secs => CAST(:window_seconds AS double precision))")
+
+# Whole seconds until the window's runs stop counting (1 at least): a created cap's Retry-After.
+WINDOW_RETRY_AFTER: LiteralString = (
+    "GREATEST(1, CAST(ceil(EXTRACT(EPOCH FROM window_ends_at - {NOW})) AS integer))"
+)
 
 _ADMISSION_CTES: LiteralString = (
     TENANT_COUNTS_CTES
@@ -118,7 +135,12 @@ _ADMISSION_CTES: LiteralString = (
                    AS replayed,
                CASE WHEN 0 < :queued_cap AND :queued_cap <= queued THEN 'tenant_queued'
                     WHEN 0 < :running_cap AND :running_cap <= running THEN 'tenant_running'
-               END AS refused
+                    WHEN 0 < :created_cap AND :created_cap <= created THEN 'tenant_created'
+                    WHEN 0 < :stored_cap AND :stored_cap <= stored THEN 'tenant_stored'
+               END AS refused,
+               """
+    + WINDOW_RETRY_AFTER
+    + """ AS window_retry_after
         FROM active
     ), admitted AS (
         SELECT 1 FROM decision WHERE NOT replayed AND refused IS NULL
@@ -136,7 +158,8 @@ SUBMIT = _sql(
     + _CLAIM_AT_INSERT
     + _ENQUEUE_CTES
     + """
-    SELECT job.run_id, d.replayed, d.refused, job.id, job.attempts, job.max_attempts,
+    SELECT job.run_id, d.replayed, d.refused, d.window_retry_after, job.id, job.attempts,
+           job.max_attempts,
            job.lease_token, job.locked_until, job.deadline_at, job.started_at,
            job.started_at AS requested_at, job.container_requested_at,
            CAST(NULL AS timestamptz) AS cancel_requested_at, false AS adopted,
@@ -633,6 +656,14 @@ CANCEL_BATCH_QUEUED = _sql(
     _CANCEL_QUEUED.replace("{WHICH}", _BATCH_RUNS).replace("{WHY}", "'its batch was cancelled'")
 )
 CANCEL_BATCH_RUNNING = _sql(_CANCEL_RUNNING.replace("{WHICH}", _BATCH_RUNS))
+
+# A batch's cancel, in one transaction: its running jobs first, then its queued ones. Every
+# statement that ends a run locks in that order too: a finalize (or a requeue, a cancel of a
+# run) locks the run's running job, then the trigger of migration 0011 locks its queued
+# dependents' jobs. Queued first here would let a finalize of one of the batch's runs hold
+# its running job while waiting for a queued dependent this cancel holds, and this cancel
+# wait for that running job: a deadlock (Postgres aborts one of the two with 40P01).
+CANCEL_BATCH = (CANCEL_BATCH_RUNNING, CANCEL_BATCH_QUEUED)
 
 
 # Fenced like every owner write: a worker that lost its lease cannot repeat log lines.

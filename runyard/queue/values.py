@@ -229,21 +229,73 @@ class AdmissionCaps:
     max_queue_depth: int = 0
     tenant_max_queued: int = 0
     tenant_max_running: int = 0
+    # Runs a tenant may create per window, whatever becomes of them, and the window.
+    tenant_max_created: int = 0
+    created_window_seconds: float = 3600.0
+    # Runs a tenant may keep in the database (terminal ones until deleted or pruned).
+    tenant_max_stored: int = 0
+    # Dependencies (``depends_on`` entries) one batch may hold in all.
+    batch_max_dependencies: int = 0
+
+    def tenant_params(self) -> dict[str, Any]:
+        """The bind parameters of the tenant caps (``TENANT_COUNTS_CTES``)."""
+        return {
+            "queued_cap": self.tenant_max_queued,
+            "running_cap": self.tenant_max_running,
+            "created_cap": self.tenant_max_created,
+            "stored_cap": self.tenant_max_stored,
+            "window_seconds": self.created_window_seconds,
+        }
+
+    def refusal(self, reason: str, window_retry_after: int | None) -> AdmissionRefused:
+        """The refusal of a tenant cap named by an admission statement's ``refused``."""
+        limits = {
+            "tenant_queued": self.tenant_max_queued,
+            "tenant_running": self.tenant_max_running,
+            "tenant_created": self.tenant_max_created,
+            "tenant_stored": self.tenant_max_stored,
+        }
+        if reason != "tenant_created":
+            return AdmissionRefused(reason, limits[reason])
+        return AdmissionRefused(
+            reason,
+            limits[reason],
+            retry_after=window_retry_after,
+            window_seconds=self.created_window_seconds,
+        )
 
 
 class AdmissionRefused(Exception):
-    """The run was not admitted: the queue or the tenant is at a cap."""
+    """The run was not admitted: the queue or the tenant is at a cap. ``retry_after``: when
+    a retry may pass (seconds), if the cap knows."""
 
-    def __init__(self, reason: str, limit: int) -> None:
+    def __init__(
+        self,
+        reason: str,
+        limit: int,
+        *,
+        retry_after: int | None = None,
+        window_seconds: float = 0.0,
+    ) -> None:
         messages = {
             "queue_full": f"the queue holds {limit} runs, its maximum; retry later",
             "tenant_queued": f"this tenant already has {limit} queued runs, its maximum",
             "tenant_running": f"this tenant already has {limit} running runs, its maximum",
+            "tenant_created": (
+                f"this tenant may create {limit} runs per {window_seconds:g} s, and these would"
+                " pass that (runs that failed or were cancelled count too)"
+                + (f"; the window ends in {retry_after} s" if retry_after else "")
+            ),
+            "tenant_stored": (
+                f"this tenant may keep {limit} runs, and these would pass that; delete"
+                " finished runs, or wait for retention to remove them"
+            ),
             "sync_capacity_full": f"all {limit} inline slots are busy; retry later",
         }
         super().__init__(messages[reason])
         self.reason = reason
         self.limit = limit
+        self.retry_after = retry_after
 
 
 class DepthEstimate:

@@ -92,13 +92,14 @@ def test_tenant_run_counts__backfilled_from_the_runs_already_there(database_url:
         with engine.connect() as conn:
             rows = conn.execute(
                 text(
-                    "SELECT tenant, sum(queued), sum(running) FROM tenant_run_counts "
+                    "SELECT tenant, sum(queued), sum(running), sum(stored) FROM tenant_run_counts "
                     "GROUP BY tenant ORDER BY tenant"
                 )
             ).all()
     finally:
         engine.dispose()
-    assert [tuple(row) for row in rows] == [("a", 2, 1), ("b", 0, 1)]
+    # Queued and running runs (migration 0006), and every run kept (migration 0016).
+    assert [tuple(row) for row in rows] == [("a", 2, 1, 4), ("b", 0, 1, 1), ("c", 0, 0, 1)]
 
 
 def test_event_xact_id__rows_from_before_keep_their_order_and_ids_still_resume(database_url: str):
@@ -276,3 +277,36 @@ def test_event_notify_per_statement__replaces_the_row_trigger_and_comes_back(dat
         engine.dispose()
     assert before == again == ("runyard_notify_event", "row")
     assert after == ("runyard_notify_events", "statement")
+
+
+def test_created_and_stored_counts__come_with_the_rerun_of_index_and_go_back(database_url: str):
+    config, engine = _downgraded(database_url, "0015")
+    insert = text(
+        "INSERT INTO tool_runs (id, tenant, tool, spec, input, status)"
+        " VALUES (gen_random_uuid(), 'a', 'echo', '{}', '{}', 'failed')"
+    )
+    try:
+        before = {c["name"] for c in inspect(engine).get_columns("tenant_run_counts")}
+        with engine.begin() as conn:
+            conn.execute(insert)  # terminal: migration 0006's trigger does not count it
+        command.upgrade(config, "head")
+        with engine.begin() as conn:
+            conn.execute(insert)  # counted now: created in the window, and stored
+            counts = conn.execute(
+                text(
+                    "SELECT sum(stored), sum(window_created) FROM tenant_run_counts"
+                    " WHERE tenant = 'a'"
+                )
+            ).one()
+        indexes = {ix["name"] for ix in inspect(engine).get_indexes("tool_runs")}
+        command.downgrade(config, "0015")
+        with engine.begin() as conn:
+            conn.execute(insert)  # the old trigger again
+        after = {c["name"] for c in inspect(engine).get_columns("tenant_run_counts")}
+        gone = {ix["name"] for ix in inspect(engine).get_indexes("tool_runs")}
+        command.upgrade(config, "head")
+    finally:
+        engine.dispose()
+    assert before == after == {"tenant", "shard", "queued", "running"}
+    assert tuple(counts) == (2, 1)  # both runs kept (the backfill), one made since
+    assert "ix_tool_runs_rerun_of" in indexes and "ix_tool_runs_rerun_of" not in gone

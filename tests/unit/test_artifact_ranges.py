@@ -23,6 +23,11 @@ from runyard.artifacts.ranges import ByteRange, Unsatisfiable, parse_range
         ("bytes=5-2", 10, None),
         ("bytes=-", 10, None),
         ("garbage", 10, None),
+        # Positions longer than any file's are never converted: clipped to the file.
+        ("bytes=0-" + "9" * 5000, 10, ByteRange(0, 10, 10)),
+        ("bytes=-" + "9" * 5000, 10, ByteRange(0, 10, 10)),
+        ("bytes=" + "0" * 5000 + "3-" + "0" * 4000 + "4", 10, ByteRange(3, 5, 10)),
+        ("bytes=5-" + "1" + "0" * 30, 10, ByteRange(5, 10, 10)),
     ],
 )
 def test_parse_range__table(header: str | None, size: int, expected: ByteRange | None):
@@ -30,7 +35,16 @@ def test_parse_range__table(header: str | None, size: int, expected: ByteRange |
 
 
 @pytest.mark.parametrize(
-    ("header", "size"), [("bytes=10-", 10), ("bytes=10-20", 10), ("bytes=-0", 10), ("bytes=0-", 0)]
+    ("header", "size"),
+    [
+        ("bytes=10-", 10),
+        ("bytes=10-20", 10),
+        ("bytes=-0", 10),
+        ("bytes=0-", 0),
+        ("bytes=" + "9" * 5000 + "-", 10),
+        ("bytes=" + "9" * 5000 + "-" + "9" * 5000, 10),
+        ("bytes=" + "1" + "0" * 18 + "-", 10**18),
+    ],
 )
 def test_parse_range__past_the_end_is_unsatisfiable(header: str, size: int):
     with pytest.raises(Unsatisfiable):

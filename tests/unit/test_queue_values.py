@@ -1,8 +1,10 @@
-"""The queue's plain values: the admission depth estimate."""
+"""The queue's plain values: the admission depth estimate, the caps and their refusals."""
 
 from __future__ import annotations
 
-from runyard.queue.values import DepthEstimate
+import pytest
+
+from runyard.queue.values import AdmissionCaps, DepthEstimate
 
 
 def test_depth_estimate__counts_until_a_count_says_far_below_the_cap():
@@ -27,3 +29,46 @@ def test_depth_estimate__a_count_expires():
     depth = DepthEstimate(ttl=0)
     depth.counted(0)
     assert not depth.far_below(100)
+
+
+def test_admission_caps__name_their_bind_parameters():
+    caps = AdmissionCaps(
+        tenant_max_queued=1,
+        tenant_max_running=2,
+        tenant_max_created=3,
+        created_window_seconds=60,
+        tenant_max_stored=4,
+    )
+    assert caps.tenant_params() == {
+        "queued_cap": 1,
+        "running_cap": 2,
+        "created_cap": 3,
+        "stored_cap": 4,
+        "window_seconds": 60,
+    }
+
+
+@pytest.mark.parametrize(
+    ("reason", "limit", "retry_after", "says"),
+    [
+        ("tenant_queued", 1, None, "already has 1 queued runs"),
+        ("tenant_running", 2, None, "already has 2 running runs"),
+        ("tenant_created", 3, 42, "may create 3 runs per 60 s"),
+        ("tenant_stored", 4, None, "may keep 4 runs"),
+    ],
+)
+def test_admission_caps__a_refusal_names_its_cap_and_when_to_retry(
+    reason: str, limit: int, retry_after: int | None, says: str
+):
+    caps = AdmissionCaps(
+        tenant_max_queued=1,
+        tenant_max_running=2,
+        tenant_max_created=3,
+        created_window_seconds=60,
+        tenant_max_stored=4,
+    )
+    refused = caps.refusal(reason, 42)
+    assert (refused.reason, refused.limit, refused.retry_after) == (reason, limit, retry_after)
+    assert says in str(refused)
+    if retry_after is not None:
+        assert str(refused).endswith("the window ends in 42 s")

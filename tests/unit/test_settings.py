@@ -41,3 +41,20 @@ def test_database_url__normalized_to_psycopg3(url: str):
 def test_missing_database_url__is_a_clear_error():
     with pytest.raises(ValueError, match="RUNYARD_DATABASE_URL"):
         normalize_database_url("")
+
+
+def test_abuse_caps__default_on_and_generous_and_0_turns_them_off():
+    settings = Settings(database_url="x")
+    assert settings.tenant_max_created_per_window == 100_000
+    assert settings.tenant_created_window_seconds == 3600
+    assert settings.tenant_max_stored_runs == 1_000_000
+    assert settings.batch_max_dependencies == 10_000
+    off = Settings(
+        database_url="x",
+        tenant_max_created_per_window=0,
+        tenant_max_stored_runs=0,
+        batch_max_dependencies=0,
+    )
+    assert (off.tenant_max_created_per_window, off.tenant_max_stored_runs) == (0, 0)
+    with pytest.raises(ValidationError):
+        Settings(database_url="x", tenant_created_window_seconds=0)

@@ -131,6 +131,28 @@ def test_artifacts__a_range_past_the_end_is_416(client: TestClient, engine: Engi
     assert response.headers["content-range"] == f"bytes */{len(BIG)}"
 
 
+@pytest.mark.parametrize(
+    ("header", "status", "start"),
+    [
+        ("bytes=" + "9" * 5000 + "-", 416, None),  # starts past any file
+        ("bytes=" + "9" * 5000 + "-" + "9" * 5000, 416, None),
+        ("bytes=100-" + "9" * 5000, 206, 100),  # to the end
+        ("bytes=-" + "9" * 5000, 206, 0),  # the whole file
+    ],
+)
+def test_artifacts__a_range_of_thousands_of_digits_is_answered_not_a_500(
+    client: TestClient, engine: Engine, header: str, status: int, start: int | None
+):
+    acme = bearer(engine, "acme")
+    run_id = finished(client, acme)
+    response = client.get(f"/v1/runs/{run_id}/artifacts/big.bin", headers={**acme, "Range": header})
+    assert response.status_code == status, response.text
+    if start is None:
+        assert response.headers["content-range"] == f"bytes */{len(BIG)}"
+    else:
+        assert response.content == BIG[start:]
+
+
 def test_artifacts__the_tar_holds_every_file(client: TestClient, engine: Engine):
     acme = bearer(engine, "acme")
     run_id = finished(client, acme)
