@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from runyard.builds.context import BuildRef
 
 _NUMERIC_USER = re.compile(r"[0-9]{1,10}(:[0-9]{1,10})?")
+MAX_ID = 2_147_483_647
 # Docker's rule for the names of containers, volumes and networks.
 DOCKER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{1,127}")
 RUNTIME_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}")
@@ -221,6 +222,9 @@ def _check_against_maxima(tool: ToolSpec, settings: Settings) -> list[str]:
         problems.append(f"user {tool.user!r} must be a numeric uid or uid:gid")
     elif tool.user.split(":")[0] == "0":
         problems.append("user must not be root")
+    elif any(int(part) > MAX_ID for part in tool.user.split(":")):
+        # The kernel's range: the engine would refuse to start every run of the tool.
+        problems.append(f"user {tool.user!r}: uid and gid must be at most {MAX_ID}")
     problems.extend(isolation_problems(tool))
     problems.extend(build_problems(tool))
     if tool.input_schema is not None:
