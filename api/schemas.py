@@ -12,7 +12,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from runyard.graph import MAX_DEPENDENCIES
 from runyard.runs import RunView
 from runyard.submit import RunRequest
-from runyard.tools import TOOL_NAME_PATTERN
+from runyard.tools import TOOL_NAME_PATTERN, bounds_schema, within_bounds
 from runyard.webhook_urls import MAX_URL_LENGTH
 
 RUN_EXAMPLE: dict[str, Any] = {
@@ -36,13 +36,26 @@ RUN_EXAMPLE: dict[str, Any] = {
 
 
 class RunLimits(BaseModel):
-    """Limits one run asks for instead of its tool's, each up to the tool's maximum."""
+    """Limits one run asks for instead of its tool's, each up to the tool's maximum and always
+    within the platform's bounds (``runyard.limit_bounds``: never 0 CPUs, never no limit)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    timeout_seconds: int | None = Field(default=None, ge=1, description="Wall-clock limit")
-    memory_mb: int | None = Field(default=None, ge=6, description="Memory limit")
-    cpus: float | None = Field(default=None, gt=0, description="CPU limit")
+    timeout_seconds: Annotated[int, within_bounds("timeout_seconds")] | None = Field(
+        default=None,
+        description="Wall-clock limit in seconds",
+        json_schema_extra=bounds_schema("timeout_seconds"),
+    )
+    memory_mb: Annotated[int, within_bounds("memory_mb")] | None = Field(
+        default=None,
+        description="Memory limit in MB (no swap)",
+        json_schema_extra=bounds_schema("memory_mb"),
+    )
+    cpus: Annotated[float, within_bounds("cpus")] | None = Field(
+        default=None,
+        description="CPU limit (0.01 at least: the engine's smallest share)",
+        json_schema_extra=bounds_schema("cpus"),
+    )
 
 
 class RunCreate(BaseModel):

@@ -345,6 +345,18 @@ class Worker(Base):
     stopped_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
+class DeletedRun(Base):
+    """The tombstone of a deleted run that had a container: the sweep still removes what the
+    engine holds of it (migration 0017 writes them by trigger; the sweep prunes them)."""
+
+    __tablename__ = "deleted_runs"
+
+    run_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    deleted_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), index=True
+    )
+
+
 class ApiKey(Base):
     """An API key: only its hash is stored; ``prefix`` finds the row without the secret."""
 

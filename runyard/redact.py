@@ -127,6 +127,8 @@ class StreamRedactor:
     def __init__(self, redactor: Redactor) -> None:
         self._redactor = redactor
         self._held = b""
+        # Set once some bytes passed on were masked: the stream held a secret value.
+        self.found = False
 
     def feed(self, piece: bytes) -> bytes:
         """The masked bytes that can be passed on now."""
@@ -135,9 +137,15 @@ class StreamRedactor:
         data = self._held + piece
         cut = self._redactor.safe_cut(data)
         self._held = data[cut:]
-        return self._redactor.mask(data[:cut])
+        return self._masked(data[:cut])
 
     def finish(self) -> bytes:
         """The rest, at the end of the stream."""
         data, self._held = self._held, b""
-        return self._redactor.mask(data)
+        return self._masked(data)
+
+    def _masked(self, data: bytes) -> bytes:
+        masked = self._redactor.mask(data)
+        if masked != data:
+            self.found = True
+        return masked

@@ -56,7 +56,8 @@ def delete_run(
     artifacts: ArtifactStore | None = None,
 ) -> tuple[Deleted, str | None]:
     """Delete a terminal run the tenant may see, and its artifacts; the outcome and the
-    run's status."""
+    run's status. A container the run left on an engine is the sweep's: the delete leaves
+    the run's tombstone (a trigger, migration 0017), so the sweep still knows it."""
     row = autocommit(engine, DELETE_RUN, {"id": run_id, "tenant": tenant})[0]
     if row.status is None:
         return Deleted.NOT_FOUND, None

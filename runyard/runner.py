@@ -32,6 +32,9 @@ class ErrorCode(enum.StrEnum):
     IDLE_TIMEOUT = "idle_timeout"
     SECRET_UNAVAILABLE = "secret_unavailable"
     ENGINE_UNSUPPORTED = "engine_unsupported"
+    # The engine (or runyard's own check before asking it) refused the container for the
+    # run's own settings: final, never retried, and the worker keeps claiming.
+    CONTAINER_REFUSED = "container_refused"
     # Written by the database when a run it depends on ends without success (migration 0011).
     DEPENDENCY_FAILED = "dependency_failed"
     INVALID_ARTIFACT = "invalid_artifact"

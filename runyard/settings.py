@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from runyard.limit_bounds import BOUNDS
 from runyard.pooling import ConnectionPlan, Pooler, connection_plan
+
+
+def _bounded(limit: str, default: float) -> Any:
+    """An operator maximum for ``limit``: its default, within the limit's own bounds."""
+    bound = BOUNDS[limit]
+    return Field(default=default, ge=bound.floor, le=bound.ceiling)
 
 
 class Settings(BaseSettings):
@@ -104,14 +111,15 @@ class Settings(BaseSettings):
     events_db_concurrency: int = Field(default=4, ge=1, le=100)
     max_event_streams: int = Field(default=1000, ge=1)
 
-    # Operator maxima: a tool's registry entry may ask for up to these, never more.
-    max_timeout_seconds: int = Field(default=3600, ge=1)
-    max_memory_mb: int = Field(default=4096, ge=6)
-    max_cpus: float = Field(default=4.0, gt=0)
-    max_pids: int = Field(default=1024, ge=1)
-    max_disk_mb: int = Field(default=10240, ge=1)
-    stdout_cap_bytes: int = Field(default=1_048_576, ge=1024)
-    result_cap_bytes: int = Field(default=1_048_576, ge=1024)
+    # Operator maxima: a tool's registry entry may ask for up to these, never more; each stays
+    # within the platform's own bounds (runyard.limit_bounds).
+    max_timeout_seconds: int = _bounded("timeout_seconds", 3600)
+    max_memory_mb: int = _bounded("memory_mb", 4096)
+    max_cpus: float = _bounded("cpus", 4.0)
+    max_pids: int = _bounded("pids_limit", 1024)
+    max_disk_mb: int = _bounded("disk_mb", 10240)
+    stdout_cap_bytes: int = _bounded("stdout_cap_bytes", 1_048_576)
+    result_cap_bytes: int = _bounded("result_cap_bytes", 1_048_576)
     stop_grace_seconds: float = Field(default=5.0, ge=0)
     docker_timeout_seconds: float = Field(default=30.0, gt=0)
     # Where attempts' /runyard is made (runyard.docker.inputs): "auto" writes it into a
@@ -123,7 +131,7 @@ class Settings(BaseSettings):
     # an absolute directory every worker and API host sees at the same path.
     artifacts_dir: str = ""
     # The most a tool's ``artifacts_max_mb`` may be.
-    max_artifacts_mb: int = Field(default=1024, ge=1)
+    max_artifacts_mb: int = _bounded("artifacts_max_mb", 1024)
 
     # Tools built from source (docs/tools.md, "Built tools"): the most a build context may
     # hold, the memory of a build's steps, the characters of its log kept (the tail).

@@ -8,11 +8,21 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+)
+from pydantic_core import PydanticCustomError
 
+from runyard.limit_bounds import BOUNDS
 from runyard.settings import Settings
 from runyard.tool_json import DEFAULT_MAX_DEPTH, MAX_STORED_DEPTH
 from runyard.tool_secrets import reference_problem
@@ -21,6 +31,7 @@ if TYPE_CHECKING:
     from runyard.builds.context import BuildRef
 
 _NUMERIC_USER = re.compile(r"[0-9]{1,10}(:[0-9]{1,10})?")
+MAX_ID = 2_147_483_647
 # Docker's rule for the names of containers, volumes and networks.
 DOCKER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{1,127}")
 RUNTIME_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}")
@@ -36,6 +47,40 @@ QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,63}$"
 
 class RegistryError(Exception):
     """The tool registry file is missing, unreadable or invalid."""
+
+
+def within_bounds(name: str) -> AfterValidator:
+    """Pydantic metadata: the value stays within the bounds of limit ``name``
+    (``runyard.limit_bounds``), or fails with a message that names them."""
+    bound = BOUNDS[name]
+
+    def check(value: float) -> float:
+        problem = bound.problem(value)
+        if problem is not None:
+            raise PydanticCustomError(
+                "limit_out_of_bounds",
+                "{problem}, not {value}",
+                {"problem": problem, "value": value},
+            )
+        return value
+
+    return AfterValidator(check)
+
+
+def bounds_schema(name: str) -> dict[str, Any]:
+    """The JSON schema keywords of limit ``name``'s bounds (the OpenAPI document shows them)."""
+    bound = BOUNDS[name]
+    return {"minimum": bound.floor, "maximum": bound.ceiling}
+
+
+def _limit(name: str, default: float | None) -> Any:
+    """A limit field: its default, and its bounds in the JSON schema."""
+    return Field(default=default, json_schema_extra=bounds_schema(name))
+
+
+_Seconds = Annotated[StrictInt, within_bounds("timeout_seconds")]
+_MemoryMb = Annotated[StrictInt, within_bounds("memory_mb")]
+_Cpus = Annotated[StrictFloat | StrictInt, within_bounds("cpus")]
 
 
 class BuildSpec(BaseModel):
@@ -69,25 +114,34 @@ class ToolSpec(BaseModel):
     network: str = NO_NETWORK
     runtime: str | None = None
     user: str = "65534:65534"
-    timeout_seconds: StrictInt = Field(default=30, ge=1)
-    memory_mb: StrictInt = Field(default=128, ge=6)
-    cpus: StrictFloat | StrictInt = Field(default=0.5, gt=0)
-    pids_limit: StrictInt = Field(default=64, ge=1)
-    tmpfs_mb: StrictInt = Field(default=16, ge=1, le=4096)
-    nofile_limit: StrictInt = Field(default=1024, ge=16, le=65536)
+    # Every limit stays within runyard.limit_bounds, whatever the operator maxima say.
+    timeout_seconds: _Seconds = _limit("timeout_seconds", 30)
+    memory_mb: _MemoryMb = _limit("memory_mb", 128)
+    cpus: _Cpus = _limit("cpus", 0.5)
+    pids_limit: Annotated[StrictInt, within_bounds("pids_limit")] = _limit("pids_limit", 64)
+    tmpfs_mb: Annotated[StrictInt, within_bounds("tmpfs_mb")] = _limit("tmpfs_mb", 16)
+    nofile_limit: Annotated[StrictInt, within_bounds("nofile_limit")] = _limit("nofile_limit", 1024)
     max_attempts: StrictInt = Field(default=1, ge=1, le=20)
     queue: str = Field(default="default", pattern=QUEUE_NAME_PATTERN)
     # How far a run may raise its own limits (None: the tool's own value, no raise).
-    max_timeout_seconds: StrictInt | None = Field(default=None, ge=1)
-    max_memory_mb: StrictInt | None = Field(default=None, ge=6)
-    max_cpus: StrictFloat | StrictInt | None = Field(default=None, gt=0)
-    stdout_cap_bytes: StrictInt | None = Field(default=None, ge=1024)
-    result_cap_bytes: StrictInt | None = Field(default=None, ge=1024)
+    max_timeout_seconds: _Seconds | None = _limit("timeout_seconds", None)
+    max_memory_mb: _MemoryMb | None = _limit("memory_mb", None)
+    max_cpus: _Cpus | None = _limit("cpus", None)
+    stdout_cap_bytes: Annotated[StrictInt, within_bounds("stdout_cap_bytes")] | None = _limit(
+        "stdout_cap_bytes", None
+    )
+    result_cap_bytes: Annotated[StrictInt, within_bounds("result_cap_bytes")] | None = _limit(
+        "result_cap_bytes", None
+    )
     result_max_depth: StrictInt = Field(default=DEFAULT_MAX_DEPTH, ge=1, le=MAX_STORED_DEPTH)
-    disk_mb: StrictInt = Field(default=1024, ge=1)
+    disk_mb: Annotated[StrictInt, within_bounds("disk_mb")] = _limit("disk_mb", 1024)
     # The most the files left under /runyard/out may hold in all (runyard.artifacts.rules).
-    artifacts_max_mb: StrictInt = Field(default=100, ge=1)
-    idle_timeout_seconds: StrictInt | None = Field(default=None, ge=2)
+    artifacts_max_mb: Annotated[StrictInt, within_bounds("artifacts_max_mb")] = _limit(
+        "artifacts_max_mb", 100
+    )
+    idle_timeout_seconds: Annotated[StrictInt, within_bounds("idle_timeout_seconds")] | None = (
+        _limit("idle_timeout_seconds", None)
+    )
     input_schema: dict[str, Any] | None = None
 
     def snapshot(self) -> dict[str, Any]:
@@ -168,6 +222,9 @@ def _check_against_maxima(tool: ToolSpec, settings: Settings) -> list[str]:
         problems.append(f"user {tool.user!r} must be a numeric uid or uid:gid")
     elif tool.user.split(":")[0] == "0":
         problems.append("user must not be root")
+    elif any(int(part) > MAX_ID for part in tool.user.split(":")):
+        # The kernel's range: the engine would refuse to start every run of the tool.
+        problems.append(f"user {tool.user!r}: uid and gid must be at most {MAX_ID}")
     problems.extend(isolation_problems(tool))
     problems.extend(build_problems(tool))
     if tool.input_schema is not None:

@@ -1,7 +1,9 @@
 """Collecting /runyard/out into a new artifact set, one member at a time, never a whole file
 in memory: from the engine's tar stream of the directory, or from the attempt's host work
 directory. Every member passes the rules (``runyard.artifacts.rules``) before its bytes are
-read; ``result.json`` at the top is the result and is skipped here."""
+read; ``result.json`` at the top is the result and is skipped here. The tool's secret values
+are masked in every path and in text content, and a binary file holding one is refused
+(``runyard.artifacts.masking``); messages only ever show masked paths."""
 
 from __future__ import annotations
 
@@ -12,9 +14,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, cast
 
+from runyard.artifacts.masking import mask_path, masked_content
 from runyard.artifacts.rules import ArtifactLimits, ArtifactRefused, Kind, Tally, is_result
 from runyard.artifacts.store import CHUNK_SIZE, ArtifactWriter
+from runyard.redact import Redactor
 from runyard.runner import ErrorCode
+
+NO_SECRETS = Redactor(())
 
 _DIR_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -92,7 +98,11 @@ def _pieces(stream: IO[bytes], size: int, path: str) -> Iterator[bytes]:
 
 
 def collect_tar(
-    chunks: Iterable[bytes], writer: ArtifactWriter, limits: ArtifactLimits, top: str = "out"
+    chunks: Iterable[bytes],
+    writer: ArtifactWriter,
+    limits: ArtifactLimits,
+    top: str = "out",
+    redactor: Redactor = NO_SECRETS,
 ) -> int:
     """Store the files of the tar stream of directory ``top``; how many were stored.
 
@@ -115,19 +125,23 @@ def collect_tar(
                     path = "/" + member.name  # outside ``top``: refused as absolute
                 if is_result(path):
                     continue
+                shown = mask_path(redactor, path)
                 kind = tar_kind(member)
-                tally.admit(path, kind, member.size)
+                tally.admit(shown, kind, member.size)
                 if kind is Kind.FILE:
                     handle = tar.extractfile(member)
                     if handle is None:
-                        raise CollectError(f"{path!r} has no content in the archive")
-                    writer.add(path, _pieces(handle, member.size, path))
+                        raise CollectError(f"{shown!r} has no content in the archive")
+                    pieces = _pieces(handle, member.size, shown)
+                    writer.add(shown, masked_content(redactor, shown, pieces, tally))
     except tarfile.TarError as exc:
         raise CollectError(f"the archive of /runyard/{top} could not be read: {exc}") from exc
     return tally.files
 
 
-def collect_dir(out: Path, writer: ArtifactWriter, limits: ArtifactLimits) -> int:
+def collect_dir(
+    out: Path, writer: ArtifactWriter, limits: ArtifactLimits, redactor: Redactor = NO_SECRETS
+) -> int:
     """Store the files under the host directory ``out``, opened without following a link at
     any step; how many were stored. Raises as ``collect_tar`` does."""
     tally = Tally(limits)
@@ -138,40 +152,45 @@ def collect_dir(out: Path, writer: ArtifactWriter, limits: ArtifactLimits) -> in
     except OSError as exc:
         raise CollectError(f"cannot open {out}: {exc.strerror}") from exc
     try:
-        _walk(top, "", writer, tally)
+        _walk(top, "", writer, tally, redactor)
     finally:
         os.close(top)
     return tally.files
 
 
-def _walk(directory: int, prefix: str, writer: ArtifactWriter, tally: Tally) -> None:
+def _walk(
+    directory: int, prefix: str, writer: ArtifactWriter, tally: Tally, redactor: Redactor
+) -> None:
     try:
         names = sorted(os.listdir(directory))
     except OSError as exc:
-        raise CollectError(f"cannot list {prefix or '.'!r}: {exc.strerror}") from exc
+        shown_dir = mask_path(redactor, prefix or ".")
+        raise CollectError(f"cannot list {shown_dir!r}: {exc.strerror}") from exc
     for name in names:
         path = prefix + name
         if is_result(path):
             continue
+        shown = mask_path(redactor, path)
         try:
             info = os.stat(name, dir_fd=directory, follow_symlinks=False)
         except OSError as exc:
-            raise CollectError(f"cannot stat {path!r}: {exc.strerror}") from exc
+            raise CollectError(f"cannot stat {shown!r}: {exc.strerror}") from exc
         kind = stat_kind(info)
-        tally.admit(path, kind, info.st_size)
+        tally.admit(shown, kind, info.st_size)
         flags = _DIR_FLAGS if kind is Kind.DIRECTORY else _FILE_FLAGS
         try:
             fd = os.open(name, flags, dir_fd=directory)
         except OSError as exc:
-            raise CollectError(f"cannot open {path!r}: {exc.strerror}") from exc
+            raise CollectError(f"cannot open {shown!r}: {exc.strerror}") from exc
         if kind is Kind.DIRECTORY:
             try:
-                _walk(fd, path + "/", writer, tally)
+                _walk(fd, path + "/", writer, tally, redactor)
             finally:
                 os.close(fd)
             continue
         with os.fdopen(fd, "rb") as stream:
             opened = os.fstat(stream.fileno())
             if (opened.st_ino, opened.st_dev) != (info.st_ino, info.st_dev):
-                raise CollectError(f"{path!r} changed while it was read")
-            writer.add(path, _pieces(stream, info.st_size, path))
+                raise CollectError(f"{shown!r} changed while it was read")
+            pieces = _pieces(stream, info.st_size, shown)
+            writer.add(shown, masked_content(redactor, shown, pieces, tally))

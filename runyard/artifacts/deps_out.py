@@ -2,7 +2,9 @@
 
 Read from the store a piece at a time into a spooled tar (upload mode: memory stays at one
 piece plus the spool's in-memory part, the rest goes to a temporary file) or straight into
-the host work directory. Files are root-owned and read-only, like ``input.json``.
+the host work directory. Files are root-owned and read-only, like ``input.json``. They are
+the platform's, not the tool's: the disk watch gives the attempt room for them on top of its
+``disk_mb`` (``deps_room``).
 """
 
 from __future__ import annotations
@@ -12,15 +14,51 @@ import os
 import tarfile
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 from typing import IO
 
-from runyard.artifacts.store import ArtifactStore
+from runyard.artifacts.store import ArtifactFile, ArtifactStore
 
 DEPS_DIR = "deps"
 # Up to this much of the archive stays in memory; the rest spills to a temporary file.
 SPOOL_BYTES = 8 << 20
+# The allocation unit the room is counted in (ext4's and XFS's default block).
+BLOCK = 4096
+
+
+@dataclass(frozen=True)
+class DepsRoom:
+    """What the dependencies' artifacts take under /runyard/deps, at most: bytes allocated
+    and directory entries (files and directories)."""
+
+    bytes: int = 0
+    entries: int = 0
+
+
+def deps_room(files: Mapping[str, Iterable[ArtifactFile]]) -> DepsRoom:
+    """The room for every dependency's files (by run id) under ``deps/<run id>/``: each file
+    rounded up to whole blocks plus one for the file system's own records, one block per
+    directory. An upper bound of what the disk watch measures for them."""
+    allocated = entries = 0
+    directories = {PurePosixPath(DEPS_DIR)}
+    for run_id, artifacts in files.items():
+        top = PurePosixPath(DEPS_DIR, run_id)
+        directories.add(top)
+        for artifact in artifacts:
+            allocated += (-(-artifact.size // BLOCK) + 1) * BLOCK
+            entries += 1
+            directories.update((top / artifact.path).parents)
+    directories = {d for d in directories if d != PurePosixPath(".")}
+    return DepsRoom(allocated + len(directories) * BLOCK, entries + len(directories))
+
+
+def deps_files(
+    store: ArtifactStore, sets: Mapping[str, uuid.UUID]
+) -> dict[str, list[ArtifactFile]]:
+    """The files of every dependency's published set, by run id."""
+    return {run_text: store.files(uuid.UUID(run_text), set_id) for run_text, set_id in sets.items()}
 
 
 class _Pieces(io.RawIOBase):

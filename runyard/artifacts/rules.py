@@ -102,10 +102,15 @@ class Tally:
     files: int = 0
     bytes: int = 0
     directories: int = 0
+    # The (masked) paths of the files kept: two files must not end up with one path.
+    paths: set[str] = dataclasses.field(default_factory=set)
 
     def admit(self, path: str, kind: Kind, size: int) -> None:
         """Count one member, or raise ``ArtifactRefused`` naming the rule or limit it breaks."""
         problem = member_problem(path, kind)
+        if problem is None and kind is Kind.FILE and path in self.paths:
+            # Only masking makes two members one path (``a-<value>`` and ``a-***``).
+            problem = f"{_show(path)} names two files once secret values are masked"
         if problem is not None:
             raise ArtifactRefused(ErrorCode.INVALID_ARTIFACT, f"artifact refused: {problem}")
         if kind is Kind.DIRECTORY:
@@ -120,6 +125,18 @@ class Tally:
             raise _over("size", f"more than {mb} MB in all (artifacts_max_mb = {mb})")
         self.files += 1
         self.bytes += size
+        self.paths.add(path)
+
+    def grow(self, extra: int, *, settled: bool = False) -> None:
+        """The file being kept is ``extra`` bytes longer than admitted (masking a value
+        shorter than the mask): refuse past the size limit; ``settled`` counts it for good."""
+        if extra <= 0:
+            return
+        if self.bytes + extra > self.limits.max_bytes:
+            mb = self.limits.max_bytes >> 20
+            raise _over("size", f"more than {mb} MB in all (artifacts_max_mb = {mb})")
+        if settled:
+            self.bytes += extra
 
 
 def decide_artifacts(
@@ -148,6 +165,11 @@ def _over(limit: str, what: str) -> ArtifactRefused:
     return ArtifactRefused(
         ErrorCode.ARTIFACTS_LIMIT, f"artifacts over the {limit} limit: {what} under /runyard/out"
     )
+
+
+def show_path(path: str, limit: int = 80) -> str:
+    """``path`` as error messages show it: quoted, escaped, cut after ``limit`` characters."""
+    return _show(path, limit)
 
 
 def _show(path: str, limit: int = 80) -> str:

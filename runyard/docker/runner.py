@@ -19,7 +19,13 @@ from docker.types import DriverConfig, LogConfig, Mount, Ulimit
 from sqlalchemy.exc import DBAPIError
 
 from runyard.artifacts.collect import CollectError, collect_dir, collect_tar
-from runyard.artifacts.deps_out import deps_archive, write_deps_dir
+from runyard.artifacts.deps_out import (
+    DepsRoom,
+    deps_archive,
+    deps_files,
+    deps_room,
+    write_deps_dir,
+)
 from runyard.artifacts.rules import ArtifactLimits, ArtifactRefused, with_artifacts
 from runyard.artifacts.store import CHUNK_SIZE, ArtifactStore, ArtifactWriter
 from runyard.builds.digest import is_build_tag
@@ -27,6 +33,7 @@ from runyard.capture import HeadTailBuffer
 from runyard.docker.connection import skip_environment_lookups
 from runyard.docker.engine_check import engine_problems
 from runyard.docker.engine_marker import EngineMarker
+from runyard.docker.hardening import ContainerLimits, create_problems
 from runyard.docker.host_workdirs import HostWorkdirs
 from runyard.docker.inputs import InputsChoice
 from runyard.docker.inputs import choose as choose_input_mode
@@ -38,6 +45,7 @@ from runyard.docker.outputs import (
     stored_logs,
     workdir_archive,
 )
+from runyard.docker.refusals import refused_for_settings
 from runyard.docker.watch import AttemptWatch
 from runyard.faults import AFTER_CREATE, crash_point
 from runyard.models import RunStatus
@@ -70,7 +78,6 @@ LABEL_DEADLINE = "io.runyard.deadline"
 # "host": /runyard is the attempt's host work directory, so its outputs can be read there.
 LABEL_WORKDIR = "io.runyard.workdir"
 WORKDIR = "/runyard"
-DEFAULT_DISK_MB = 1024
 SIGKILL_EXIT = 137
 # How long an unexplained SIGKILL exit waits for the engine's OOM record (seconds, in steps).
 OOM_EVENT_WAITS = (0.1, 0.2, 0.3, 0.4)
@@ -104,6 +111,11 @@ class DockerLimits:
 
 class _EngineRefused(Exception):
     """The engine lacks what the tool's definition names (its network or runtime)."""
+
+
+class _ContainerRefused(Exception):
+    """The container cannot be made for the run's own settings: runyard's check of the create
+    arguments refused it, or the engine did (``runyard.docker.refusals``)."""
 
 
 def _parse_docker_time(value: str | None) -> datetime | None:
@@ -248,6 +260,8 @@ class DockerRunner:
                         continue
                 except _EngineRefused as exc:
                     return _unsupported(str(exc))
+                except _ContainerRefused as exc:
+                    return _refused(spec, str(exc))
                 return self._wait_and_collect(created, spec, control, started_here=True)
             attrs = self._settled(self._inspect(spec.container_name))
             if attrs is not None:
@@ -272,6 +286,13 @@ class DockerRunner:
             raise RunnerUnavailable(f"cannot start container: {exc}") from exc
         except docker.errors.APIError as exc:
             if self._input_dirs is None or "failed to mount local volume" not in str(exc):
+                message = _engine_message(exc)
+                if refused_for_settings(exc.status_code, message):
+                    # Made but never started: removed with the run's other leftovers.
+                    masked = self._redactor(container_id, spec).text(message)
+                    raise _ContainerRefused(
+                        f"the Docker engine refused to start the container: {masked}"
+                    ) from exc
                 raise RunnerUnavailable(f"cannot start container: {exc}") from exc
             logger.error(
                 "the Docker engine cannot see RUNYARD_HOST_WORKDIR_ROOT; uploading inputs instead",
@@ -345,26 +366,21 @@ class DockerRunner:
         )
         if spec.deps is not None:
             env["RUNYARD_DEPS"] = f"{WORKDIR}/deps.json"
-        memory = f"{int(tool['memory_mb'])}m"
-        nofile = int(tool.get("nofile_limit", 1024))
-        # No single file may pass the disk limit (nor the /tmp size, if larger): the kernel
-        # enforces this one exactly, between two polls of the disk watch.
-        tmpfs_mb = int(tool.get("tmpfs_mb", 16))
-        fsize = max(int(tool.get("disk_mb") or DEFAULT_DISK_MB), tmpfs_mb) << 20
+        limits = ContainerLimits.of(tool)
         host_config = self._api.create_host_config(
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             read_only=True,
-            tmpfs={"/tmp": f"rw,noexec,nosuid,nodev,size={tmpfs_mb}m"},
+            tmpfs={"/tmp": f"rw,noexec,nosuid,nodev,size={limits.tmpfs_mb}m"},
             network_mode=str(tool.get("network") or NO_NETWORK),
             runtime=tool.get("runtime"),
-            mem_limit=memory,
-            memswap_limit=memory,
-            nano_cpus=int(float(tool["cpus"]) * 1e9),
-            pids_limit=int(tool["pids_limit"]),
+            mem_limit=limits.memory_bytes,
+            memswap_limit=limits.memory_bytes,
+            nano_cpus=limits.nano_cpus,
+            pids_limit=limits.pids,
             ulimits=[
-                Ulimit(name="nofile", soft=nofile, hard=nofile),
-                Ulimit(name="fsize", soft=fsize, hard=fsize),
+                Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile),
+                Ulimit(name="fsize", soft=limits.fsize_bytes, hard=limits.fsize_bytes),
             ],
             init=True,
             privileged=False,
@@ -410,10 +426,21 @@ class DockerRunner:
             )
         user = str(spec.tool.get("user", "65534:65534"))
         host_dir = self._input_dirs
+        args = self._create_args(spec, secrets)
+        problems = create_problems(args["host_config"])
+        if problems:
+            # Never asked of the engine: the snapshot slipped past the bounds somehow.
+            logger.error(
+                "refusing to create a container without its limits",
+                extra={"run_id": str(spec.run_id), "problems": problems},
+            )
+            return _refused(
+                spec,
+                "runyard refused to create the container: it would have " + ", ".join(problems),
+            )
         fresh_dir = host_dir.prepare(name, spec.files(), user) if host_dir is not None else False
         if fresh_dir and host_dir is not None:
             self._deps_into_dir(host_dir.path(name), spec, store)
-        args = self._create_args(spec, secrets)
         pulled = False
         while True:
             try:
@@ -440,6 +467,11 @@ class DockerRunner:
                     self._not_ours(name, fresh_dir)
                     runtime = spec.tool.get("runtime")
                     return _unsupported(f"the Docker engine has no runtime {runtime!r}")
+                message = _engine_message(exc)
+                if refused_for_settings(exc.status_code, message):
+                    self._not_ours(name, fresh_dir)
+                    masked = Redactor(secrets.values()).text(message)
+                    return _refused(spec, f"the Docker engine refused the container: {masked}")
                 raise RunnerUnavailable(f"cannot create container {name}: {exc}") from exc
             except _TRANSPORT_ERRORS as exc:
                 raise RunnerUnavailable(f"cannot create container {name}: {exc}") from exc
@@ -620,6 +652,7 @@ class DockerRunner:
             output_marker=output_marker,
             note=control.note,
             log_extra={"run_id": str(spec.run_id), "attempt": spec.attempt},
+            deps_room=lambda: _deps_room(spec, control.artifacts),
         )
 
     def output_marker(self, container_id: str, log_path: str | None) -> object:
@@ -789,7 +822,9 @@ class DockerRunner:
         if control.artifacts is None:
             return outcome
         _fence(control, spec)
-        return self._collect_artifacts(container_id, spec, attrs, control.artifacts, outcome)
+        return self._collect_artifacts(
+            container_id, spec, attrs, control.artifacts, outcome, live.redactor
+        )
 
     def _collect_artifacts(
         self,
@@ -798,21 +833,25 @@ class DockerRunner:
         attrs: dict[str, Any],
         store: ArtifactStore,
         outcome: AttemptResult,
+        redactor: Redactor,
     ) -> AttemptResult:
         """Keep the files under ``out/`` as a new set, from the host work directory or the
-        engine's tar stream; a refusal fails a success (``runyard.artifacts.rules``)."""
+        engine's tar stream, the tool's secret values masked; a refusal fails a success
+        (``runyard.artifacts.rules``, ``runyard.artifacts.masking``)."""
         limits = ArtifactLimits.of(spec.tool)
         labels = attrs.get("Config", {}).get("Labels") or {}
         writer = store.writer(spec.run_id)
         try:
             host_dir = self._host_dir(spec.container_name, labels)
             if host_dir is not None:
-                kept = collect_dir(host_dir / "out", writer, limits)
+                kept = collect_dir(host_dir / "out", writer, limits, redactor)
             else:
-                kept = self._collect_archive(container_id, writer, limits)
+                kept = self._collect_archive(container_id, writer, limits, redactor)
             writer.done()
-        except ArtifactRefused as refused:
+        except ArtifactRefused as caught:
             store.discard(spec.run_id, writer.set_id)
+            # Its paths are masked already; the message is masked once more, whatever it holds.
+            refused = ArtifactRefused(caught.code, redactor.text(caught.message))
             logger.info(
                 "artifacts refused",
                 extra={"run_id": str(spec.run_id), "attempt": spec.attempt, "error": str(refused)},
@@ -831,7 +870,11 @@ class DockerRunner:
         return with_artifacts(outcome, None, writer.set_id)
 
     def _collect_archive(
-        self, container_id: str, writer: ArtifactWriter, limits: ArtifactLimits
+        self,
+        container_id: str,
+        writer: ArtifactWriter,
+        limits: ArtifactLimits,
+        redactor: Redactor,
     ) -> int:
         """``out/`` as the engine's tar stream, member by member."""
         try:
@@ -842,7 +885,7 @@ class DockerRunner:
             return 0
         if stat.get("linkTarget"):
             raise ArtifactRefused(ErrorCode.INVALID_ARTIFACT, "/runyard/out is a link")
-        return collect_tar(stream, writer, limits)
+        return collect_tar(stream, writer, limits, redactor=redactor)
 
     def _read_result(
         self, container_id: str, spec: AttemptSpec, attrs: dict[str, Any], cap: int, depth: int
@@ -982,6 +1025,38 @@ def _unsupported(error: str) -> AttemptResult:
     return AttemptResult(
         status=RunStatus.FAILED, error_code=ErrorCode.ENGINE_UNSUPPORTED, error=error
     )
+
+
+def _refused(spec: AttemptSpec, error: str) -> AttemptResult:
+    """The run's end when its container was refused for its own settings: final, at once."""
+    logger.warning(
+        "container refused for the run's settings",
+        extra={"run_id": str(spec.run_id), "attempt": spec.attempt, "error": error},
+    )
+    return AttemptResult(
+        status=RunStatus.FAILED, error_code=ErrorCode.CONTAINER_REFUSED, error=error
+    )
+
+
+def _engine_message(exc: docker.errors.APIError) -> str:
+    """The engine's own words, without the request's URL."""
+    explanation = exc.explanation
+    if isinstance(explanation, bytes):
+        explanation = explanation.decode("utf-8", errors="replace")
+    return str(explanation or exc)
+
+
+def _deps_room(spec: AttemptSpec, store: ArtifactStore | None) -> DepsRoom:
+    """What the dependencies' artifacts copied into the attempt's /runyard take (not the
+    tool's to pay for out of its ``disk_mb``), from the sizes the store recorded."""
+    if not spec.dep_artifacts or store is None:
+        return DepsRoom()
+    try:
+        return deps_room(deps_files(store, spec.dep_artifacts))
+    except DBAPIError:
+        raise  # the database's trouble: the worker classifies it
+    except Exception as exc:  # the store's disk
+        raise RunnerUnavailable(f"cannot read the dependencies' artifacts: {exc}") from exc
 
 
 def _unless_gone(call: Callable[[], object], what: str) -> None:

@@ -5,7 +5,8 @@ Debian's engine (overlay2 on ext4) has no per-container disk quota, so the disk 
 watch: every poll the owner measures the attempt's ``/runyard`` directory on the engine's
 host (its host work directory, or the named volume's mount point) and stops the container
 once it holds more than ``disk_mb``. Each single file is also capped at ``disk_mb`` by the
-``fsize`` ulimit, which the kernel enforces exactly.
+``fsize`` ulimit, which the kernel enforces exactly. The dependencies' artifacts the platform
+copied in are not the tool's: the watch allows room for them on top of ``disk_mb``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runyard.artifacts.deps_out import DepsRoom
 from runyard.outcomes import StopReason, ToolLimits
 
 logger = logging.getLogger(__name__)
@@ -109,7 +111,8 @@ class AttemptWatch:
 
     ``workdir`` says where this host sees the attempt's /runyard (None: the engine is
     elsewhere, and only the per-file cap holds); ``output_marker`` returns something that
-    changes whenever the tool prints.
+    changes whenever the tool prints; ``deps_room`` what the dependencies' artifacts in
+    /runyard take, which is not charged to the tool.
     """
 
     def __init__(
@@ -121,9 +124,12 @@ class AttemptWatch:
         note: Callable[[str, dict[str, Any]], None],
         log_extra: dict[str, Any],
         clock: Callable[[], float] = time.monotonic,
+        deps_room: Callable[[], DepsRoom] = DepsRoom,
     ) -> None:
         self.limits = limits
         self._find_workdir = workdir
+        self._find_deps_room = deps_room
+        self._deps_room: DepsRoom | None = None
         self._output_marker = output_marker
         self._note = note
         self._log_extra = log_extra
@@ -147,12 +153,20 @@ class AttemptWatch:
         return self._path
 
     def disk_used(self) -> int | None:
-        """Bytes under the attempt's /runyard now (None if it cannot be seen from here)."""
+        """Bytes the tool has under the attempt's /runyard now, its dependencies' artifacts
+        not counted (None if it cannot be seen from here)."""
         path = self._workdir()
-        use = measure(path) if path is not None else None
+        if path is None:
+            return None
+        if self._deps_room is None:
+            self._deps_room = self._find_deps_room()
+        room = self._deps_room
+        use = measure(path, MAX_ENTRIES + room.entries)
         if use is None:
             return None
-        return use.bytes if not use.too_many_entries else self.limits.disk_mb << 20
+        if use.too_many_entries:
+            return self.limits.disk_mb << 20
+        return max(0, use.bytes - room.bytes)
 
     def check(self) -> StopReason | None:
         """The reason to stop the container now, if any."""

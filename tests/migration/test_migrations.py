@@ -27,6 +27,7 @@ TABLES = {
     "run_artifact_chunks",
     "tool_build_contexts",
     "tool_builds",
+    "deleted_runs",
 }
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from runyard.artifacts.deps_out import DepsRoom, deps_room
+from runyard.artifacts.store import ArtifactFile
 from runyard.docker.watch import AttemptWatch, IdleAction, IdleClock, measure
 from runyard.outcomes import StopReason, ToolLimits
 
@@ -78,3 +80,48 @@ def test_attempt_watch__output_resets_idle_and_a_fill_stops(tmp_path: Path):
     assert watch.check() is StopReason.IDLE
     (tmp_path / "fill").write_bytes(b"x" * (1 << 20))
     assert watch.check() is StopReason.DISK
+
+
+def _write(path: Path, size: int) -> ArtifactFile:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(os.urandom(size))  # random: no file system can store it in less
+    return ArtifactFile(path.name, size, "")
+
+
+def test_deps_room__whole_blocks_per_file_and_per_directory():
+    files = {
+        "r1": [ArtifactFile("a.txt", 0, ""), ArtifactFile("sub/deeper/b.bin", 5000, "")],
+        "r2": [ArtifactFile("c", 4096, "")],
+    }
+    room = deps_room(files)
+    # Files: (0+1) + (2+1) + (1+1) blocks; directories: deps, deps/r1, deps/r1/sub,
+    # deps/r1/sub/deeper, deps/r2.
+    assert room == DepsRoom(bytes=(6 + 5) * 4096, entries=3 + 5)
+    assert deps_room({}) == DepsRoom(bytes=4096, entries=1)
+
+
+def test_attempt_watch__dependencies_artifacts_are_not_charged_to_the_tool(tmp_path: Path):
+    made = [_write(tmp_path / "deps" / "r1" / "big.bin", 3 << 20)]
+    made.append(_write(tmp_path / "deps" / "r1" / "sub" / "small.txt", 10))
+    (tmp_path / "out").mkdir()
+    _write(tmp_path / "out" / "mine", 512 << 10)
+
+    def watch(room: DepsRoom) -> AttemptWatch:
+        return AttemptWatch(
+            ToolLimits(timeout_seconds=60, memory_mb=64, disk_mb=1),
+            workdir=lambda: tmp_path,
+            output_marker=lambda: None,
+            note=lambda kind, data: None,
+            log_extra={},
+            deps_room=lambda: room,
+        )
+
+    charged = watch(deps_room({"r1": made}))
+    used = charged.disk_used()
+    assert used is not None and (512 << 10) <= used < (1 << 20)
+    assert charged.check() is None
+    # Without the room, the 3 MiB the platform copied in would stop the tool.
+    assert watch(DepsRoom()).check() is StopReason.DISK
+    # What the tool writes itself still counts in full.
+    _write(tmp_path / "out" / "more", 600 << 10)
+    assert charged.check() is StopReason.DISK

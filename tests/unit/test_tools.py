@@ -75,9 +75,15 @@ def test_named_or_malformed_user__is_rejected(user: str):
         parse_registry({"tools": {"r": {**BASE, "user": user}}}, SETTINGS)
 
 
-@pytest.mark.parametrize("user", ["1000", "1000:1000", "65534:65534"])
+@pytest.mark.parametrize("user", ["1000", "1000:1000", "65534:65534", "2147483647"])
 def test_numeric_user__is_accepted(user: str):
     assert parse_registry({"tools": {"r": {**BASE, "user": user}}}, SETTINGS)
+
+
+@pytest.mark.parametrize("user", ["2147483648", "1000:9999999999"])
+def test_user_past_the_kernels_range__is_rejected(user: str):
+    with pytest.raises(RegistryError, match="uid and gid must be at most 2147483647"):
+        parse_registry({"tools": {"r": {**BASE, "user": user}}}, SETTINGS)
 
 
 def test_invalid_input_schema__is_rejected():

@@ -181,6 +181,35 @@ def test_limits__beyond_a_maximum_are_refused_naming_it(
     assert f"maximum {maximum}" in problem["detail"]
 
 
+@pytest.mark.parametrize(
+    ("limits", "field", "bounds"),
+    [
+        ({"cpus": 1e-10}, "limits.cpus", "must be from 0.01 to 256 CPUs"),
+        ({"cpus": 0.001}, "limits.cpus", "must be from 0.01 to 256 CPUs"),
+        ({"memory_mb": 1}, "limits.memory_mb", "must be from 6 to 1048576 MB"),
+        ({"timeout_seconds": 0}, "limits.timeout_seconds", "must be from 1 to 604800 seconds"),
+    ],
+)
+def test_limits__below_the_engines_floor_are_a_422_naming_the_field_and_the_bounds(
+    database_url: str,
+    engine: Engine,
+    pools_registry: ToolRegistry,
+    limits: dict[str, Any],
+    field: str,
+    bounds: str,
+):
+    with TestClient(make_app(database_url, engine, pools_registry)) as client:
+        refused = client.post(
+            "/v1/runs", json={"tool": "roomy", "limits": limits}, headers=bearer(engine, "acme")
+        )
+    assert refused.status_code == 422
+    problem = refused.json()
+    assert (problem["code"], problem["field"]) == ("validation_error", field)
+    assert problem["detail"].startswith(f"{field}: {bounds}")
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM tool_runs")).scalar_one() == 0
+
+
 def test_dashboard__run_page_and_queue_page_tell_a_queue_without_workers(
     database_url: str, engine: Engine, pools_registry: ToolRegistry
 ):

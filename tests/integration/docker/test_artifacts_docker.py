@@ -3,6 +3,7 @@ archive stream and through the host work directory; links, FIFOs and limits refu
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -227,3 +228,41 @@ def test_deps__a_dependent_finds_its_dependencys_artifacts(
     assert (outcome.status, outcome.result) == (RunStatus.SUCCEEDED, 1), outcome
     # Uploads: the input and the dependencies' artifacts in one archive (one unpack).
     assert uploads == (["/runyard"] if mode == "upload" else [])
+
+
+@pytest.mark.parametrize("mode", ["upload", "host_workdir"])
+def test_deps__the_dependencys_artifacts_are_not_charged_to_the_dependents_disk_limit(
+    docker_client: docker.DockerClient,
+    store,
+    queue: JobQueue,
+    registry: ToolRegistry,
+    tmp_path: Path,
+    mode: str,
+):
+    workdirs = HostWorkdirs.open(str(tmp_path / "attempts")) if mode == "host_workdir" else None
+    runner = DockerRunner(docker_client, workdirs=workdirs)
+    first, made = collect(runner, store, queue, registry, FILES_SCRIPT)  # about 3 MB
+    assert made.artifact_set is not None
+    # 1 MB of its own within its 2 MB, for long enough that the disk watch measures it.
+    script = (
+        "head -c 1000000 /dev/zero > /runyard/out/mine && sleep 1.5 && "
+        "echo 1 > /runyard/out/result.json"
+    )
+    run_id = queue.enqueue(new_run()).run_id
+    base = shell(registry, script, disk_mb=2)
+    spec = AttemptSpec(
+        run_id,
+        1,
+        base.tool,
+        base.input,
+        base.deadline_at,
+        dep_artifacts={str(first.run_id): made.artifact_set},
+    )
+    outcome = runner.run(spec, AttemptControl(artifacts=store))
+    assert (outcome.status, outcome.result) == (RunStatus.SUCCEEDED, 1), outcome
+    # What the tool writes itself still counts: 3 MB of its own is over its 2 MB.
+    run_id = queue.enqueue(new_run()).run_id
+    over = shell(registry, "head -c 3000000 /dev/zero > /runyard/out/mine; sleep 3", disk_mb=2)
+    spec = dataclasses.replace(spec, run_id=run_id, tool=over.tool, input=over.input)
+    outcome = runner.run(spec, AttemptControl(artifacts=store))
+    assert (outcome.status, outcome.error_code) == (RunStatus.FAILED, "disk_limit_exceeded")

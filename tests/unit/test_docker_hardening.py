@@ -1,0 +1,119 @@
+"""Every container's limits and hardening flags, and the check that refuses a container
+without them before the engine is ever asked."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import docker
+import pytest
+
+from runyard.docker.hardening import ContainerLimits, create_problems
+from runyard.docker.runner import DockerRunner
+from runyard.models import RunStatus
+from runyard.runner import AttemptControl, AttemptSpec, ErrorCode
+from runyard.settings import Settings
+from runyard.tools import parse_registry
+
+TOOL = {"image": "img", "command": ["true"], "cpus": 0.5, "memory_mb": 64, "pids_limit": 32}
+
+
+def snapshot(**changes: Any) -> dict[str, Any]:
+    registry = parse_registry({"tools": {"t": TOOL}}, Settings(database_url="unused"))
+    tool = registry.get("t")
+    assert tool is not None
+    return {**tool.snapshot(), **changes}
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({}, ContainerLimits(500_000_000, 64 << 20, 32, 1024, 16, 1024 << 20)),
+        ({"cpus": 0.01}, ContainerLimits(10_000_000, 64 << 20, 32, 1024, 16, 1024 << 20)),
+        # 1.001 * 1e9 is 1000999999.9999999 in floating point: rounded, not cut.
+        ({"cpus": 1.001}, ContainerLimits(1_001_000_000, 64 << 20, 32, 1024, 16, 1024 << 20)),
+        ({"cpus": 1e-10}, ContainerLimits(0, 64 << 20, 32, 1024, 16, 1024 << 20)),
+        ({"cpus": float("nan")}, ContainerLimits(0, 64 << 20, 32, 1024, 16, 1024 << 20)),
+        (
+            {"disk_mb": 8, "tmpfs_mb": 64, "nofile_limit": 256},
+            ContainerLimits(500_000_000, 64 << 20, 32, 256, 64, 64 << 20),
+        ),
+    ],
+)
+def test_container_limits__in_the_engines_units(changes: dict[str, Any], expected: Any):
+    assert ContainerLimits.of(snapshot(**changes)) == expected
+
+
+GOOD = {
+    "NanoCpus": 500_000_000,
+    "Memory": 64 << 20,
+    "MemorySwap": 64 << 20,
+    "PidsLimit": 32,
+    "Privileged": False,
+    "CapDrop": ["ALL"],
+    "SecurityOpt": ["no-new-privileges"],
+    "ReadonlyRootfs": True,
+    "NetworkMode": "none",
+}
+
+
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        ({}, None),
+        ({"NanoCpus": 10_000_000}, None),
+        ({"NanoCpus": 0}, "no CPU limit"),
+        ({"NanoCpus": None}, "no CPU limit"),
+        ({"NanoCpus": 1}, "no CPU limit"),
+        ({"NanoCpus": 9_999_999}, "no CPU limit"),
+        ({"Memory": None}, "no memory limit"),
+        ({"Memory": 4 << 20, "MemorySwap": 4 << 20}, "no memory limit"),
+        ({"MemorySwap": -1}, "swap beyond the memory limit"),
+        ({"PidsLimit": 0}, "no pids limit"),
+        ({"PidsLimit": -1}, "no pids limit"),
+        ({"PidsLimit": None}, "no pids limit"),
+        ({"Privileged": True}, "privileged mode"),
+        ({"CapDrop": []}, "capabilities left"),
+        ({"CapAdd": ["SYS_ADMIN"]}, "capabilities left"),
+        ({"SecurityOpt": []}, "no no-new-privileges"),
+        ({"ReadonlyRootfs": False}, "a writable root filesystem"),
+        ({"NetworkMode": "host"}, "the host's or the default network"),
+    ],
+)
+def test_create_problems__a_missing_limit_or_flag_is_named(
+    changes: dict[str, Any], problem: str | None
+):
+    config = {key: value for key, value in {**GOOD, **changes}.items() if value is not None}
+    problems = create_problems(config)
+    if problem is None:
+        assert problems == []
+    else:
+        assert any(found.startswith(problem) for found in problems), problems
+
+
+@pytest.mark.parametrize("cpus", [1e-10, 0.005, float("nan")])
+def test_runner__refuses_a_container_without_a_cpu_limit_before_asking_the_engine(cpus: float):
+    # No engine listens on this socket: any request to it would raise RunnerUnavailable.
+    client = docker.DockerClient(base_url="unix:///nonexistent/docker.sock", version="1.41")
+    runner = DockerRunner(client)
+    spec = AttemptSpec(
+        uuid.uuid4(), 1, snapshot(cpus=cpus), {}, datetime.now(UTC) + timedelta(seconds=30)
+    )
+    result = runner.run(spec, AttemptControl())
+    client.close()
+    assert result.status is RunStatus.FAILED
+    assert result.error_code == ErrorCode.CONTAINER_REFUSED
+    assert result.error is not None
+    assert result.error.startswith("runyard refused to create the container")
+    assert "no CPU limit" in result.error
+
+
+def test_runner__the_create_arguments_of_a_valid_tool_hold_every_limit():
+    client = docker.DockerClient(base_url="unix:///nonexistent/docker.sock", version="1.41")
+    spec = AttemptSpec(uuid.uuid4(), 1, snapshot(), {}, datetime.now(UTC) + timedelta(seconds=30))
+    args = DockerRunner(client)._create_args(spec, {})
+    client.close()
+    assert create_problems(args["host_config"]) == []
+    assert args["host_config"]["NanoCpus"] == 500_000_000
