@@ -214,9 +214,11 @@ class WebhookDeliverer:
         self._owner = owner or f"{socket.gethostname()}-{os.getpid()}-webhooks"
         self._metrics = metrics or Metrics()
         self._resolver = BoundedResolver(
-            threads=config.resolver_threads, timeout_seconds=config.timeout_seconds
+            threads=config.resolver_threads,
+            timeout_seconds=config.timeout_seconds,
+            per_key=config.caps.per_tenant,
         )
-        self._send: Sender = send or functools.partial(post, resolve=self._resolver)
+        self._send = send
         # The signature's timestamp is checked against the receiver's clock, so it is this
         # host's wall clock, not the database's.
         self._clock = clock
@@ -472,7 +474,9 @@ class WebhookDeliverer:
             "User-Agent": f"runyard/{runyard.__version__}",
             **signed_headers(claimed.secret, str(claimed.id), body, self._clock()),
         }
-        attempt = self._send(
+        # Name lookups count against the tenant's share of the resolver.
+        send = self._send or functools.partial(post, resolve=self._resolver.for_key(claimed.tenant))
+        attempt = send(
             url, body, headers, timeout=self._config.timeout_seconds, policy=self._config.policy
         )
         return attempt, True

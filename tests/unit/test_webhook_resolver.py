@@ -88,3 +88,21 @@ def test_checked_addresses__a_resolver_timeout_is_a_clear_refusal():
     with pytest.raises(DestinationRefused, match="name lookups are already waiting"):
         checked_addresses("other.example", 443, resolve=resolver)
     held.release.set()
+
+
+def test_bounded_resolver__one_key_uses_up_its_share_never_everyones():
+    held = HeldLookup()
+
+    def lookup(host: str, port: int, **kwargs: Any) -> list[tuple[Any, ...]]:
+        return held(host, port) if host.startswith("never") else ANSWER
+
+    resolver = BoundedResolver(threads=3, timeout_seconds=0.1, per_key=2, getaddrinfo=lookup)
+    flood = resolver.for_key("flood")
+    for i in range(2):
+        with pytest.raises(TimeoutError):
+            flood(f"never-{i}.example", 443)
+    with pytest.raises(ResolverSaturated, match="of this tenant"):
+        flood("never-2.example", 443)
+    assert resolver.for_key("quiet")("hooks.example", 443) == ANSWER  # its room is left
+    assert resolver.busy == 2
+    held.release.set()
