@@ -21,6 +21,7 @@ from runyard.models import RunStatus
 from runyard.runs import RunView
 from runyard.settings import Settings
 from runyard.tenant_webhooks import new_secret
+from runyard.webhook_fairness import BreakerPolicy, Caps
 from runyard.webhook_urls import (
     MAX_URL_LENGTH,
     STRICT,
@@ -33,7 +34,7 @@ from runyard.webhook_urls import (
     parse_callback_url,
     refusal,
 )
-from runyard.webhooks import retry_delay, run_json, signed_headers
+from runyard.webhooks import WebhookConfig, retry_delay, run_json, signed_headers
 
 
 @pytest.mark.parametrize(
@@ -291,6 +292,34 @@ def test_settings__webhook_lease_must_outlast_the_timeout():
     with pytest.raises(ValueError, match="WEBHOOK_LEASE_SECONDS"):
         Settings(database_url="x", webhook_timeout_seconds=10, webhook_lease_seconds=10)
     assert Settings(database_url="x", retention_days=0).retention_days == 0
+
+
+def test_settings__breaker_cool_down_max_is_not_below_its_start():
+    with pytest.raises(ValueError, match="BREAKER_COOLDOWN_MAX_SECONDS"):
+        Settings(
+            database_url="x",
+            webhook_breaker_cooldown_seconds=120,
+            webhook_breaker_cooldown_max_seconds=60,
+        )
+
+
+def test_webhook_config__from_settings_carries_caps_breaker_and_policy():
+    settings = Settings(
+        database_url="x",
+        webhook_tenant_concurrency=3,
+        webhook_destination_concurrency=2,
+        webhook_breaker_failures=7,
+        webhook_breaker_cooldown_seconds=30,
+        webhook_breaker_cooldown_max_seconds=300,
+        webhook_resolver_threads=5,
+        webhook_allow_loopback=True,
+    )
+    config = WebhookConfig.from_settings(settings)
+    assert config.caps == Caps(per_tenant=3, per_destination=2)
+    assert config.breaker == BreakerPolicy(7, 30, 300)
+    assert config.resolver_threads == 5
+    assert config.policy == DestinationPolicy(allow_private=False, allow_loopback=True)
+    assert WebhookConfig.from_settings(Settings(database_url="x")).policy == STRICT
 
 
 def test_docs_receiver_example__verifies_deliveries_and_drops_duplicates(
