@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from runyard.db import autocommit
 from runyard.queue import JobQueue
@@ -244,6 +244,55 @@ def test_destination_statements__lock_save_close_and_prune(engine: Engine):
     assert destination(engine, "b:80") is not None
     autocommit(engine, PRUNE_DESTINATIONS, {"age": 60.0, "now": T0 + timedelta(seconds=61)})
     assert destination(engine, "b:80") is None
+
+
+def _deliveries_read(engine: Engine, params: dict[str, Any], *, generic: bool) -> tuple[int, bool]:
+    """Rows of webhook_deliveries the offers' plan read, and whether it scanned the table."""
+    with engine.connect() as conn:
+        trans = conn.begin()
+        if generic:
+            conn.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
+        explain = text("EXPLAIN (ANALYZE, FORMAT JSON) " + str(DELIVERY_OFFERS.text))
+        plan = conn.execute(explain, params).scalar_one()
+        trans.rollback()
+
+    def nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        yield node
+        for child in node.get("Plans", []):
+            yield from nodes(child)
+
+    read, seq = 0, False
+    for node in nodes(plan[0]["Plan"]):
+        if node.get("Relation Name") == "webhook_deliveries":
+            rows = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+            read += int(rows) * int(node["Actual Loops"])
+            seq = seq or node["Node Type"] == "Seq Scan"
+    return read, seq
+
+
+@pytest.mark.parametrize("generic", [False, True])
+def test_delivery_offers__plan_reads_no_backlog(engine: Engine, generic: bool):
+    with engine.begin() as conn:  # 20,000 failed runs of one tenant, each with a delivery
+        conn.execute(
+            text(
+                """
+                INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode,
+                                       requested_at, finished_at, callback_url)
+                SELECT gen_random_uuid(), 'flood', 'echo', '{}', '{}', 'failed', 'queue',
+                       CAST(:t0 AS timestamptz), CAST(:t0 AS timestamptz) + i * interval '1 ms',
+                       'http://dead.example/h'
+                FROM generate_series(1, 20000) AS i
+                """
+            ),
+            {"t0": T0},
+        )
+        conn.execute(text("ANALYZE webhook_deliveries"))
+    assert len(deliveries(engine)) == 20000
+    read, seq = _deliveries_read(
+        engine, {"per_tenant": 20, "now": T0 + timedelta(hours=1)}, generic=generic
+    )
+    assert not seq
+    assert read < 200
 
 
 # --- the deliverer -------------------------------------------------------------------------
