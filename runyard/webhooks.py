@@ -234,6 +234,7 @@ class WebhookDeliverer:
         in_flight: set[Future[str]] = set()
         claim_more = True
         while True:
+            self._prune(now)
             free = self._config.concurrency - len(in_flight)
             if claim_more and free > 0 and not self._stop.is_set():
                 try:
@@ -258,7 +259,6 @@ class WebhookDeliverer:
             for future in done:
                 totals[self._outcome(future)] += 1
             claim_more = True
-        self._prune(now)
         return DeliveryPass(**totals)
 
     def run_forever(self) -> None:
@@ -452,12 +452,16 @@ class WebhookDeliverer:
             )
 
     def _prune(self, now: datetime | None) -> None:
+        """Forget breaker states untouched for a retry window, every ``PRUNE_EVERY_SECONDS``."""
         if time.monotonic() < self._next_prune:
             return
         self._next_prune = time.monotonic() + PRUNE_EVERY_SECONDS
-        autocommit(
-            self._engine, PRUNE_DESTINATIONS, {"age": self._config.retry_seconds, "now": now}
-        )
+        try:
+            autocommit(
+                self._engine, PRUNE_DESTINATIONS, {"age": self._config.retry_seconds, "now": now}
+            )
+        except Exception:
+            logger.exception("pruning webhook destination states failed; tried again later")
 
     def _attempt(self, claimed: Claimed, view: RunView) -> tuple[HttpAttempt, bool]:
         """The attempt, and whether it tried the destination (a delivery that cannot be
