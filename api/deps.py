@@ -25,6 +25,7 @@ from runyard.sync_mode import SyncExecutor
 from runyard.tools import ToolRegistry
 
 DEV_TENANT = "dev"
+HEALTH_THREADS = 2
 
 
 @dataclass
@@ -55,6 +56,11 @@ class Services:
     open_streams: int = 0
     # Verified API keys, trusted for a few seconds (runyard.auth.AUTH_CACHE_SECONDS).
     auth_cache: PrincipalCache = field(default_factory=PrincipalCache)
+    # Readiness reads the database on these few threads, never the pool requests share
+    # (api.routes.health).
+    health_limiter: anyio.CapacityLimiter = field(
+        default_factory=lambda: anyio.CapacityLimiter(HEALTH_THREADS)
+    )
 
 
 # Dependencies are ``async`` where they do no I/O: FastAPI runs a plain ``def`` dependency in

@@ -393,10 +393,18 @@ class WebhookDelivery(Base):
 
     __tablename__ = "webhook_deliveries"
     __table_args__ = (
+        # The fair claim's skip scan over tenants and each tenant's oldest due rows (0018).
         Index(
-            "ix_webhook_deliveries_due",
+            "ix_webhook_deliveries_tenant_due",
+            "tenant",
             "next_attempt_at",
             postgresql_where=text("status = 'pending'"),
+        ),
+        # Attempts in flight, counted per tenant and destination by every claim.
+        Index(
+            "ix_webhook_deliveries_leased",
+            "next_attempt_at",
+            postgresql_where=text("status = 'pending' AND lease_token IS NOT NULL"),
         ),
         CheckConstraint("status IN ('pending', 'delivered', 'failed')", name="status_known"),
     )
@@ -419,6 +427,20 @@ class WebhookDelivery(Base):
     last_status_code: Mapped[int | None] = mapped_column(Integer)
     last_error: Mapped[str | None] = mapped_column(Text)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class WebhookDestination(Base):
+    """The circuit breaker of a webhook destination (``host:port``) that failed lately
+    (``runyard.webhook_fairness``); a closed destination has no row."""
+
+    __tablename__ = "webhook_destinations"
+
+    destination: Mapped[str] = mapped_column(Text, primary_key=True)
+    # Attempts in a row that got no HTTP answer.
+    failures: Mapped[int] = mapped_column(Integer, server_default="0")
+    # No attempt before this (the cool-down, or a probe's lease while it is in flight).
+    open_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class RunArtifact(Base):

@@ -147,10 +147,27 @@ class Settings(BaseSettings):
     webhook_backoff_max_seconds: float = Field(default=3600.0, gt=0)
     # A claimed delivery whose process dies is attempted again after this lease.
     webhook_lease_seconds: float = Field(default=60.0, gt=0)
+    # Attempts in flight per delivering process; per tenant and per destination (host:port)
+    # across all of them (runyard.webhook_fairness): one tenant's backlog or one slow
+    # receiver never takes every slot.
     webhook_concurrency: int = Field(default=8, ge=1, le=256)
+    webhook_tenant_concurrency: int = Field(default=4, ge=1, le=256)
+    webhook_destination_concurrency: int = Field(default=4, ge=1, le=256)
     webhook_poll_seconds: float = Field(default=1.0, gt=0)
-    # Private, loopback and link-local destinations are refused unless this is set (SSRF).
+    # A destination whose last breaker_failures attempts got no answer is not attempted for
+    # breaker_cooldown_seconds, doubling up to the max after each failed probe.
+    webhook_breaker_failures: int = Field(default=5, ge=1, le=1000)
+    webhook_breaker_cooldown_seconds: float = Field(default=60.0, gt=0, le=86400)
+    webhook_breaker_cooldown_max_seconds: float = Field(default=900.0, gt=0, le=86400)
+    # Name lookups of deliveries in progress at once (a stuck one holds its thread until the
+    # system resolver gives up); past that, lookups fail at once.
+    webhook_resolver_threads: int = Field(default=16, ge=1, le=1024)
+    # Distinct callback URLs one batch may name.
+    webhook_batch_max_urls: int = Field(default=10, ge=1, le=1000)
+    # Only public destinations unless these are set (SSRF): private networks (RFC 1918,
+    # CGNAT, ULA), and loopback (tests, development). Link-local never.
     webhook_allow_private: bool = False
+    webhook_allow_loopback: bool = False
 
     log_format: Literal["text", "json"] = "text"
     log_level: str = "INFO"
@@ -182,6 +199,11 @@ class Settings(BaseSettings):
         if self.webhook_lease_seconds <= self.webhook_timeout_seconds:
             raise ValueError(
                 "RUNYARD_WEBHOOK_LEASE_SECONDS must be longer than RUNYARD_WEBHOOK_TIMEOUT_SECONDS"
+            )
+        if self.webhook_breaker_cooldown_max_seconds < self.webhook_breaker_cooldown_seconds:
+            raise ValueError(
+                "RUNYARD_WEBHOOK_BREAKER_COOLDOWN_MAX_SECONDS must not be shorter than "
+                "RUNYARD_WEBHOOK_BREAKER_COOLDOWN_SECONDS"
             )
         return self
 

@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from runyard.webhook_urls import (
+    STRICT,
     CallbackUrl,
+    DestinationPolicy,
     DestinationRefused,
     Resolver,
     checked_addresses,
@@ -27,6 +29,8 @@ class HttpAttempt:
 
     status_code: int | None = None
     error: str | None = None
+    # The address a destination was refused for: for operators' logs, never for the tenant.
+    refused_address: str | None = None
 
     @property
     def delivered(self) -> bool:
@@ -89,17 +93,16 @@ def post(
     headers: Mapping[str, str],
     *,
     timeout: float,
-    allow_private: bool,
+    policy: DestinationPolicy = STRICT,
     resolve: Resolver = socket.getaddrinfo,
 ) -> HttpAttempt:
-    """POST ``body`` to ``url``; the outcome, never an exception."""
+    """POST ``body`` to ``url``; the outcome, never an exception. Resolving counts in the
+    timeout (``resolve`` should be a ``BoundedResolver`` that gives up by then)."""
     deadline = time.monotonic() + timeout
     try:
-        addresses = checked_addresses(
-            url.host, url.port, allow_private=allow_private, resolve=resolve
-        )
+        addresses = checked_addresses(url.host, url.port, policy, resolve)
     except DestinationRefused as exc:
-        return HttpAttempt(error=f"refused: {exc}"[:ERROR_CHARS])
+        return HttpAttempt(error=f"refused: {exc}"[:ERROR_CHARS], refused_address=exc.address)
     try:
         sock = _connect(url, [str(a) for a in addresses], deadline)
     except (OSError, ssl.SSLError) as exc:

@@ -15,7 +15,7 @@ from pydantic import TypeAdapter
 from api.deps import PrincipalDep, Services, ServicesDep, visible_tenant
 from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
 from api.problems import Problem
-from api.routes.webhooks import check_callback_url
+from api.routes.webhooks import check_callback_url, require_webhook_secret
 from api.schemas import RunCreate, RunOut, RunPage
 from runyard.auth import Principal, priority_ceiling
 from runyard.batches import TooManyDependencies
@@ -199,10 +199,8 @@ async def post_run(
 ) -> Response:
     """Validate the tool and input, then enqueue (queue mode) or run inline (sync mode)."""
     if body.callback_url is not None:
-        # Resolves the host (blocking), so off the event loop.
-        await run_in_threadpool(
-            check_callback_url, services, principal.tenant, body.callback_url, "callback_url"
-        )
+        check_callback_url(services.settings, body.callback_url, "callback_url")  # no DNS
+        await run_in_threadpool(require_webhook_secret, services, principal.tenant, "callback_url")
     submitted = await submit(
         request,
         services,

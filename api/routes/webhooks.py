@@ -1,7 +1,8 @@
-"""A tenant's webhook settings (admins), and the check of a run's callback URL at submit."""
+"""A tenant's webhook settings (admins), and the checks of callback URLs at submit."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Annotated
 
 from fastapi import APIRouter, Path
@@ -11,6 +12,7 @@ from api.deps import PrincipalDep, Services, ServicesDep
 from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
 from api.problems import Problem
 from runyard.auth import Principal
+from runyard.settings import Settings
 from runyard.tenant_webhooks import TenantWebhooks
 from runyard.webhook_urls import (
     MAX_URL_LENGTH,
@@ -18,6 +20,7 @@ from runyard.webhook_urls import (
     DestinationRefused,
     check_destination,
 )
+from runyard.webhooks import destination_policy
 
 router = APIRouter(prefix="/v1/tenants", tags=["webhooks"], responses=COMMON_ERRORS)
 
@@ -60,21 +63,44 @@ def _admin(principal: Principal) -> None:
         raise Problem(403, "forbidden", "managing tenants' webhooks needs an admin key")
 
 
-def check_callback_url(services: Services, tenant: str, url: str, field: str) -> None:
-    """A 422 unless ``url`` is a webhook URL that leads to an allowed address (and, for a
-    run's callback, unless its tenant has a secret to sign with)."""
+def check_callback_url(settings: Settings, url: str, field: str) -> None:
+    """A 422 unless ``url`` is a webhook URL whose destination may be sent to, as far as can
+    be told without DNS (an address in it, a loopback name); names are checked at every
+    delivery. No I/O: safe on the event loop."""
     try:
-        check_destination(url, allow_private=services.settings.webhook_allow_private)
+        check_destination(url, destination_policy(settings))
     except BadCallbackUrl as exc:
         raise Problem(422, "invalid_callback_url", f"{field}: {exc}", field=field) from exc
     except DestinationRefused as exc:
         raise Problem(
             422,
             "callback_url_refused",
-            f"{field}: {exc}; webhooks may not reach private, loopback or link-local addresses",
+            f"{field}: {exc}; webhooks may only reach public addresses",
             field=field,
         ) from exc
-    if field == "callback_url" and not TenantWebhooks(services.engine).get(tenant).has_secret:
+
+
+def check_callback_urls(settings: Settings, urls: Collection[str], field: str) -> None:
+    """``check_callback_url`` for each of a batch's distinct URLs, at most
+    ``RUNYARD_WEBHOOK_BATCH_MAX_URLS`` of them (a 422 beyond)."""
+    cap = settings.webhook_batch_max_urls
+    if len(urls) > cap:
+        raise Problem(
+            422,
+            "too_many_callback_urls",
+            f"the batch names {len(urls)} different callback URLs; at most {cap} are "
+            "allowed (RUNYARD_WEBHOOK_BATCH_MAX_URLS): give the batch one callback_url, or "
+            "fewer distinct ones",
+            field=field,
+        )
+    for url in sorted(urls):
+        check_callback_url(settings, url, field)
+
+
+def require_webhook_secret(services: Services, tenant: str, field: str) -> None:
+    """A 422 unless the tenant has a secret to sign its runs' callbacks with (reads the
+    database: call it off the event loop)."""
+    if not TenantWebhooks(services.engine).get(tenant).has_secret:
         raise Problem(
             422,
             "webhook_secret_missing",
@@ -105,7 +131,7 @@ def put_webhook(
     signing secret and returns it, this once."""
     _admin(principal)
     if body.url is not None:
-        check_callback_url(services, tenant, body.url, field="url")
+        check_callback_url(services.settings, body.url, field="url")
     configured = TenantWebhooks(services.engine).configure(
         tenant, body.url, rotate_secret=body.rotate_secret
     )

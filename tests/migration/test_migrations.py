@@ -21,6 +21,7 @@ TABLES = {
     "tenant_run_counts",
     "tenant_settings",
     "webhook_deliveries",
+    "webhook_destinations",
     "batches",
     "tool_run_deps",
     "run_artifacts",

@@ -3,6 +3,7 @@ submit, DELETE /v1/runs/{id}, and a sync-mode API that delivers and prunes by it
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +21,7 @@ from tests.webhook_receiver import receiver_on
 
 @pytest.fixture
 def client(database_url: str, engine: Engine, registry: ToolRegistry) -> Iterator[TestClient]:
-    app = make_app(database_url, engine, registry, webhook_allow_private=True)
+    app = make_app(database_url, engine, registry, webhook_allow_loopback=True)
     with TestClient(app) as test_client:
         yield test_client
 
@@ -108,23 +109,53 @@ def test_submit__a_bad_callback_url_is_422(
 
 
 @pytest.mark.parametrize(
-    ("url", "said"),
+    ("url", "said", "switch"),
     [
-        ("http://127.0.0.1:8080/hook", "127.0.0.1 is a loopback address"),
-        ("http://localhost:8080/hook", "is a loopback address"),
-        ("https://169.254.169.254/latest", "169.254.169.254 is a link-local address"),
-        ("http://[::ffff:10.0.0.1]/x", "10.0.0.1 is a private address"),
+        ("http://127.0.0.1:8080/hook", "127.0.0.1 is a loopback address", "ALLOW_LOOPBACK"),
+        ("http://localhost:8080/hook", "localhost is a loopback name", "ALLOW_LOOPBACK"),
+        ("https://169.254.169.254/latest", "169.254.169.254 is a link-local", "never allowed"),
+        ("http://[::ffff:10.0.0.1]/x", "10.0.0.1 is a private address", "ALLOW_PRIVATE"),
+        ("http://[64:ff9b::a9fe:a9fe]/x", "embeds 169.254.169.254", "never allowed"),
     ],
 )
-def test_submit__a_private_destination_is_refused_without_the_setting(
-    strict: TestClient, acme: dict[str, str], engine: Engine, url: str, said: str
+def test_submit__a_non_public_destination_is_refused_without_the_setting(
+    strict: TestClient, acme: dict[str, str], engine: Engine, url: str, said: str, switch: str
 ):
     response = submit(strict, acme, callback_url=url)
     assert response.status_code == 422
     problem = response.json()
     assert problem["code"] == "callback_url_refused" and problem["field"] == "callback_url"
-    assert said in problem["detail"] and "RUNYARD_WEBHOOK_ALLOW_PRIVATE" in problem["detail"]
+    assert said in problem["detail"] and switch in problem["detail"]
     assert count(engine, "SELECT count(*) FROM tool_runs") == 0
+
+
+def test_submit__private_addresses_do_not_open_loopback_or_metadata(
+    database_url: str, engine: Engine, registry: ToolRegistry, acme: dict[str, str]
+):
+    app = make_app(database_url, engine, registry, webhook_allow_private=True)
+    with TestClient(app) as private_only:
+        for url in ("http://127.0.0.1:8080/h", "http://169.254.169.254/h"):
+            refused = submit(private_only, acme, callback_url=url)
+            assert refused.json()["code"] == "callback_url_refused", url
+
+
+def test_submit__a_name_is_not_resolved_at_submit(
+    client: TestClient,
+    acme: dict[str, str],
+    admin: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+):
+    put_webhook(client, admin)
+
+    def no_dns(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the API resolved a callback host")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_dns)
+    # Names are checked at delivery: here neither one that resolves nowhere nor an internal
+    # one is looked up, and neither answer would tell the tenant anything.
+    for url in ("http://never-answers.invalid/h", "http://db.internal:5432/h"):
+        response = submit(client, acme, callback_url=url)
+        assert response.status_code == 202, response.text
 
 
 def test_submit__a_callback_needs_the_tenant_secret_first(
@@ -156,6 +187,53 @@ def test_submit__an_idempotent_retry_with_another_callback_is_a_conflict(
     other = submit(client, {**acme, **key}, callback_url="http://127.0.0.1:9/b")
     assert first.status_code == 202 and replay.json()["id"] == first.json()["id"]
     assert other.status_code == 409
+
+
+# --- callback URLs of a batch --------------------------------------------------------------
+
+
+def batch(client: TestClient, headers: dict[str, str], urls: list[str], **body: Any) -> Any:
+    runs = [{"tool": "echo", "input": {}, "callback_url": url} for url in urls]
+    return client.post("/v1/batches", json={"runs": runs, **body}, headers=headers)
+
+
+def test_batch__more_distinct_callback_urls_than_the_cap_is_422(
+    database_url: str,
+    engine: Engine,
+    registry: ToolRegistry,
+    admin: dict[str, str],
+    acme: dict[str, str],
+):
+    app = make_app(
+        database_url, engine, registry, webhook_allow_loopback=True, webhook_batch_max_urls=3
+    )
+    with TestClient(app) as client:
+        put_webhook(client, admin)
+        many = batch(client, acme, [f"http://127.0.0.1:9/h{i}" for i in range(3)],
+                     callback_url="http://127.0.0.1:9/default")  # fmt: skip
+        assert many.status_code == 422
+        problem = many.json()
+        assert problem["code"] == "too_many_callback_urls"
+        assert "4 different callback URLs" in problem["detail"]
+        assert "at most 3" in problem["detail"]
+        assert count(engine, "SELECT count(*) FROM tool_runs") == 0
+        # The same URL on every run is one URL; three distinct ones are within the cap.
+        same = batch(client, acme, ["http://127.0.0.1:9/h"] * 200)
+        assert same.status_code == 202, same.text
+        three = batch(client, acme, ["http://127.0.0.1:9/a", "http://127.0.0.1:9/b"],
+                      callback_url="http://127.0.0.1:9/c")  # fmt: skip
+        assert three.status_code == 202, three.text
+
+
+def test_batch__a_refused_callback_url_refuses_the_batch(
+    strict: TestClient, admin: dict[str, str], acme: dict[str, str], engine: Engine
+):
+    put_webhook(strict, admin)
+    refused = batch(strict, acme, ["https://hooks.example/ok", "http://10.0.0.1/x"])
+    assert refused.status_code == 422
+    assert refused.json()["code"] == "callback_url_refused"
+    assert "10.0.0.1 is a private address" in refused.json()["detail"]
+    assert count(engine, "SELECT count(*) FROM tool_runs") == 0
 
 
 # --- DELETE /v1/runs/{id} ------------------------------------------------------------------
@@ -205,7 +283,7 @@ def test_sync_mode__the_api_delivers_and_prunes_by_itself(
         registry,
         FakeRunner(),
         queue_enabled=False,
-        webhook_allow_private=True,
+        webhook_allow_loopback=True,
         webhook_poll_seconds=0.1,
         retention_days=3 / 86400,
         reaper_interval_seconds=0.2,

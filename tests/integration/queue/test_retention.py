@@ -13,10 +13,10 @@ from runyard.db import autocommit
 from runyard.queue import JobQueue
 from runyard.retention import Deleted, delete_run, prune_expired, retention_seconds
 from runyard.tenant_webhooks import TenantWebhooks
-from runyard.webhook_sql import CLAIM_DELIVERIES, SETTLE_DELIVERY
+from runyard.webhook_sql import SETTLE_DELIVERY
 from tests.integration.queue.test_admission import counted, real
 from tests.integration.queue.test_queue import T0, claim, new_run
-from tests.integration.queue.test_webhooks import finish
+from tests.integration.queue.test_webhooks import claim_deliveries, finish
 
 DAY = 86400.0
 
@@ -87,9 +87,7 @@ def test_prune_expired__waits_for_a_webhook_still_being_retried(queue: JobQueue,
     later = T0 + timedelta(days=2)
     assert prune_expired(queue, retention_seconds=DAY, batch=10, now=later) == 0
     assert run_ids(engine) == {run_id}
-    [row] = autocommit(
-        engine, CLAIM_DELIVERIES, {"batch": 1, "owner": "p", "lease": 5.0, "now": later}
-    )
+    [row] = claim_deliveries(engine, later, batch=1, owner="p")
     params = {
         "id": row.id,
         "token": row.lease_token,

@@ -21,7 +21,8 @@ from runyard.queue import JobQueue
 from runyard.runs import RunReader
 from runyard.tenant_webhooks import TenantWebhooks
 from runyard.webhook_http import post
-from runyard.webhook_sql import CLAIM_DELIVERIES, SETTLE_DELIVERY
+from runyard.webhook_sql import CLAIM_DELIVERIES, DELIVERY_OFFERS, SETTLE_DELIVERY
+from runyard.webhook_urls import DestinationPolicy
 from runyard.webhooks import WebhookConfig, WebhookDeliverer
 from tests.integration.queue.test_queue import LEASE, SUCCESS, T0, events, new_run
 from tests.webhook_receiver import Receiver, receiver_on
@@ -33,7 +34,7 @@ FAST = WebhookConfig(
     backoff_base_seconds=0.1,
     backoff_max_seconds=1.0,
     concurrency=4,
-    allow_private=True,
+    policy=DestinationPolicy(allow_loopback=True),
 )
 
 
@@ -63,9 +64,29 @@ def webhook_events(engine: Engine, run_id: uuid.UUID) -> list[dict[str, Any]]:
     return [data for kind, data in events(engine, run_id) if kind == "webhook"]
 
 
+def due_ids(engine: Engine, now: datetime | None, per_tenant: int = 10) -> list[uuid.UUID]:
+    """What DELIVERY_OFFERS offers (not in flight), oldest first."""
+    rows = autocommit(engine, DELIVERY_OFFERS, {"per_tenant": per_tenant, "now": now})
+    return [r.id for r in sorted(rows, key=lambda r: r.next_attempt_at) if not r.in_flight]
+
+
+def claim_params(
+    ids: list[uuid.UUID], now: datetime | None, owner: str = "p1", **probes: Any
+) -> dict[str, Any]:
+    return {
+        "ids": ids,
+        "probe_ids": probes.get("probe_ids", []),
+        "probe_destinations": probes.get("probe_destinations", []),
+        "owner": owner,
+        "lease": 5.0,
+        "now": now,
+    }
+
+
 def claim_deliveries(engine: Engine, now: datetime, batch: int = 10, owner: str = "p1") -> Any:
-    params = {"batch": batch, "owner": owner, "lease": 5.0, "now": now}
-    return autocommit(engine, CLAIM_DELIVERIES, params)
+    """Claim what is offered, oldest first, up to ``batch``."""
+    ids = due_ids(engine, now, batch)[:batch]
+    return autocommit(engine, CLAIM_DELIVERIES, claim_params(ids, now, owner))
 
 
 def settle(engine: Engine, row: Any, now: datetime, *, code: int | None, delay: float) -> Any:
@@ -154,7 +175,7 @@ def test_claim__concurrent_claimers_skip_each_other_and_claimed_rows_are_not_due
     for _ in range(6):
         finish(queue, callback_url="https://hooks.example/x")
     with engine.connect() as held:
-        params = {"batch": 4, "owner": "p1", "lease": 5.0, "now": T0}
+        params = claim_params(due_ids(engine, T0)[:4], T0)
         first = held.execute(CLAIM_DELIVERIES, params).all()  # locks held until rollback
         second = claim_deliveries(engine, T0, owner="p2")
         assert len(first) == 4 and len(second) == 2
@@ -263,14 +284,16 @@ def test_deliverer__a_private_destination_is_refused_without_the_setting(
     queue: JobQueue, engine: Engine, secret: str, receiver: Receiver
 ):
     run_id = finish(queue, now=None, callback_url=receiver.url)
-    deliverer = WebhookDeliverer(engine, WebhookConfig(allow_private=False))
+    deliverer = WebhookDeliverer(engine, WebhookConfig())
     try:
         assert deliverer.run_once().retrying == 1
     finally:
         deliverer.close()
     assert receiver.received == []
     [event] = webhook_events(engine, run_id)
-    assert event["error"].startswith("refused: 127.0.0.1 resolves to 127.0.0.1 is a loopback")
+    assert event["error"] == (
+        "refused: 127.0.0.1 is a loopback address (RUNYARD_WEBHOOK_ALLOW_LOOPBACK allows it)"
+    )
 
 
 def test_deliverer__connects_to_the_address_it_checked_with_the_url_host(
@@ -300,7 +323,7 @@ def test_deliverer__an_attempt_ends_at_its_timeout(
 ):
     receiver.hold.clear()
     run_id = finish(queue, now=None, callback_url=receiver.url)
-    config = WebhookConfig(timeout_seconds=0.5, lease_seconds=5, allow_private=True)
+    config = WebhookConfig(timeout_seconds=0.5, lease_seconds=5, policy=FAST.policy)
     deliverer = WebhookDeliverer(engine, config)
     try:
         assert deliverer.run_once().retrying == 1

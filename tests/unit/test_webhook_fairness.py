@@ -1,0 +1,175 @@
+"""The pure rules of fair delivery: whose delivery goes next, and each destination's circuit
+breaker (tables; no I/O)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from runyard.webhook_fairness import (
+    Breaker,
+    BreakerPolicy,
+    Caps,
+    Gate,
+    Offer,
+    after_attempt,
+    cooldown,
+    gate,
+    pick_deliveries,
+)
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+POLICY = BreakerPolicy(failures=3, cooldown_seconds=10, cooldown_max_seconds=60)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def offers(*specs: str) -> list[Offer]:
+    """``"tenant@destination"`` each, due one second apart in the order given; ids name them
+    (the n-th offer's id ends in n)."""
+    made = []
+    for n, spec in enumerate(specs):
+        tenant, destination = spec.split("@")
+        made.append(Offer(uuid.UUID(int=n), tenant, destination, at(n)))
+    return made
+
+
+def names(ids: tuple[uuid.UUID, ...] | list[uuid.UUID]) -> list[int]:
+    return [i.int for i in ids]
+
+
+# --- who goes next --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("specs", "in_flight", "slots", "caps", "expected"),
+    [
+        # Oldest first within a tenant; turns alternate between tenants, oldest tenant first.
+        (["a@x", "a@x", "b@y"], [], 3, Caps(4, 4), [0, 2, 1]),
+        # A tenant's flood does not keep another tenant's single delivery behind it.
+        ([*["a@dead"] * 6, "b@live"], [], 2, Caps(8, 8), [0, 6]),
+        # The tenant with fewer attempts in flight goes first, however old the other's are.
+        (["a@x", "a@x", "b@y"], [("a", "x")], 1, Caps(4, 4), [2]),
+        # A tenant at its cap gets nothing; the others get the slots.
+        (["a@x", "a@y", "b@z"], [("a", "w"), ("a", "w")], 3, Caps(2, 4), [2]),
+        (["a@x", "a@x", "a@x", "a@x"], [], 4, Caps(2, 4), [0, 1]),
+        # A destination at its cap is skipped: the tenant's next destination goes instead.
+        (["a@x", "a@x", "a@y"], [("b", "x")], 3, Caps(4, 2), [0, 2]),
+        # The cap is across tenants: a shared destination gives its room in turns.
+        (["a@x", "a@x", "b@x", "b@x"], [], 4, Caps(4, 2), [0, 2]),
+        # No more than the free slots.
+        (["a@x", "b@y", "c@z"], [], 2, Caps(4, 4), [0, 1]),
+        ([], [], 4, Caps(4, 4), []),
+        (["a@x"], [], 0, Caps(4, 4), []),
+    ],
+)
+def test_pick_deliveries__turns_and_caps(
+    specs: list[str],
+    in_flight: list[tuple[str, str]],
+    slots: int,
+    caps: Caps,
+    expected: list[int],
+):
+    picks = pick_deliveries(
+        offers(*specs), in_flight, {}, slots=slots, caps=caps, policy=POLICY, now=at(100)
+    )
+    assert names(picks.claim) == expected
+    assert picks.probes == {} and picks.defer == {}
+
+
+def test_pick_deliveries__an_open_destination_is_deferred_to_its_cool_down_end():
+    made = offers("a@dead", "a@dead", "a@live", "b@live")
+    opened = {"dead": Breaker(failures=3, open_until=at(200))}
+    picks = pick_deliveries(made, [], opened, slots=8, caps=Caps(4, 4), policy=POLICY, now=at(100))
+    assert names(picks.claim) == [2, 3]
+    assert picks.defer == {made[0].id: at(200), made[1].id: at(200)}
+    assert picks.probes == {}
+
+
+def test_pick_deliveries__a_cooled_down_destination_gets_one_probe():
+    made = offers("a@dead", "a@dead", "b@dead", "a@live")
+    cooled = {"dead": Breaker(failures=3, open_until=at(50))}
+    picks = pick_deliveries(made, [], cooled, slots=8, caps=Caps(4, 4), policy=POLICY, now=at(100))
+    assert names(picks.claim) == [0, 3]  # one probe; the other offers wait for its outcome
+    assert picks.probes == {"dead": made[0].id}
+    assert picks.defer == {}
+
+
+def test_pick_deliveries__no_probe_while_an_attempt_to_it_is_in_flight():
+    made = offers("a@dead", "b@live")
+    cooled = {"dead": Breaker(failures=3, open_until=at(50))}
+    picks = pick_deliveries(
+        made, [("c", "dead")], cooled, slots=8, caps=Caps(4, 4), policy=POLICY, now=at(100)
+    )
+    assert names(picks.claim) == [1] and picks.probes == {}
+
+
+def test_pick_deliveries__failures_below_the_threshold_change_nothing():
+    made = offers("a@flaky", "a@flaky")
+    flaky = {"flaky": Breaker(failures=2)}
+    picks = pick_deliveries(made, [], flaky, slots=8, caps=Caps(4, 4), policy=POLICY, now=at(100))
+    assert names(picks.claim) == [0, 1] and picks.probes == {} and picks.defer == {}
+
+
+# --- the breaker ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("state", "now", "expected"),
+    [
+        (Breaker(), 0, Gate.CLOSED),
+        (Breaker(failures=2), 0, Gate.CLOSED),
+        (Breaker(failures=3, open_until=at(10)), 5, Gate.OPEN),
+        (Breaker(failures=3, open_until=at(10)), 10, Gate.PROBE),
+        (Breaker(failures=7, open_until=at(10)), 11, Gate.PROBE),
+        (Breaker(failures=3), 0, Gate.PROBE),  # open with no end: probe now
+    ],
+)
+def test_gate__table(state: Breaker, now: float, expected: Gate):
+    assert gate(state, at(now), POLICY) is expected
+
+
+@pytest.mark.parametrize(
+    ("state", "answered", "expected"),
+    [
+        # Any answer closes, from any state.
+        (Breaker(), True, Breaker()),
+        (Breaker(failures=2), True, Breaker()),
+        (Breaker(failures=5, open_until=at(1000)), True, Breaker()),
+        # Failures count up to the threshold, then open for the cool-down, doubling.
+        (Breaker(), False, Breaker(failures=1)),
+        (Breaker(failures=1), False, Breaker(failures=2)),
+        (Breaker(failures=2), False, Breaker(failures=3, open_until=at(10))),
+        (Breaker(failures=3, open_until=at(-1)), False, Breaker(failures=4, open_until=at(20))),
+        (Breaker(failures=4, open_until=at(-1)), False, Breaker(failures=5, open_until=at(40))),
+        (Breaker(failures=5, open_until=at(-1)), False, Breaker(failures=6, open_until=at(60))),
+        (Breaker(failures=60, open_until=at(-1)), False, Breaker(failures=61, open_until=at(60))),
+    ],
+)
+def test_after_attempt__table(state: Breaker, answered: bool, expected: Breaker):
+    assert after_attempt(state, answered=answered, now=T0, policy=POLICY) == expected
+
+
+@pytest.mark.parametrize(("failures", "seconds"), [(0, 10), (3, 10), (4, 20), (5, 40), (6, 60)])
+def test_cooldown__doubles_from_the_threshold_up_to_the_max(failures: int, seconds: float):
+    assert cooldown(failures, POLICY) == seconds
+
+
+def test_breaker__a_dead_destination_opens_probes_and_closes_on_an_answer():
+    state, now = Breaker(), T0
+    for _ in range(3):
+        assert gate(state, now, POLICY) is Gate.CLOSED
+        state = after_attempt(state, answered=False, now=now, policy=POLICY)
+    assert gate(state, now + timedelta(seconds=9), POLICY) is Gate.OPEN
+    now += timedelta(seconds=10)
+    assert gate(state, now, POLICY) is Gate.PROBE
+    state = after_attempt(state, answered=False, now=now, policy=POLICY)  # the probe failed
+    assert gate(state, now + timedelta(seconds=19), POLICY) is Gate.OPEN
+    now += timedelta(seconds=20)
+    assert gate(state, now, POLICY) is Gate.PROBE
+    state = after_attempt(state, answered=True, now=now, policy=POLICY)  # it answered
+    assert state == Breaker() and gate(state, now, POLICY) is Gate.CLOSED
