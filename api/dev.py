@@ -45,6 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     os.environ["RUNYARD_AUTH_DISABLED"] = "true"
+    # A developer's webhook receiver is on this machine; a deployment opens loopback itself.
+    os.environ.setdefault("RUNYARD_WEBHOOK_ALLOW_LOOPBACK", "true")
     stop_postgres: Callable[[], None] = lambda: None  # noqa: E731
     if not os.environ.get("RUNYARD_DATABASE_URL"):
         url, stop_postgres = start_embedded_postgres(Path(args.data_dir).resolve())
@@ -69,6 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     banner = (
         f"\nrunyard dev is up at {url}\n"
         "  auth is OFF (RUNYARD_AUTH_DISABLED=true): do not expose this port\n"
+        f"  webhooks may go to loopback: {settings.webhook_allow_loopback} "
+        "(RUNYARD_WEBHOOK_ALLOW_LOOPBACK)\n"
         f"  inputs: {worker.inputs} (RUNYARD_HOST_WORKDIR_ROOT={settings.host_workdir_root})\n"
         f"  try: curl -s -X POST {url}/v1/runs -H 'content-type: application/json' "
         '-d \'{"tool":"echo","input":{"hello":"world"}}\'\n'

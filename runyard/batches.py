@@ -223,24 +223,31 @@ def listed_batches(rows: Sequence[Any]) -> list[ListedBatch]:
         groups.setdefault(row.id, []).append(row)
     listed = []
     for batch_rows in groups.values():
-        counts: dict[str, int] = {}
-        pairs: list[tuple[str, str | None]] = []
-        for row in batch_rows:
-            if row.status is None:  # a batch whose runs are gone
-                continue
-            counts[row.status] = counts.get(row.status, 0) + int(row.runs)
-            pairs.append((row.status, "dependency_failed" if row.dependency_failed else None))
+        status, counts = summarized(batch_rows)
         first = batch_rows[0]
         listed.append(
             ListedBatch(
                 id=first.id,
-                status=batch_status(pairs),
+                status=status,
                 created_at=first.created_at,
                 size=first.size,
                 counts=counts,
             )
         )
     return listed
+
+
+def summarized(rows: Sequence[Any]) -> tuple[str, dict[str, int]]:
+    """A batch's status and its latest runs counted by status, from its rows of
+    ``(status, dependency_failed, runs)``: one per status (and whether a dependency failed)."""
+    counts: dict[str, int] = {}
+    pairs: list[tuple[str, str | None]] = []
+    for row in rows:
+        if row.status is None:  # a batch whose runs are gone
+            continue
+        counts[row.status] = counts.get(row.status, 0) + int(row.runs)
+        pairs.append((row.status, "dependency_failed" if row.dependency_failed else None))
+    return batch_status(pairs), counts
 
 
 class Batches:

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
-from runyard.batches import batch_status
+from runyard.batches import summarized
 from runyard.db import autocommit
 
 # The latest run of each ref of a page of batches, counted by status, and whether a failure
@@ -111,13 +111,7 @@ def batch_summaries(
         groups.setdefault(row.id, []).append(row)
     summaries = []
     for rows in groups.values():
-        counts: dict[str, int] = {}
-        pairs: list[tuple[str, str | None]] = []
-        for row in rows:
-            if row.status is None:  # a batch whose runs are gone
-                continue
-            counts[row.status] = counts.get(row.status, 0) + int(row.runs)
-            pairs.append((row.status, "dependency_failed" if row.dependency_failed else None))
+        status, counts = summarized(rows)
         first = rows[0]
         summaries.append(
             BatchSummary(
@@ -125,7 +119,7 @@ def batch_summaries(
                 tenant=first.tenant,
                 created_at=first.created_at,
                 size=first.size,
-                status=batch_status(pairs),
+                status=status,
                 counts=counts,
             )
         )
