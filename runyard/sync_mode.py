@@ -2,36 +2,28 @@
 
 A sync run is a job like any other. The submit inserts it already claimed by this API process
 (one statement, a fresh ``lease_token``, queue ``sync``); this process renews the lease with
-the heartbeat statement, stores live logs, is cancelled and finalizes through the same fenced
-statements as a worker. If the process dies, the lease runs out and an API process of the
+the heartbeat statement, and the one attempt owner (``runyard.attempts``) runs the attempt,
+stores live logs, is cancelled and finalizes as it does for a worker, by the sync policy (the
+caller waits for the answer). If the process dies, the lease runs out and an API process of the
 same engine adopts the run (``adopt_once``) and decides by the one adoption rule
 (``runyard.adoption``). Nothing waits in a queue in this mode: a sync job is never queued.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import socket
 import threading
-import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
-from typing import Any
 
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
-
-from runyard.adoption import Action, AdoptionFacts, decide
-from runyard.artifacts.publish import drop_unpublished
 from runyard.artifacts.store import ArtifactStore
-from runyard.db_errors import Failure, classify, describe
-from runyard.fallbacks import CANCELLED_BEFORE_START, crashed_outcome, unstorable_outcomes
-from runyard.faults import BEFORE_FINALIZE, crash_point
-from runyard.held import Held, QueueLogSink
-from runyard.models import RunStatus
+from runyard.attempts.flight import Flight, LeaseClock, log_fields
+from runyard.attempts.owner import DB_ERRORS, AttemptOwner
+from runyard.attempts.policy import OwnerPolicy
+from runyard.db_errors import describe
+from runyard.metrics import Metrics
 from runyard.queue import ApiQueue
 from runyard.queue.values import (
     SYNC_QUEUE,
@@ -42,20 +34,10 @@ from runyard.queue.values import (
     InlineClaim,
     NewRun,
 )
-from runyard.runner import (
-    AttemptAbandoned,
-    AttemptResult,
-    AttemptSpec,
-    ErrorCode,
-    Runner,
-    RunnerUnavailable,
-)
+from runyard.runner import Runner
 from runyard.workers import WorkerRegistry
 
 logger = logging.getLogger(__name__)
-
-# A pool with no connection to give within its timeout counts as a database error too.
-_DB_ERRORS = (DBAPIError, PoolTimeoutError)
 
 
 def new_owner_id(kind: str) -> str:
@@ -76,12 +58,13 @@ class SyncExecutor:
         queue: ApiQueue,
         runner: Runner,
         *,
-        max_concurrency: int,
-        lease_seconds: float = 30.0,
         owner_id: str | None = None,
         heartbeat_queue: ApiQueue | None = None,
+        lease_seconds: float = 30.0,
         registry: WorkerRegistry | None = None,
+        max_concurrency: int,
         artifacts: ArtifactStore | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
@@ -90,23 +73,32 @@ class SyncExecutor:
         self._heartbeat_queue = heartbeat_queue or queue
         self._runner = runner
         self._registry = registry
-        self._artifacts = artifacts
         self.max_concurrency = max_concurrency
         self._slots = threading.BoundedSemaphore(max_concurrency)
         self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="runyard-sync")
         self._lease = lease_seconds
-        # What a renewal may take: the lease is trusted this long less than it runs.
-        self._margin = lease_seconds / 6
         self.owner_id = owner_id or new_owner_id("api")
+        # Its own metrics unless given some: the API's registry does not count them.
+        metrics = metrics or Metrics()
+        self._owner = AttemptOwner(
+            queue,
+            runner,
+            OwnerPolicy.sync(lease_seconds=lease_seconds),
+            owner_id=self.owner_id,
+            clock=LeaseClock(metrics),
+            metrics=metrics,
+            # An engine that fails under an adopted run: adoptable again a lease later.
+            engine_trouble=lambda why: lease_seconds,
+            heartbeat_queue=self._heartbeat_queue,
+            artifacts=artifacts,
+        )
         self._lock = threading.Lock()
-        self._flights: dict[uuid.UUID, Held] = {}
+        self._flights: dict[uuid.UUID, Flight] = {}
         self._busy = 0
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._engine_id: str | None = None
-        # Database clock minus ours (seconds), from the last renewal.
-        self._db_offset = 0.0
 
     # --- slots ---
 
@@ -146,11 +138,12 @@ class SyncExecutor:
 
     def start(self) -> None:
         """Learn the engine (the app does not start without one), register, start renewing."""
-        self._engine_id = self._runner.engine_id()
+        engine_id = self._runner.engine_id()
         if self._registry is not None:
             self._registry.register(
-                self.owner_id, self._engine_id, self.max_concurrency, queues=(SYNC_QUEUE,)
+                self.owner_id, engine_id, self.max_concurrency, queues=(SYNC_QUEUE,)
             )
+        self._engine_id = engine_id
         self._thread = threading.Thread(target=self._loop, name="runyard-sync-lease", daemon=True)
         self._thread.start()
 
@@ -171,7 +164,7 @@ class SyncExecutor:
         if self._registry is not None:
             try:
                 self._registry.stopped(self.owner_id)
-            except _DB_ERRORS:
+            except DB_ERRORS:
                 logger.warning("could not mark the API's sync owner stopped", exc_info=True)
 
     # --- the submit path ---
@@ -198,6 +191,7 @@ class SyncExecutor:
         """Run a job this process claimed (``claim_new``) in its slot; done when settled."""
         with self._lock:
             flight = self._flights[job.job_id]
+        logger.info("sync run started", extra=self._log(job, action="started"))
         return self._pool.submit(self._execute, flight)
 
     def cancel_local(self, run_id: uuid.UUID) -> bool:
@@ -238,217 +232,38 @@ class SyncExecutor:
                 logger.info("no free slot for an adopted sync run", extra=self._log(job))
                 self._queue.release(job.job_id, job.lease_token)
                 continue
-            logger.info("adopted a sync run", extra={**self._log(job), "action": "adopted"})
+            logger.info("adopted a sync run", extra=self._log(job, action="adopted"))
             self._pool.submit(self._execute, self._take(job))
             adopted += 1
         return adopted
 
     # --- one attempt, in its slot's thread ---
 
-    def _take(self, job: ClaimedJob) -> Held:
-        flight = Held(job=job, lease_valid_until=time.monotonic() + self._lease - self._margin)
-        if job.cancel_requested:
-            flight.control.cancel.set()
-        control = flight.control
-        control.logs = QueueLogSink(self._queue, job)
-        control.artifacts = self._artifacts
-        control.still_owner = functools.partial(self._still_owner, flight)
-        control.clock = self._db_now
-        control.note = functools.partial(self._note, flight)
+    def _take(self, job: ClaimedJob) -> Flight:
+        flight = self._owner.hold(job)
         with self._lock:
             self._flights[job.job_id] = flight
         return flight
 
-    def _log(self, job: ClaimedJob) -> dict[str, object]:
-        return {"run_id": str(job.run_id), "attempt": job.attempt, "worker_id": self.owner_id}
+    def _log(self, job: ClaimedJob, **more: object) -> dict[str, object]:
+        return log_fields(job, self.owner_id, **more)
 
-    def _execute(self, flight: Held) -> None:
-        job = flight.job
+    def _execute(self, flight: Flight) -> None:
         try:
-            outcome = self._adopted(flight) if job.adopted else self._fresh(flight)
-            if outcome is not None:
-                crash_point(BEFORE_FINALIZE)
-                self._finish(flight, outcome)
-        except Exception as exc:
-            logger.exception("sync attempt crashed in the API", extra=self._log(job))
-            if self._owns(flight) and not flight.finalizing:
-                self._finish(flight, crashed_outcome(exc))
+            self._owner.run(flight)
         finally:
             with self._lock:
-                self._flights.pop(job.job_id, None)
+                self._flights.pop(flight.job.job_id, None)
             self.release()
 
-    def _fresh(self, flight: Held) -> AttemptResult | None:
-        """The attempt this process claimed at the submit: run the tool, unless cancelled."""
-        if flight.control.cancel.is_set():
-            return CANCELLED_BEFORE_START
-        logger.info("sync run started", extra={**self._log(flight.job), "action": "started"})
-        try:
-            return self._run(flight)
-        except RunnerUnavailable as exc:
-            # The caller is waiting for an answer: the run ends here rather than later.
-            logger.warning(
-                "container engine failed", extra={**self._log(flight.job), "error": str(exc)}
-            )
-            return AttemptResult(
-                status=RunStatus.FAILED,
-                error_code=ErrorCode.INFRASTRUCTURE,
-                error="the container engine failed while running the tool",
-            )
-
-    def _adopted(self, flight: Held) -> AttemptResult | None:
-        """A run whose owner is gone: the adoption rule says what becomes of it."""
-        job = flight.job
-        try:
-            state = self._runner.state(job.run_id, job.attempt)
-            verdict = decide(
-                AdoptionFacts(
-                    container=state,
-                    container_requested=job.container_requested,
-                    cancel_requested=job.cancel_requested,
-                    deadline_passed=self._db_now() >= job.deadline_at,
-                    attempts_left=job.attempt < job.max_attempts,
-                )
-            )
-            if verdict.action in (Action.FINALIZE, Action.RESUME):
-                return self._run(flight)
-            if verdict.discard:
-                self._runner.discard(job.run_id, job.attempt)
-        except RunnerUnavailable as exc:
-            logger.warning("engine unavailable; adopt later", extra={**self._log(job)})
-            self._queue.release_later(
-                job.job_id, job.lease_token, delay_seconds=self._lease, reason=str(exc)[:200]
-            )
-            return None
-        result = self._queue.put_back(
-            job.job_id,
-            job.lease_token,
-            charged=verdict.charged,
-            error=f"the API process running the tool stopped; its container was {state.value}",
-            error_code=ErrorCode.API_LOST,
-        )
-        logger.warning(
-            "sync run lost with its API process",
-            extra={**self._log(job), "status": str(result.status)},
-        )
-        return None
-
-    def _run(self, flight: Held) -> AttemptResult | None:
-        """Start or resume the container, wait for it; None if the attempt was left."""
-        job = flight.job
-        spec = AttemptSpec(
-            run_id=job.run_id,
-            attempt=job.attempt,
-            tool=job.spec,
-            input=job.input,
-            deadline_at=job.deadline_at,
-        )
-        try:
-            return self._runner.run(spec, flight.control)
-        except AttemptAbandoned:
-            logger.warning("sync attempt left to its next owner", extra=self._log(job))
-            return None
-
-    def _finish(self, flight: Held, outcome: AttemptResult) -> None:
-        """FINALIZE under the lease; a refused outcome falls back to safer ones, a passing
-        error is retried while the lease holds."""
-        job = flight.job
-        flight.finalizing = True
-        delay = 0.1
-        current, fallbacks = outcome, None
-        while self._owns(flight):
-            try:
-                owned = self._queue.finalize(job.job_id, job.lease_token, current)
-            except Exception as exc:
-                if classify(exc) is Failure.TRANSIENT:
-                    flight.control.abandon.wait(delay)
-                    delay = min(delay * 2, 2.0)
-                    continue
-                logger.error(
-                    "the database refused the sync outcome",
-                    extra={**self._log(job), "error": describe(exc)},
-                )
-                if fallbacks is None:
-                    fallbacks = unstorable_outcomes(outcome, exc)
-                if not fallbacks:
-                    break
-                current = fallbacks.pop(0)
-                continue
-            if not owned:
-                logger.warning("lease lost before finalize", extra=self._log(job))
-                drop_unpublished(
-                    self._queue.engine,
-                    self._artifacts,
-                    job.run_id,
-                    outcome.artifact_set,
-                    self._log(job),
-                )
-                return
-            if current.artifact_set != outcome.artifact_set:
-                drop_unpublished(
-                    self._queue.engine,
-                    self._artifacts,
-                    job.run_id,
-                    outcome.artifact_set,
-                    self._log(job),
-                )
-            flight.settled = True
-            logger.info(
-                "sync run finalized",
-                extra={**self._log(job), "action": "finalized", "status": current.status.value},
-            )
-            try:
-                self._runner.discard(job.run_id, job.attempt)
-            except RunnerUnavailable:
-                logger.warning("cleanup deferred to the sweep", extra=self._log(job))
-            return
-        logger.warning("sync outcome not stored; left to adoption", extra=self._log(job))
-        drop_unpublished(
-            self._queue.engine, self._artifacts, job.run_id, outcome.artifact_set, self._log(job)
-        )
-        self._give_back(flight, "the outcome could not be stored")
-
-    def _give_back(self, flight: Held, why: str) -> None:
+    def _give_back(self, flight: Flight, why: str) -> None:
         """Release the lease so the run is adoptable at once."""
         job = flight.job
         try:
             self._heartbeat_queue.release(job.job_id, job.lease_token)
             logger.info("sync run released: %s", why, extra=self._log(job))
-        except _DB_ERRORS:
+        except DB_ERRORS:
             logger.warning("release failed; the lease will run out", extra=self._log(job))
-
-    # --- the owner's hooks ---
-
-    def _owns(self, flight: Held) -> bool:
-        """Whether this process may still act as the attempt's owner (no database asked)."""
-        return not flight.control.abandon.is_set() and time.monotonic() < flight.lease_valid_until
-
-    def _still_owner(self, flight: Held) -> bool:
-        """Asked before each Docker action: the database's word, the lease clock's if it
-        cannot answer."""
-        if not self._owns(flight):
-            return False
-        try:
-            held = self._queue.lease_held(flight.job.job_id, flight.job.lease_token)
-        except Exception:
-            return self._owns(flight)
-        if not held:
-            flight.control.abandon.set()
-        return held and self._owns(flight)
-
-    def _db_now(self) -> datetime:
-        return datetime.now(UTC) + timedelta(seconds=self._db_offset)
-
-    def _note(self, flight: Held, kind: str, data: dict[str, Any]) -> None:
-        """Record a run event under the lease; never raises into the runner."""
-        if not self._owns(flight):
-            return
-        try:
-            self._queue.record_event(flight.job.job_id, flight.job.lease_token, kind, data)
-        except Exception as exc:
-            logger.warning(
-                "could not record a run event", extra={**self._log(flight.job), "error": str(exc)}
-            )
 
     # --- renewals ---
 
@@ -462,36 +277,13 @@ class SyncExecutor:
                 if not f.settled and not f.control.abandon.is_set()
             ]
         for flight in flights:
-            self._renew(flight)
+            if not self._owner.renew(flight) and not self._owner.owns(flight):
+                self._owner.lose(flight, "not renewed in time; left to the next owner")
         if self._registry is not None:
             try:
                 self._registry.seen(self.owner_id)
-            except _DB_ERRORS as exc:
+            except DB_ERRORS as exc:
                 logger.warning("could not record liveness", extra={"error": describe(exc)})
-
-    def _renew(self, flight: Held) -> None:
-        job = flight.job
-        sent, asked = time.monotonic(), datetime.now(UTC)
-        try:
-            beat = self._heartbeat_queue.heartbeat(
-                job.job_id, job.lease_token, lease_seconds=self._lease
-            )
-        except _DB_ERRORS as exc:
-            logger.warning("sync renewal failed", extra={**self._log(job), "error": describe(exc)})
-            if not self._owns(flight):
-                flight.control.abandon.set()
-            return
-        if not beat.owned:
-            if not flight.finalizing:
-                logger.warning("sync run taken over", extra=self._log(job))
-                flight.control.abandon.set()
-            return
-        if beat.db_now is not None:
-            self._db_offset = (beat.db_now - asked).total_seconds()
-        flight.lease_valid_until = max(flight.lease_valid_until, sent + self._lease - self._margin)
-        if beat.cancel_requested and not flight.control.cancel.is_set():
-            logger.info("sync cancel requested", extra=self._log(job))
-            flight.control.cancel.set()
 
     def _loop(self) -> None:
         interval = self._lease / 3
