@@ -11,7 +11,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from api.schemas import RunLimits
 from runyard.batches import BatchItem, BatchRun, BatchView, ListedBatch
-from runyard.graph import MAX_BATCH_RUNS, MAX_DEPENDENCIES
+from runyard.domain.graph import MAX_BATCH_RUNS, MAX_DEPENDENCIES
 from runyard.submit import RunRequest
 from runyard.tools import TOOL_NAME_PATTERN
 from runyard.webhook_urls import MAX_URL_LENGTH

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from runyard.graph import MAX_DEPENDENCIES
+from runyard.domain.graph import MAX_DEPENDENCIES
 from runyard.runs import RunView
 from runyard.submit import RunRequest
 from runyard.tools import TOOL_NAME_PATTERN, bounds_schema, within_bounds
@@ -37,7 +37,7 @@ RUN_EXAMPLE: dict[str, Any] = {
 
 class RunLimits(BaseModel):
     """Limits one run asks for instead of its tool's, each up to the tool's maximum and always
-    within the platform's bounds (``runyard.limit_bounds``: never 0 CPUs, never no limit)."""
+    within the platform's bounds (``runyard.domain.limit_bounds``: never 0 CPUs, never no limit)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 

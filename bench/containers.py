@@ -172,7 +172,7 @@ def check_parity(
 ) -> int:
     """Create one container through runyard's DockerRunner and one with the raw flags, compare
     the hardening fields of their configs, remove both. Returns the number of fields compared."""
-    from runyard.runner import AttemptSpec
+    from runyard.domain.attempt import AttemptSpec
 
     runner = bench_runner(client, setting)
     spec = AttemptSpec(
@@ -369,7 +369,8 @@ def docker_breakdown(
     DockerRunner (no database, a null log sink) and of the raw lifecycle, alternating."""
     from collections import defaultdict
 
-    from runyard.runner import AttemptControl, AttemptSpec, RunnerUnavailable
+    from runyard.domain.attempt import AttemptSpec
+    from runyard.runner import AttemptControl, RunnerUnavailable
 
     lost = 0
     calls: dict[str, dict[str, list[float]]] = {

@@ -66,9 +66,10 @@ def scenario(
     import psycopg
 
     from runyard.db import make_engine
-    from runyard.models import RunStatus
+    from runyard.domain.attempt import AttemptResult, AttemptSpec
+    from runyard.domain.states import RunStatus
     from runyard.queue import JobQueue, NewRun
-    from runyard.runner import AttemptControl, AttemptResult, AttemptSpec
+    from runyard.runner import AttemptControl
     from runyard.testing import FakeRunner
     from worker.service import Worker, WorkerConfig
 

@@ -117,8 +117,8 @@ def _enqueue(queue: Any, queue_name: str, jobs: int) -> float:
 
 
 def _noop_result(spec: Any, control: Any) -> Any:
-    from runyard.models import RunStatus
-    from runyard.runner import AttemptResult
+    from runyard.domain.attempt import AttemptResult
+    from runyard.domain.states import RunStatus
 
     return AttemptResult(status=RunStatus.SUCCEEDED, exit_code=0)
 
@@ -170,9 +170,9 @@ def runyard_worker_round(url: str, jobs: int, concurrency: int, deadline: Deadli
 def runyard_direct_round(url: str, jobs: int, threads: int, deadline: Deadline) -> QueueRound:
     """``threads`` plain loops of claim(limit=1) -> mark_container_requested -> finalize."""
     from runyard.db import make_engine
-    from runyard.models import RunStatus
+    from runyard.domain.attempt import AttemptResult
+    from runyard.domain.states import RunStatus
     from runyard.queue import JobQueue
-    from runyard.runner import AttemptResult
 
     queue_name = f"bench-{uuid.uuid4().hex[:8]}"
     engine = make_engine(url, pool_size=threads, max_overflow=4)
@@ -613,9 +613,9 @@ def _profile_python(url: str, jobs: int, deadline: Deadline) -> None:
     import pstats
 
     from runyard.db import make_engine
-    from runyard.models import RunStatus
+    from runyard.domain.attempt import AttemptResult
+    from runyard.domain.states import RunStatus
     from runyard.queue import JobQueue
-    from runyard.runner import AttemptResult
 
     queue_name = f"bench-{uuid.uuid4().hex[:8]}"
     engine = make_engine(url, pool_size=1)

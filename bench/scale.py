@@ -87,8 +87,8 @@ class Level:
 
 
 def _noop_result(spec: Any, control: Any) -> Any:
-    from runyard.models import RunStatus
-    from runyard.runner import AttemptResult
+    from runyard.domain.attempt import AttemptResult
+    from runyard.domain.states import RunStatus
 
     return AttemptResult(status=RunStatus.SUCCEEDED, exit_code=0)
 

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Engine, text
 
 from runyard.db import autocommit
-from runyard.graph import GraphProblem, Node
+from runyard.domain.graph import GraphProblem, Node
 from runyard.queue import AdmissionCaps, AdmissionRefused, ApiQueue
 from runyard.queue.graph import GraphResult, GraphRun, GraphSubmit, GraphWriter
 from runyard.submit import RunRequest

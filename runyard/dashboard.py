@@ -17,8 +17,9 @@ from typing import Any
 from sqlalchemy import Engine, TextClause, func, select, text
 from sqlalchemy.orm import Session
 
+from runyard.domain.states import RunStatus
 from runyard.events_sql import LOG_SNAPSHOT
-from runyard.models import RunStatus, ToolRunEvent
+from runyard.models import ToolRunEvent
 from runyard.runs import EVENT_ORDER, LOG_STREAMS
 
 # Depth counts queued (ready or waiting out a retry backoff) and running jobs only.

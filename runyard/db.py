@@ -16,9 +16,9 @@ from sqlalchemy import Engine, TextClause, create_engine, make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
+from runyard.domain.tool_json import load_stored_json
 from runyard.pooling import ConnectionPlan, connection_plan
 from runyard.settings import Settings, normalize_database_url
-from runyard.tool_json import load_stored_json
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 

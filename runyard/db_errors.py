@@ -1,4 +1,4 @@
-"""Which database errors are worth retrying, and a summary of an error safe to store or show."""
+"""Which database errors are worth retrying (a summary of an error: ``runyard.domain.errors``)."""
 
 from __future__ import annotations
 
@@ -54,24 +54,3 @@ def classify(exc: BaseException) -> Failure:
     if isinstance(exc, sa.DBAPIError) and isinstance(exc.orig, _TRANSIENT):
         return Failure.TRANSIENT
     return Failure.DETERMINISTIC
-
-
-def describe(exc: BaseException, cap: int = 300) -> str:
-    """``Class: first line of the message``, capped, without NULs or unencodable characters.
-
-    A SQLAlchemy error is described by the driver's error it wraps: its own text carries the
-    statement's parameters, which may hold the very values that could not be stored.
-    """
-    cause: BaseException = exc
-    if isinstance(exc, sa.StatementError) and exc.orig is not None:
-        cause = exc.orig
-    diag = getattr(cause, "diag", None) if isinstance(cause, psycopg.Error) else None
-    if diag is not None and diag.message_primary:
-        # The server's CONTEXT may quote the value itself; the detail says what was wrong.
-        message = " ".join(filter(None, (diag.message_primary, diag.message_detail)))
-    else:
-        lines = str(cause).strip().splitlines()
-        message = lines[0].strip() if lines else ""
-    text = f"{type(cause).__name__}: {message}" if message else type(cause).__name__
-    text = text.replace("\x00", "").encode("utf-8", errors="replace").decode("utf-8")
-    return text if len(text) <= cap else text[: cap - 3] + "..."

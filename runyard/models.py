@@ -5,7 +5,6 @@ State changes never go through these classes; ``runyard.queue`` owns them with w
 
 from __future__ import annotations
 
-import enum
 import uuid
 from datetime import datetime
 from typing import Any
@@ -30,6 +29,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from runyard.domain.states import RunMode, RunStatus
+
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -37,34 +38,6 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
-
-
-class RunStatus(enum.StrEnum):
-    """Status of a run and of its job; the last four are terminal."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    TIMED_OUT = "timed_out"
-    CANCELLED = "cancelled"
-
-    @property
-    def is_terminal(self) -> bool:
-        """True for the statuses that never change again."""
-        return self in TERMINAL_STATUSES
-
-
-TERMINAL_STATUSES = frozenset(
-    {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.CANCELLED}
-)
-
-
-class RunMode(enum.StrEnum):
-    """How a run executes: through the queue and a worker, or inline in the API."""
-
-    QUEUE = "queue"
-    SYNC = "sync"
 
 
 class Base(DeclarativeBase):
@@ -431,7 +404,7 @@ class WebhookDelivery(Base):
 
 class WebhookDestination(Base):
     """The circuit breaker of a webhook destination (``host:port``) that failed lately
-    (``runyard.webhook_fairness``); a closed destination has no row."""
+    (``runyard.domain.webhook_fairness``); a closed destination has no row."""
 
     __tablename__ = "webhook_destinations"
 

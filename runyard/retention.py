@@ -14,7 +14,7 @@ from sqlalchemy.exc import OperationalError
 
 from runyard.artifacts.store import ArtifactStore
 from runyard.db import autocommit
-from runyard.models import TERMINAL_STATUSES
+from runyard.domain.states import TERMINAL_STATUSES
 from runyard.queue import JobQueue
 
 logger = logging.getLogger(__name__)

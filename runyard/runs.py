@@ -13,8 +13,9 @@ from sqlalchemy import Engine, select, text, tuple_
 from sqlalchemy.orm import Session
 
 from runyard.db import autocommit
+from runyard.domain.states import TERMINAL_STATUSES, RunStatus
 from runyard.events_sql import EVENTS_AFTER
-from runyard.models import TERMINAL_STATUSES, RunStatus, ToolRun, ToolRunEvent
+from runyard.models import ToolRun, ToolRunEvent
 
 LOG_STREAMS = ("stdout", "stderr")
 # A run's events in the order every reader delivers them (runyard.events_sql).

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from runyard.limit_bounds import BOUNDS
+from runyard.domain.limit_bounds import BOUNDS
 from runyard.pooling import ConnectionPlan, Pooler, connection_plan
 
 
@@ -112,7 +112,7 @@ class Settings(BaseSettings):
     max_event_streams: int = Field(default=1000, ge=1)
 
     # Operator maxima: a tool's registry entry may ask for up to these, never more; each stays
-    # within the platform's own bounds (runyard.limit_bounds).
+    # within the platform's own bounds (runyard.domain.limit_bounds).
     max_timeout_seconds: int = _bounded("timeout_seconds", 3600)
     max_memory_mb: int = _bounded("memory_mb", 4096)
     max_cpus: float = _bounded("cpus", 4.0)
@@ -148,7 +148,7 @@ class Settings(BaseSettings):
     # A claimed delivery whose process dies is attempted again after this lease.
     webhook_lease_seconds: float = Field(default=60.0, gt=0)
     # Attempts in flight per delivering process; per tenant and per destination (host:port)
-    # across all of them (runyard.webhook_fairness): one tenant's backlog or one slow
+    # across all of them (runyard.domain.webhook_fairness): one tenant's backlog or one slow
     # receiver never takes every slot.
     webhook_concurrency: int = Field(default=8, ge=1, le=256)
     webhook_tenant_concurrency: int = Field(default=4, ge=1, le=256)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import anyio
 
-from runyard.graph import GraphProblem, Node
+from runyard.domain.graph import GraphProblem, Node
 from runyard.notify import RunNotifier
 from runyard.queue import AdmissionCaps, AdmissionRefused, ApiQueue, EnqueueResult, NewRun
 from runyard.queue.builds import BuildQueue

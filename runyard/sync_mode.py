@@ -5,7 +5,7 @@ A sync run is a job like any other. The submit inserts it already claimed by thi
 the heartbeat statement, stores live logs, is cancelled and finalizes through the same fenced
 statements as a worker. If the process dies, the lease runs out and an API process of the
 same engine adopts the run (``adopt_once``) and decides by the one adoption rule
-(``runyard.adoption``). Nothing waits in a queue in this mode: a sync job is never queued.
+(``runyard.domain.adoption``). Nothing waits in a queue in this mode: a sync job is never queued.
 """
 
 from __future__ import annotations
@@ -24,14 +24,16 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
-from runyard.adoption import Action, AdoptionFacts, decide
 from runyard.artifacts.publish import drop_unpublished
 from runyard.artifacts.store import ArtifactStore
-from runyard.db_errors import Failure, classify, describe
-from runyard.fallbacks import CANCELLED_BEFORE_START, crashed_outcome, unstorable_outcomes
+from runyard.db_errors import Failure, classify
+from runyard.domain.adoption import Action, AdoptionFacts, decide
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.errors import describe
+from runyard.domain.fallbacks import CANCELLED_BEFORE_START, crashed_outcome, unstorable_outcomes
+from runyard.domain.states import ErrorCode, RunStatus
 from runyard.faults import BEFORE_FINALIZE, crash_point
 from runyard.held import Held, QueueLogSink
-from runyard.models import RunStatus
 from runyard.queue import ApiQueue
 from runyard.queue.values import (
     SYNC_QUEUE,
@@ -42,14 +44,7 @@ from runyard.queue.values import (
     InlineClaim,
     NewRun,
 )
-from runyard.runner import (
-    AttemptAbandoned,
-    AttemptResult,
-    AttemptSpec,
-    ErrorCode,
-    Runner,
-    RunnerUnavailable,
-)
+from runyard.runner import AttemptAbandoned, Runner, RunnerUnavailable
 from runyard.workers import WorkerRegistry
 
 logger = logging.getLogger(__name__)

@@ -13,16 +13,9 @@ import threading
 import uuid
 from collections.abc import Callable
 
-from runyard.models import RunStatus
-from runyard.runner import (
-    AttemptAbandoned,
-    AttemptControl,
-    AttemptResult,
-    AttemptSpec,
-    ContainerState,
-    ManagedAttempt,
-    RunnerUnavailable,
-)
+from runyard.domain.attempt import AttemptResult, AttemptSpec, ManagedAttempt
+from runyard.domain.states import ContainerState, RunStatus
+from runyard.runner import AttemptAbandoned, AttemptControl, RunnerUnavailable
 
 Handler = Callable[[AttemptSpec, AttemptControl], AttemptResult]
 

@@ -22,9 +22,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from runyard.limit_bounds import BOUNDS
+from runyard.domain.limit_bounds import BOUNDS
+from runyard.domain.tool_json import DEFAULT_MAX_DEPTH, MAX_STORED_DEPTH
 from runyard.settings import Settings
-from runyard.tool_json import DEFAULT_MAX_DEPTH, MAX_STORED_DEPTH
 from runyard.tool_secrets import reference_problem
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class RegistryError(Exception):
 
 def within_bounds(name: str) -> AfterValidator:
     """Pydantic metadata: the value stays within the bounds of limit ``name``
-    (``runyard.limit_bounds``), or fails with a message that names them."""
+    (``runyard.domain.limit_bounds``), or fails with a message that names them."""
     bound = BOUNDS[name]
 
     def check(value: float) -> float:
@@ -114,7 +114,7 @@ class ToolSpec(BaseModel):
     network: str = NO_NETWORK
     runtime: str | None = None
     user: str = "65534:65534"
-    # Every limit stays within runyard.limit_bounds, whatever the operator maxima say.
+    # Every limit stays within runyard.domain.limit_bounds, whatever the operator maxima say.
     timeout_seconds: _Seconds = _limit("timeout_seconds", 30)
     memory_mb: _MemoryMb = _limit("memory_mb", 128)
     cpus: _Cpus = _limit("cpus", 0.5)

@@ -19,7 +19,7 @@ def _sql(statement: LiteralString) -> TextClause:
     return text(statement.replace("{NOW}", _NOW))
 
 
-# What a claim chooses from (``runyard.webhook_fairness.pick_deliveries``): each tenant's
+# What a claim chooses from (``runyard.domain.webhook_fairness.pick_deliveries``): each tenant's
 # oldest due deliveries, at most :per_tenant of them, and every attempt in flight (leased,
 # lease not run out) with its tenant, in one read that locks nothing. The tenants with
 # pending deliveries are found by a skip scan of ``(tenant, next_attempt_at)``, one index

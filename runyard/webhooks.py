@@ -8,7 +8,7 @@ deliveries due again when their lease runs out. A failed attempt (an error, a ti
 any status but 2xx, a redirect included) is retried after a doubling backoff until the
 retry window after the run's end has passed. Claims take turns between tenants under caps
 per tenant and per destination, and a destination that keeps failing is held back by its
-circuit breaker (``runyard.webhook_fairness``), so a dead receiver costs its own tenant.
+circuit breaker (``runyard.domain.webhook_fairness``), so a dead receiver costs its own tenant.
 """
 
 from __future__ import annotations
@@ -33,10 +33,7 @@ from standardwebhooks.webhooks import Webhook
 
 import runyard
 from runyard.db import autocommit
-from runyard.metrics import Metrics
-from runyard.runs import RunReader, RunView
-from runyard.settings import Settings
-from runyard.webhook_fairness import (
+from runyard.domain.webhook_fairness import (
     Breaker,
     BreakerPolicy,
     Caps,
@@ -45,6 +42,9 @@ from runyard.webhook_fairness import (
     after_attempt,
     pick_deliveries,
 )
+from runyard.metrics import Metrics
+from runyard.runs import RunReader, RunView
+from runyard.settings import Settings
 from runyard.webhook_http import HttpAttempt, post
 from runyard.webhook_resolver import BoundedResolver
 from runyard.webhook_sql import (

@@ -26,9 +26,9 @@ from fastapi.testclient import TestClient
 from api.main import create_app
 from runyard.auth import create_api_key
 from runyard.db import make_engine
+from runyard.domain.webhook_fairness import Caps
 from runyard.settings import Settings
 from runyard.tools import load_registry
-from runyard.webhook_fairness import Caps
 from runyard.webhook_urls import DestinationPolicy
 from runyard.webhooks import WebhookConfig, WebhookDeliverer
 from tests.webhook_receiver import receiver_on

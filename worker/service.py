@@ -17,11 +17,14 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from runyard.adoption import Action, AdoptionFacts, Verdict, decide
 from runyard.artifacts.publish import drop_unpublished
 from runyard.artifacts.store import ArtifactStore
-from runyard.db_errors import Failure, classify, describe
-from runyard.fallbacks import CANCELLED_BEFORE_START, crashed_outcome, unstorable_outcomes
+from runyard.db_errors import Failure, classify
+from runyard.domain.adoption import Action, AdoptionFacts, Verdict, decide
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.errors import describe
+from runyard.domain.fallbacks import CANCELLED_BEFORE_START, crashed_outcome, unstorable_outcomes
+from runyard.domain.states import ContainerState, ErrorCode, RunStatus
 from runyard.faults import (
     BEFORE_CREATE,
     BEFORE_FINALIZE,
@@ -32,18 +35,8 @@ from runyard.faults import (
 )
 from runyard.held import Held, QueueLogSink
 from runyard.metrics import Metrics
-from runyard.models import RunStatus
 from runyard.queue import ClaimedJob, JobQueue
-from runyard.runner import (
-    AttemptAbandoned,
-    AttemptResult,
-    AttemptSpec,
-    ContainerState,
-    ErrorCode,
-    LogSink,
-    Runner,
-    RunnerUnavailable,
-)
+from runyard.runner import AttemptAbandoned, LogSink, Runner, RunnerUnavailable
 from runyard.workers import WorkerRegistry
 from worker.bounded import OneAtATime
 from worker.builds import BuildAgent

@@ -19,8 +19,9 @@ from api.routes.webhooks import check_callback_url, require_webhook_secret
 from api.schemas import RunCreate, RunOut, RunPage
 from runyard.auth import Principal, priority_ceiling
 from runyard.batches import TooManyDependencies
-from runyard.graph import GraphProblem
-from runyard.models import RunMode, RunStatus, ToolRun
+from runyard.domain.graph import GraphProblem
+from runyard.domain.states import RunMode, RunStatus
+from runyard.models import ToolRun
 from runyard.queue import AdmissionRefused, IdempotencyConflict
 from runyard.queue.graph import UnknownDependency
 from runyard.runs import LOG_STREAMS, BadCursor, RunFilter, RunReader, RunView

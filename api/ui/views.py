@@ -41,7 +41,8 @@ from runyard.dashboard import (
     worker_overview,
 )
 from runyard.dashboard_workflows import dependencies, scheduled_runs
-from runyard.models import TERMINAL_STATUSES, RunStatus, ToolRun
+from runyard.domain.states import TERMINAL_STATUSES, RunStatus
+from runyard.models import ToolRun
 from runyard.pools import live_workers_by_queue
 from runyard.queue.values import SYNC_QUEUE
 from runyard.runs import WORKER_LIVE_SECONDS, BadCursor, RunFilter, RunReader

@@ -17,8 +17,8 @@ from typing import IO, cast
 from runyard.artifacts.masking import mask_path, masked_content
 from runyard.artifacts.rules import ArtifactLimits, ArtifactRefused, Kind, Tally, is_result
 from runyard.artifacts.store import CHUNK_SIZE, ArtifactWriter
+from runyard.domain.states import ErrorCode
 from runyard.redact import Redactor
-from runyard.runner import ErrorCode
 
 NO_SECRETS = Redactor(())
 

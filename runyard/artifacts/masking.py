@@ -14,8 +14,8 @@ import codecs
 from collections.abc import Iterable, Iterator
 
 from runyard.artifacts.rules import ArtifactRefused, Tally, show_path
+from runyard.domain.states import ErrorCode
 from runyard.redact import Redactor, StreamRedactor
-from runyard.runner import ErrorCode
 
 
 def mask_path(redactor: Redactor, path: str) -> str:

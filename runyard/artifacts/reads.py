@@ -17,7 +17,7 @@ from sqlalchemy import Engine, text
 
 from runyard.artifacts.store import ArtifactFile, ArtifactStore
 from runyard.db import autocommit
-from runyard.models import TERMINAL_STATUSES
+from runyard.domain.states import TERMINAL_STATUSES
 
 _TERMINAL = frozenset(status.value for status in TERMINAL_STATUSES)
 

@@ -2,7 +2,7 @@
 the check that the create arguments really hold them and the hardening flags.
 
 The check is defence in depth behind the bounds of the API and the registry
-(``runyard.limit_bounds``): a snapshot that slipped past them (stored before a bound
+(``runyard.domain.limit_bounds``): a snapshot that slipped past them (stored before a bound
 existed, or written by hand) fails its run with ``container_refused``; runyard never asks the
 engine for a container without a CPU, memory or pids limit. Docker reads a missing or 0
 ``NanoCpus`` and ``PidsLimit`` as "no limit", and rounds less than 0.01 CPU down to none.
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runyard.limit_bounds import MIN_CPUS, MIN_MEMORY_MB
+from runyard.domain.limit_bounds import MIN_CPUS, MIN_MEMORY_MB
 
 DEFAULT_DISK_MB = 1024
 DEFAULT_TMPFS_MB = 16

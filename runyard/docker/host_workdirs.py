@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from runyard.docker.outputs import tool_ids
+from runyard.domain.tool_json import DEFAULT_MAX_DEPTH, decode_result
 from runyard.runner import RunnerUnavailable
-from runyard.tool_json import DEFAULT_MAX_DEPTH, decode_result
 
 _ATTEMPT_DIR = re.compile(
     r"^runyard-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-([1-9][0-9]{0,8})$"

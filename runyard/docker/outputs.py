@@ -14,8 +14,8 @@ from typing import Any
 from docker.types import CancellableStream
 
 from runyard.capture import HeadTailBuffer
+from runyard.domain.tool_json import DEFAULT_MAX_DEPTH, decode_result
 from runyard.redact import Redactor, StreamRedactor
-from runyard.tool_json import DEFAULT_MAX_DEPTH, decode_result
 
 STDOUT_FRAME = 1
 STDERR_FRAME = 2

@@ -47,24 +47,14 @@ from runyard.docker.outputs import (
 )
 from runyard.docker.refusals import refused_for_settings
 from runyard.docker.watch import AttemptWatch
+from runyard.domain.attempt import AttemptResult, AttemptSpec, ManagedAttempt, container_name
+from runyard.domain.outcomes import ExitFacts, StopReason, ToolLimits, decide_exit, decide_result
+from runyard.domain.states import ContainerState, ErrorCode, RunStatus
+from runyard.domain.tool_json import DEFAULT_MAX_DEPTH
 from runyard.faults import AFTER_CREATE, crash_point
-from runyard.models import RunStatus
-from runyard.outcomes import ExitFacts, StopReason, ToolLimits, decide_exit, decide_result
 from runyard.redact import Redactor
-from runyard.runner import (
-    AttemptAbandoned,
-    AttemptControl,
-    AttemptResult,
-    AttemptSpec,
-    ContainerState,
-    ErrorCode,
-    LogSink,
-    ManagedAttempt,
-    RunnerUnavailable,
-    container_name,
-)
+from runyard.runner import AttemptAbandoned, AttemptControl, LogSink, RunnerUnavailable
 from runyard.settings import Settings
-from runyard.tool_json import DEFAULT_MAX_DEPTH
 from runyard.tool_secrets import SecretSource, SecretUnavailable
 from runyard.tools import NO_NETWORK, ToolSpec
 

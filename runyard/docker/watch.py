@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from runyard.artifacts.deps_out import DepsRoom
-from runyard.outcomes import StopReason, ToolLimits
+from runyard.domain.outcomes import StopReason, ToolLimits
 
 logger = logging.getLogger(__name__)
 

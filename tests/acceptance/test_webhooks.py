@@ -17,9 +17,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
 from runyard.auth import create_api_key
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult
+from runyard.domain.states import RunStatus
 from runyard.queue import JobQueue, NewRun
-from runyard.runner import AttemptResult
 from runyard.submit import prepare_run
 from runyard.tenant_webhooks import TenantWebhooks
 from tests.acceptance.cluster import Cluster, Expected, events_of

@@ -8,7 +8,7 @@ from pathlib import Path
 from runyard.artifacts.deps_out import DepsRoom, deps_room
 from runyard.artifacts.store import ArtifactFile
 from runyard.docker.watch import AttemptWatch, IdleAction, IdleClock, measure
-from runyard.outcomes import StopReason, ToolLimits
+from runyard.domain.outcomes import StopReason, ToolLimits
 
 
 def test_measure__counts_allocated_bytes_without_following_links(tmp_path: Path):

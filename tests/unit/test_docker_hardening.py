@@ -12,8 +12,9 @@ import pytest
 
 from runyard.docker.hardening import ContainerLimits, create_problems
 from runyard.docker.runner import DockerRunner
-from runyard.models import RunStatus
-from runyard.runner import AttemptControl, AttemptSpec, ErrorCode
+from runyard.domain.attempt import AttemptSpec
+from runyard.domain.states import ErrorCode, RunStatus
+from runyard.runner import AttemptControl
 from runyard.settings import Settings
 from runyard.tools import parse_registry
 

@@ -9,7 +9,8 @@ import docker
 import pytest
 
 from runyard.docker.runner import DockerRunner
-from runyard.runner import ContainerState, RunnerUnavailable
+from runyard.domain.states import ContainerState
+from runyard.runner import RunnerUnavailable
 
 
 class StubApi:

@@ -11,7 +11,8 @@ import docker.errors
 import pytest
 
 from runyard.docker.runner import LABEL_ATTEMPT, LABEL_MANAGED, LABEL_RUN_ID, DockerRunner
-from runyard.runner import RunnerUnavailable, container_name
+from runyard.domain.attempt import container_name
+from runyard.runner import RunnerUnavailable
 
 
 class StubApi:

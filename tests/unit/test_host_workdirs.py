@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from runyard.docker.host_workdirs import HostWorkdirs, parse_attempt_name
-from runyard.runner import RunnerUnavailable, container_name
+from runyard.domain.attempt import container_name
+from runyard.runner import RunnerUnavailable
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to the tool's uid needs root")
 

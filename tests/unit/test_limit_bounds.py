@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from api.schemas import RunCreate, RunLimits
-from runyard.limit_bounds import BOUNDS, MIN_CPUS, MIN_MEMORY_MB, limit_problem
+from runyard.domain.limit_bounds import BOUNDS, MIN_CPUS, MIN_MEMORY_MB, limit_problem
 from runyard.settings import Settings
 from runyard.tools import RegistryError, ToolSpec, parse_registry
 

@@ -17,11 +17,11 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from api.routes.runs import RUN_JSON
 from api.schemas import RunOut
-from runyard.models import RunStatus
+from runyard.domain.states import RunStatus
+from runyard.domain.webhook_fairness import BreakerPolicy, Caps
 from runyard.runs import RunView
 from runyard.settings import Settings
 from runyard.tenant_webhooks import new_secret
-from runyard.webhook_fairness import BreakerPolicy, Caps
 from runyard.webhook_urls import (
     MAX_URL_LENGTH,
     STRICT,

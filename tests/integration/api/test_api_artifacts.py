@@ -23,8 +23,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
 from runyard.auth import create_api_key
-from runyard.models import RunStatus
-from runyard.runner import AttemptControl, AttemptResult, AttemptSpec
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import RunStatus
+from runyard.runner import AttemptControl
 from runyard.testing import FakeRunner
 from runyard.tools import ToolRegistry
 from tests.integration.api.test_api_helpers import bearer, count, live_server, make_app

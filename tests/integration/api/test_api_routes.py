@@ -15,9 +15,10 @@ from sqlalchemy import Engine, text
 
 from api.main import create_app
 from runyard.auth import issue_api_key
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import RunStatus
 from runyard.queue import JobQueue
-from runyard.runner import AttemptControl, AttemptResult, AttemptSpec
+from runyard.runner import AttemptControl
 from runyard.settings import Settings
 from runyard.testing import FakeRunner
 from runyard.tools import ToolRegistry, ToolSpec

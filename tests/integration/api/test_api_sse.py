@@ -14,9 +14,10 @@ import httpx2
 import pytest
 from sqlalchemy import Engine, text
 
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import RunStatus
 from runyard.queue import JobQueue
-from runyard.runner import AttemptControl, AttemptResult, AttemptSpec
+from runyard.runner import AttemptControl
 from runyard.testing import FakeRunner
 from runyard.tools import ToolRegistry
 from tests.integration.api.test_api_helpers import bearer, live_server, make_app, wait_until

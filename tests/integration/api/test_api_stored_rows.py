@@ -10,9 +10,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
 from runyard.auth import create_api_key
+from runyard.domain.tool_json import UNREADABLE_KEY
 from runyard.queue import JobQueue
 from runyard.testing import FakeRunner
-from runyard.tool_json import UNREADABLE_KEY
 from runyard.tools import ToolRegistry
 from tests.integration.api.test_api_helpers import bearer, make_app, run_status, wait_until
 from worker.service import Worker, WorkerConfig

@@ -23,16 +23,10 @@ from sqlalchemy import Engine, text
 
 from reaper.service import Reaper, ReaperConfig
 from runyard.docker.runner import DockerRunner
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import ContainerState, RunStatus
 from runyard.queue import AdmissionCaps, ApiQueue, ClaimedJob, InlineClaim, NewRun
-from runyard.runner import (
-    AttemptAbandoned,
-    AttemptControl,
-    AttemptResult,
-    AttemptSpec,
-    ContainerState,
-    Runner,
-)
+from runyard.runner import AttemptAbandoned, AttemptControl, Runner
 from runyard.sync_mode import SyncExecutor
 from runyard.testing import FakeRunner, Handler, succeed_with_input
 from runyard.tools import ToolRegistry

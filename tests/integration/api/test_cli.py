@@ -16,7 +16,7 @@ import pytest
 from fastapi import FastAPI, Request, Response
 
 from runyard.auth import create_api_key
-from runyard.models import RunStatus
+from runyard.domain.states import RunStatus
 from tests.integration.api.cli_support import CLI, Api
 from tests.integration.api.test_api_helpers import live_server, wait_until
 

@@ -20,10 +20,10 @@ from runyard.artifacts.postgres import PostgresArtifactStore
 from runyard.artifacts.publish import drop_unpublished
 from runyard.artifacts.reads import ArtifactReads, Found
 from runyard.artifacts.store import ArtifactStore
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult
+from runyard.domain.states import RunStatus
 from runyard.queue import JobQueue
 from runyard.retention import Deleted, delete_run, prune_expired
-from runyard.runner import AttemptResult
 from tests.integration.queue.test_queue import LEASE, T0, new_run
 
 SMALL_CHUNK = 7

@@ -12,8 +12,10 @@ import pytest
 from sqlalchemy import Engine, text
 
 from runyard.docker.runner import DockerRunner
+from runyard.domain.attempt import AttemptSpec
+from runyard.domain.states import ContainerState
 from runyard.queue import ClaimedJob, JobQueue
-from runyard.runner import AttemptControl, AttemptSpec, ContainerState, RunnerUnavailable
+from runyard.runner import AttemptControl, RunnerUnavailable
 from runyard.submit import prepare_run
 from runyard.tools import ToolRegistry, ToolSpec
 from worker.service import Worker, WorkerConfig

@@ -15,9 +15,10 @@ from sqlalchemy import Engine
 from runyard.artifacts.postgres import PostgresArtifactStore
 from runyard.docker.host_workdirs import HostWorkdirs
 from runyard.docker.runner import DockerRunner
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import RunStatus
 from runyard.queue import JobQueue
-from runyard.runner import AttemptControl, AttemptResult, AttemptSpec
+from runyard.runner import AttemptControl
 from runyard.tool_secrets import SecretSource
 from runyard.tools import ToolRegistry
 from tests.integration.docker.test_artifacts_docker import stored

@@ -15,15 +15,9 @@ import pytest
 
 from runyard.docker.host_workdirs import HostWorkdirs
 from runyard.docker.runner import DockerLimits, DockerRunner
-from runyard.models import RunStatus
-from runyard.runner import (
-    AttemptAbandoned,
-    AttemptControl,
-    AttemptSpec,
-    ContainerState,
-    RunnerUnavailable,
-    container_name,
-)
+from runyard.domain.attempt import AttemptSpec, container_name
+from runyard.domain.states import ContainerState, RunStatus
+from runyard.runner import AttemptAbandoned, AttemptControl, RunnerUnavailable
 from runyard.tools import ToolRegistry
 
 pytestmark = pytest.mark.docker

@@ -13,8 +13,9 @@ import pytest
 
 from runyard.docker.host_workdirs import HostWorkdirs
 from runyard.docker.runner import DockerRunner
-from runyard.models import RunStatus
-from runyard.runner import AttemptControl, ContainerState, container_name
+from runyard.domain.attempt import container_name
+from runyard.domain.states import ContainerState, RunStatus
+from runyard.runner import AttemptControl
 from runyard.tools import ToolRegistry
 from tests.integration.docker.test_docker_runner import shell, spec_for
 

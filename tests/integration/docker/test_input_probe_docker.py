@@ -14,7 +14,7 @@ import pytest
 from runyard.docker.engine_marker import EngineMarker
 from runyard.docker.inputs import DEFAULT_ROOT, LABEL_PROBE, probe_engine
 from runyard.docker.runner import DockerRunner
-from runyard.models import RunStatus
+from runyard.domain.states import RunStatus
 from runyard.runner import AttemptControl
 from runyard.tools import ToolRegistry
 from tests.integration.docker.test_docker_runner import spec_for

@@ -13,16 +13,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
 from runyard.docker.runner import DockerRunner
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import ContainerState, RunStatus
 from runyard.queue import JobQueue, NewRun
 from runyard.retention import Deleted, delete_run, prune_expired
-from runyard.runner import (
-    AttemptControl,
-    AttemptResult,
-    AttemptSpec,
-    ContainerState,
-    RunnerUnavailable,
-)
+from runyard.runner import AttemptControl, RunnerUnavailable
 from runyard.sweep import Sweeper
 from runyard.testing import FakeRunner
 from runyard.tools import ToolRegistry

@@ -13,8 +13,9 @@ import docker.errors
 import pytest
 
 from runyard.docker.runner import DockerRunner
-from runyard.models import RunStatus
-from runyard.runner import AttemptAbandoned, AttemptControl, ContainerState, container_name
+from runyard.domain.attempt import container_name
+from runyard.domain.states import ContainerState, RunStatus
+from runyard.runner import AttemptAbandoned, AttemptControl
 from runyard.settings import Settings
 from runyard.tool_secrets import SecretSource
 from runyard.tools import ToolRegistry, parse_registry

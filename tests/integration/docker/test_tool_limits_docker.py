@@ -12,7 +12,7 @@ import pytest
 
 from runyard.docker.host_workdirs import HostWorkdirs
 from runyard.docker.runner import DockerLimits, DockerRunner
-from runyard.models import RunStatus
+from runyard.domain.states import RunStatus
 from runyard.runner import AttemptControl
 from runyard.settings import Settings
 from runyard.tools import ToolRegistry, load_registry

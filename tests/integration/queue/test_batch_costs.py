@@ -14,7 +14,7 @@ from sqlalchemy import Engine, TextClause, text
 import runyard.batches
 from runyard.batches import Batches, ListedBatch
 from runyard.db import autocommit
-from runyard.graph import Node
+from runyard.domain.graph import Node
 from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
 from runyard.queue.graph_sql import LOCK_BATCH_FOR_RETRY

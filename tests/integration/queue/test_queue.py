@@ -11,10 +11,10 @@ import pytest
 from sqlalchemy import Engine, text
 
 from runyard.db import make_engine
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult
+from runyard.domain.states import RunStatus
 from runyard.queue import JobQueue, NewRun
 from runyard.queue.sql import CLAIM, CLAIM_ANY_QUEUE
-from runyard.runner import AttemptResult
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = 30.0

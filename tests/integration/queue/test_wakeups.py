@@ -85,7 +85,7 @@ def test_events_of_many_runs_in_one_statement__notify_their_ids_200_a_payload(
 ):
     import psycopg
 
-    from runyard.graph import Node
+    from runyard.domain.graph import Node
     from runyard.queue import AdmissionCaps
     from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
     from runyard.settings import libpq_url

@@ -16,9 +16,9 @@ import pytest
 from sqlalchemy import Engine, text
 
 from runyard.db import autocommit
+from runyard.domain.webhook_fairness import BreakerPolicy, Caps
 from runyard.queue import JobQueue
 from runyard.tenant_webhooks import TenantWebhooks
-from runyard.webhook_fairness import BreakerPolicy, Caps
 from runyard.webhook_sql import (
     CLAIM_DELIVERIES,
     CLOSE_DESTINATION,

@@ -10,10 +10,11 @@ from collections.abc import Callable
 from sqlalchemy import Engine, text
 
 from reaper.service import Reaper, ReaperConfig
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import RunStatus
 from runyard.metrics import Metrics
-from runyard.models import RunStatus
 from runyard.queue import JobQueue, NewRun
-from runyard.runner import AttemptControl, AttemptResult, AttemptSpec, RunnerUnavailable
+from runyard.runner import AttemptControl, RunnerUnavailable
 from runyard.testing import FakeRunner
 from runyard.workers import WorkerRegistry
 from worker.service import ClaimRound, Worker, WorkerConfig

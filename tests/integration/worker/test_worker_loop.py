@@ -10,9 +10,10 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import ContainerState, RunStatus
 from runyard.queue import ClaimedJob, JobQueue, NewRun
-from runyard.runner import AttemptControl, AttemptResult, AttemptSpec, ContainerState
+from runyard.runner import AttemptControl
 from runyard.testing import FakeRunner
 from worker.service import Worker, WorkerConfig
 

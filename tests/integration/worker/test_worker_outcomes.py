@@ -11,10 +11,11 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy import exc as sa
 
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import ContainerState, RunStatus
 from runyard.metrics import Metrics
-from runyard.models import RunStatus
 from runyard.queue import ClaimedJob, JobQueue
-from runyard.runner import AttemptControl, AttemptResult, AttemptSpec, ContainerState
+from runyard.runner import AttemptControl
 from runyard.testing import FakeRunner
 from tests.integration.api.test_api_helpers import wait_until
 from tests.integration.worker.test_worker_loop import enqueue

@@ -7,9 +7,10 @@ import uuid
 
 from sqlalchemy import Engine, text
 
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import RunStatus
 from runyard.queue import JobQueue
-from runyard.runner import AttemptAbandoned, AttemptControl, AttemptResult, AttemptSpec
+from runyard.runner import AttemptAbandoned, AttemptControl
 from runyard.submit import prepare_run
 from runyard.testing import FakeRunner
 from runyard.tools import ToolRegistry

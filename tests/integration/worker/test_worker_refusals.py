@@ -13,9 +13,10 @@ import pytest
 from sqlalchemy import Engine, text
 
 from runyard.docker.runner import DockerRunner
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptSpec
+from runyard.domain.states import ContainerState, ErrorCode, RunStatus
 from runyard.queue import JobQueue, NewRun
-from runyard.runner import AttemptControl, AttemptSpec, ContainerState, ErrorCode
+from runyard.runner import AttemptControl
 from runyard.tools import ToolRegistry
 from worker.service import Worker, WorkerConfig
 

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from runyard.models import RunStatus
-from runyard.runner import ErrorCode
+from runyard.domain.states import ErrorCode, RunStatus
 
 
 class StopReason(enum.StrEnum):

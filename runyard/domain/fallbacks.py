@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from runyard.db_errors import describe
-from runyard.models import RunStatus
-from runyard.runner import AttemptResult, ErrorCode
+from runyard.domain.attempt import AttemptResult
+from runyard.domain.errors import describe
+from runyard.domain.states import ErrorCode, RunStatus
 
 ERROR_CAP = 1000
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from runyard.runner import ContainerState
+from runyard.domain.states import ContainerState
 
 
 class Action(enum.StrEnum):
