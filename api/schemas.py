@@ -10,10 +10,10 @@ import pydantic
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from runyard.domain.graph import MAX_DEPENDENCIES
-from runyard.runs import RunView
-from runyard.submit import RunRequest
-from runyard.tools import TOOL_NAME_PATTERN, bounds_schema, within_bounds
-from runyard.webhook_urls import MAX_URL_LENGTH
+from runyard.reads.runs import RunView
+from runyard.registry.tools import TOOL_NAME_PATTERN, bounds_schema, within_bounds
+from runyard.submission.request import RunRequest
+from runyard.webhooks.urls import MAX_URL_LENGTH
 
 RUN_EXAMPLE: dict[str, Any] = {
     "id": "0f8a3c52-5a7e-4d6b-9a53-2d1f8f5f9c11",
@@ -134,7 +134,7 @@ class RunCreate(BaseModel):
     frozen=True, config=ConfigDict(json_schema_extra={"examples": [RUN_EXAMPLE]})
 )
 class RunOut(RunView):
-    """A run as the API shows it: the fields of the read model (``runyard.runs.RunView``)."""
+    """A run as the API shows it: the fields of the read model (``runyard.reads.runs.RunView``)."""
 
 
 class RunPage(BaseModel):

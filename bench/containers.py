@@ -82,7 +82,7 @@ class RoundResult:
 
 def noop_tool() -> dict[str, Any]:
     """The tool definition snapshot both sides use."""
-    from runyard.tools import ToolSpec
+    from runyard.registry.tools import ToolSpec
 
     return ToolSpec.model_validate({"name": "noop", **NOOP}).snapshot()
 
@@ -160,7 +160,7 @@ PARITY_FIELDS = (
 
 def bench_runner(client: Any, setting: str) -> Any:
     """runyard's DockerRunner with ``RUNYARD_HOST_WORKDIR_ROOT=setting`` applied."""
-    from runyard.docker.runner import DockerRunner
+    from runyard.runners.docker.runner import DockerRunner
 
     runner = DockerRunner(client)
     runner.choose_inputs(setting)

@@ -187,14 +187,14 @@ def _graph_writes(url: str, body: dict[str, Any], count: int) -> list[float]:
 
 
 def _engine(url: str) -> Any:
-    from runyard.db import make_engine
+    from runyard.platform.db import make_engine
 
     return make_engine(url, pool_size=2, pre_ping=False)
 
 
 def _new_run(queue: str = QUEUE) -> Any:
     from runyard.queue import NewRun
-    from runyard.tools import ToolSpec
+    from runyard.registry.tools import ToolSpec
 
     spec = ToolSpec.model_validate({"name": "noop", **NOOP}).snapshot()
     return NewRun(tenant=TENANT, tool="noop", spec=spec, input={}, queue=queue)

@@ -8,12 +8,12 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime
 
-from runyard.artifacts.store import ArtifactStore
+from runyard.artifact_store import ArtifactStore
 from runyard.domain.adoption import AdoptionFacts, decide
 from runyard.domain.states import RunStatus
-from runyard.metrics import Metrics
+from runyard.maintenance.retention import prune_expired
+from runyard.platform.metrics import Metrics
 from runyard.queue import JobQueue, OrphanedJob
-from runyard.retention import prune_expired
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from runyard.artifacts.store import ArtifactStore
+from runyard.artifact_store import ArtifactStore
 from runyard.domain.attempt import AttemptResult, AttemptSpec, ManagedAttempt
 from runyard.domain.states import ContainerState
 

@@ -13,7 +13,7 @@ from api.deps import ServicesDep
 from api.ui.context import SessionDep, UiDep, UiError
 from api.ui.views import page
 from runyard.builds.context import BuildRef
-from runyard.submit import BuildUnavailable, pinned_build_ref
+from runyard.submission.request import BuildUnavailable, pinned_build_ref
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 

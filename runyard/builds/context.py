@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runyard.builds.digest import ContextFile, context_digest, image_tag
-from runyard.tools import BuildResolver, ToolSpec
+from runyard.registry.tools import BuildResolver, ToolSpec
 
 
 class ContextProblem(Exception):

@@ -20,9 +20,9 @@ from typing import Any
 
 from sqlalchemy import Engine, TextClause
 
-from runyard.db import autocommit
 from runyard.domain.attempt import AttemptResult
 from runyard.domain.states import ErrorCode, RunStatus
+from runyard.platform.db import autocommit
 from runyard.queue.sql import (
     ADOPT,
     APPEND_LOG,

@@ -683,7 +683,7 @@ APPEND_LOG = _sql(
 )
 
 
-# "Last" in the order readers deliver events (runyard.events_sql), not the largest id.
+# "Last" in the order readers deliver events (runyard.reads.events_sql), not the largest id.
 LAST_LOG_POSITION = _sql(
     """
     SELECT data->>'until' FROM tool_run_events

@@ -13,7 +13,7 @@ from runyard.artifacts.collect import collect_dir, collect_tar
 from runyard.artifacts.masking import mask_path, masked_content
 from runyard.artifacts.rules import ArtifactLimits, ArtifactRefused, Kind, Tally
 from runyard.domain.states import ErrorCode
-from runyard.redact import Redactor
+from runyard.registry.redact import Redactor
 from tests.unit.test_artifact_collect import MemoryWriter
 
 SECRET = "hunter2-token"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runyard.cli import SERVICES, build_parser
-from runyard.settings import Settings
+from runyard.cli.main import SERVICES, build_parser
+from runyard.platform.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", ROOT / "compose.yaml", *sorted((ROOT / "docs").glob("*.md"))]

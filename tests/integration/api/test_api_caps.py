@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 from runyard.domain.attempt import AttemptResult
 from runyard.domain.states import ErrorCode, RunStatus
 from runyard.queue import JobQueue
-from runyard.tools import ToolRegistry
+from runyard.registry.tools import ToolRegistry
 from tests.integration.api.test_api_helpers import bearer, count, make_app
 
 FAILURE = AttemptResult(

@@ -10,10 +10,10 @@ from sqlalchemy import Engine
 
 from runyard.domain.attempt import AttemptResult, AttemptSpec
 from runyard.domain.states import RunStatus
-from runyard.metrics import Metrics
+from runyard.platform.metrics import Metrics
 from runyard.queue import JobQueue, NewRun
 from runyard.runner import AttemptControl
-from runyard.testing import FakeRunner
+from runyard.runners.fake import FakeRunner
 from worker.service import Worker, WorkerConfig
 
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, Row, text
 
-from runyard.db import make_engine
 from runyard.domain.attempt import AttemptResult
 from runyard.domain.states import RunStatus
+from runyard.platform.db import make_engine
 from runyard.queue import (
     AdmissionCaps,
     AdmissionRefused,

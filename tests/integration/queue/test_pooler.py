@@ -10,10 +10,10 @@ from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy.exc import OperationalError
 
 from bench.pgbouncer import PgBouncer, find_pgbouncer, start_pgbouncer
-from runyard.db import DbTimeouts, make_engine
 from runyard.domain.attempt import AttemptResult
 from runyard.domain.states import RunStatus
-from runyard.pooling import connection_plan
+from runyard.platform.db import DbTimeouts, make_engine
+from runyard.platform.pooling import connection_plan
 from runyard.queue import JobQueue, NewRun
 
 pytestmark = pytest.mark.skipif(

@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import Engine, text
 
 from reaper.service import Reaper, ReaperConfig, ReapResult
-from runyard.db import DbTimeouts, make_engine
-from runyard.metrics import Metrics
+from runyard.platform.db import DbTimeouts, make_engine
+from runyard.platform.metrics import Metrics
 from runyard.queue import JobQueue, NewRun
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)

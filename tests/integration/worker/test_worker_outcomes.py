@@ -13,10 +13,10 @@ from sqlalchemy import exc as sa
 
 from runyard.domain.attempt import AttemptResult, AttemptSpec
 from runyard.domain.states import ContainerState, RunStatus
-from runyard.metrics import Metrics
+from runyard.platform.metrics import Metrics
 from runyard.queue import ClaimedJob, JobQueue
 from runyard.runner import AttemptControl
-from runyard.testing import FakeRunner
+from runyard.runners.fake import FakeRunner
 from tests.integration.api.test_api_helpers import wait_until
 from tests.integration.worker.test_worker_loop import enqueue
 from worker.service import Worker, WorkerConfig

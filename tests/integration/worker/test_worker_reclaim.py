@@ -10,10 +10,10 @@ from sqlalchemy import Engine, text
 from runyard.domain.attempt import AttemptResult, AttemptSpec
 from runyard.domain.states import RunStatus
 from runyard.queue import JobQueue
+from runyard.registry.tools import ToolRegistry
 from runyard.runner import AttemptAbandoned, AttemptControl
-from runyard.submit import prepare_run
-from runyard.testing import FakeRunner
-from runyard.tools import ToolRegistry
+from runyard.runners.fake import FakeRunner
+from runyard.submission.request import prepare_run
 from tests.integration.api.test_api_helpers import run_status
 from worker.service import InFlight, Worker, WorkerConfig
 
