@@ -14,10 +14,10 @@ from sqlalchemy import Engine
 from api.problems import Problem
 from runyard.artifacts.reads import ArtifactReads
 from runyard.builds.reads import BuildReads
-from runyard.platform.notify import RunNotifier
 from runyard.platform.settings import Settings
 from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.queue.builds import BuildQueue
+from runyard.reads.notify import RunNotifier
 from runyard.registry.tools import ToolRegistry
 from runyard.submission.batches import Batches
 from runyard.submission.runs import Submissions

@@ -32,13 +32,13 @@ from runyard.maintenance.retention import retention_seconds
 from runyard.maintenance.sweep import Sweeper
 from runyard.maintenance.upkeep import Upkeep
 from runyard.platform.db import DbTimeouts, make_engine
-from runyard.platform.notify import RunNotifier
 from runyard.platform.pooling import connection_plan, log_plan
 from runyard.platform.schema_version import script_heads
 from runyard.platform.settings import Settings, libpq_url
 from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.queue.builds import BuildQueue
 from runyard.queue.workers import WorkerRegistry
+from runyard.reads.notify import RunNotifier
 from runyard.registry.tools import ToolRegistry, load_registry
 from runyard.runner import Runner
 from runyard.runners.docker.runner import DockerRunner

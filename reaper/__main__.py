@@ -16,10 +16,10 @@ from runyard.artifact_stores.factory import store_from_settings
 from runyard.maintenance.retention import retention_seconds
 from runyard.platform.db import DbTimeouts, make_engine
 from runyard.platform.logs import configure
-from runyard.platform.metrics import Metrics
 from runyard.platform.pooling import log_plan
 from runyard.platform.settings import Settings
 from runyard.queue import JobQueue
+from runyard.reads.metrics import Metrics
 from runyard.webhooks.delivery import WebhookConfig, WebhookDeliverer
 
 logger = logging.getLogger("reaper")

@@ -12,8 +12,8 @@ from runyard.artifact_store import ArtifactStore
 from runyard.domain.adoption import AdoptionFacts, decide
 from runyard.domain.states import RunStatus
 from runyard.maintenance.retention import prune_expired
-from runyard.platform.metrics import Metrics
 from runyard.queue import JobQueue, OrphanedJob
+from runyard.reads.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 

@@ -20,12 +20,12 @@ from runyard.builders.docker import DockerBuilder
 from runyard.maintenance.sweep import Sweeper
 from runyard.platform.db import DbTimeouts, make_engine
 from runyard.platform.logs import configure
-from runyard.platform.metrics import Metrics
 from runyard.platform.pooling import ConnectionPlan, log_plan
 from runyard.platform.settings import Settings
 from runyard.queue import JobQueue
 from runyard.queue.builds import BuildQueue
 from runyard.queue.workers import WorkerRegistry, new_worker_id
+from runyard.reads.metrics import Metrics
 from runyard.registry.tools import RegistryError, load_registry
 from runyard.runner import RunnerUnavailable
 from runyard.runners.docker.runner import DockerRunner

@@ -35,9 +35,9 @@ from runyard.platform.faults import (
     pause_point,
     raise_point,
 )
-from runyard.platform.metrics import Metrics
 from runyard.queue import ClaimedJob, JobQueue
 from runyard.queue.workers import WorkerRegistry
+from runyard.reads.metrics import Metrics
 from runyard.runner import AttemptAbandoned, LogSink, Runner, RunnerUnavailable
 from worker.bounded import OneAtATime
 from worker.builds import BuildAgent

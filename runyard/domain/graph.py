@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 MAX_DEPENDENCIES = 100
 MAX_BATCH_RUNS = 1000
@@ -168,3 +169,37 @@ def starts(
             waiting += 1
         result[i] = Start(waiting_on=0 if error else waiting, error=error)
     return [start for start in result if start is not None]
+
+
+def batch_status(runs: Sequence[tuple[str, str | None]]) -> str:
+    """A batch's status from its runs' ``(status, error_code)``: ``queued`` while all are,
+    ``running`` while any is active, then ``succeeded`` if all did, ``cancelled`` if the
+    failures are cancels (and runs failed by them), else ``failed``."""
+    statuses = [status for status, _ in runs]
+    if statuses and all(status == "queued" for status in statuses):
+        return "queued"
+    if any(status in ACTIVE for status in statuses):
+        return "running"
+    if all(status == "succeeded" for status in statuses):
+        return "succeeded"
+    own_failures = [
+        status
+        for status, code in runs
+        if status not in ("succeeded", "cancelled") and code != "dependency_failed"
+    ]
+    if not own_failures and "cancelled" in statuses:
+        return "cancelled"
+    return "failed"
+
+
+def summarized(rows: Sequence[Any]) -> tuple[str, dict[str, int]]:
+    """A batch's status and its latest runs counted by status, from its rows of
+    ``(status, dependency_failed, runs)``: one per status (and whether a dependency failed)."""
+    counts: dict[str, int] = {}
+    pairs: list[tuple[str, str | None]] = []
+    for row in rows:
+        if row.status is None:  # a batch whose runs are gone
+            continue
+        counts[row.status] = counts.get(row.status, 0) + int(row.runs)
+        pairs.append((row.status, "dependency_failed" if row.dependency_failed else None))
+    return batch_status(pairs), counts

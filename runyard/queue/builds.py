@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Engine, TextClause
 
 from runyard.builder import BuildRequest
-from runyard.builds.context import BuildRef
+from runyard.domain.build_ref import BuildRef
 from runyard.platform.db import autocommit
 from runyard.queue.build_sql import (
     APPEND_BUILD_LOG,

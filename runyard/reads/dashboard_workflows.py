@@ -11,8 +11,8 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
+from runyard.domain.graph import summarized
 from runyard.platform.db import autocommit
-from runyard.submission.batches import summarized
 
 # The latest run of each ref of a page of batches, counted by status, and whether a failure
 # was its dependency's (what ``batch_status`` needs). One statement per scope, so each

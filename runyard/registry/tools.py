@@ -28,7 +28,7 @@ from runyard.platform.settings import Settings
 from runyard.registry.secrets import reference_problem
 
 if TYPE_CHECKING:
-    from runyard.builds.context import BuildRef
+    from runyard.domain.build_ref import BuildRef
 
 _NUMERIC_USER = re.compile(r"[0-9]{1,10}(:[0-9]{1,10})?")
 MAX_ID = 2_147_483_647

@@ -15,14 +15,12 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
-from runyard.domain.graph import GraphProblem, Node
+from runyard.domain.graph import ACTIVE, GraphProblem, Node, batch_status, summarized
 from runyard.platform.db import autocommit
 from runyard.queue import AdmissionCaps, AdmissionRefused, ApiQueue
 from runyard.queue.graph import GraphResult, GraphRun, GraphSubmit, GraphWriter
 from runyard.registry.tools import ToolRegistry
 from runyard.submission.request import RunRequest
-
-ACTIVE = ("queued", "running")
 
 
 class BatchItemProblem(Exception):
@@ -102,27 +100,6 @@ def dependencies_problem(dependencies: int, cap: int) -> str | None:
         f"the batch names {dependencies} dependencies in all (depends_on entries of its"
         f" runs); a batch may hold at most {cap}"
     )
-
-
-def batch_status(runs: Sequence[tuple[str, str | None]]) -> str:
-    """A batch's status from its runs' ``(status, error_code)``: ``queued`` while all are,
-    ``running`` while any is active, then ``succeeded`` if all did, ``cancelled`` if the
-    failures are cancels (and runs failed by them), else ``failed``."""
-    statuses = [status for status, _ in runs]
-    if statuses and all(status == "queued" for status in statuses):
-        return "queued"
-    if any(status in ACTIVE for status in statuses):
-        return "running"
-    if all(status == "succeeded" for status in statuses):
-        return "succeeded"
-    own_failures = [
-        status
-        for status, code in runs
-        if status not in ("succeeded", "cancelled") and code != "dependency_failed"
-    ]
-    if not own_failures and "cancelled" in statuses:
-        return "cancelled"
-    return "failed"
 
 
 def written_view(
@@ -235,19 +212,6 @@ def listed_batches(rows: Sequence[Any]) -> list[ListedBatch]:
             )
         )
     return listed
-
-
-def summarized(rows: Sequence[Any]) -> tuple[str, dict[str, int]]:
-    """A batch's status and its latest runs counted by status, from its rows of
-    ``(status, dependency_failed, runs)``: one per status (and whether a dependency failed)."""
-    counts: dict[str, int] = {}
-    pairs: list[tuple[str, str | None]] = []
-    for row in rows:
-        if row.status is None:  # a batch whose runs are gone
-            continue
-        counts[row.status] = counts.get(row.status, 0) + int(row.runs)
-        pairs.append((row.status, "dependency_failed" if row.dependency_failed else None))
-    return batch_status(pairs), counts
 
 
 class Batches:

@@ -10,7 +10,8 @@ from typing import Any
 
 import jsonschema
 
-from runyard.builds.context import BuildRef, ContextProblem
+from runyard.builds.context import ContextProblem
+from runyard.domain.build_ref import BuildRef
 from runyard.queue import NewRun
 from runyard.registry.tools import ToolRegistry, ToolSpec
 

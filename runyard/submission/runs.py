@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import anyio
 
 from runyard.domain.graph import GraphProblem, Node
-from runyard.platform.notify import RunNotifier
 from runyard.queue import AdmissionCaps, AdmissionRefused, ApiQueue, EnqueueResult, NewRun
 from runyard.queue.builds import BuildQueue
 from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
+from runyard.reads.notify import RunNotifier
 from runyard.reads.runs import RunReader, RunView
 from runyard.registry.tools import ToolRegistry
 from runyard.submission.request import RunRequest

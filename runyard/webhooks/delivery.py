@@ -42,8 +42,8 @@ from runyard.domain.webhook_fairness import (
     pick_deliveries,
 )
 from runyard.platform.db import autocommit
-from runyard.platform.metrics import Metrics
 from runyard.platform.settings import Settings
+from runyard.reads.metrics import Metrics
 from runyard.reads.runs import RunReader, RunView
 from runyard.webhooks.http import HttpAttempt, post
 from runyard.webhooks.resolver import BoundedResolver

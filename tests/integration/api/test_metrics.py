@@ -10,8 +10,8 @@ from sqlalchemy import Engine
 
 from runyard.domain.attempt import AttemptResult, AttemptSpec
 from runyard.domain.states import RunStatus
-from runyard.platform.metrics import Metrics
 from runyard.queue import JobQueue, NewRun
+from runyard.reads.metrics import Metrics
 from runyard.runner import AttemptControl
 from runyard.runners.fake import FakeRunner
 from worker.service import Worker, WorkerConfig

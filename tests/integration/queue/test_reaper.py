@@ -11,8 +11,8 @@ from sqlalchemy import Engine, text
 
 from reaper.service import Reaper, ReaperConfig, ReapResult
 from runyard.platform.db import DbTimeouts, make_engine
-from runyard.platform.metrics import Metrics
 from runyard.queue import JobQueue, NewRun
+from runyard.reads.metrics import Metrics
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 

@@ -12,9 +12,9 @@ from sqlalchemy import Engine, text
 from reaper.service import Reaper, ReaperConfig
 from runyard.domain.attempt import AttemptResult, AttemptSpec
 from runyard.domain.states import RunStatus
-from runyard.platform.metrics import Metrics
 from runyard.queue import JobQueue, NewRun
 from runyard.queue.workers import WorkerRegistry
+from runyard.reads.metrics import Metrics
 from runyard.runner import AttemptControl, RunnerUnavailable
 from runyard.runners.fake import FakeRunner
 from worker.service import ClaimRound, Worker, WorkerConfig

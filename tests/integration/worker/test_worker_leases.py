@@ -17,8 +17,8 @@ from sqlalchemy.engine import make_url
 from runyard.domain.attempt import AttemptResult, AttemptSpec
 from runyard.domain.states import RunStatus
 from runyard.platform.db import autocommit, make_engine
-from runyard.platform.metrics import Metrics
 from runyard.queue import Heartbeat, JobQueue
+from runyard.reads.metrics import Metrics
 from runyard.runner import AttemptAbandoned, AttemptControl
 from runyard.runners.fake import FakeRunner
 from tests.integration.api.test_api_helpers import run_status, wait_until

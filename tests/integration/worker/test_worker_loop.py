@@ -232,7 +232,7 @@ def test_worker__heartbeat_after_finalize_is_not_a_lost_lease(queue: JobQueue, e
             release.wait(10)
             super().discard(run_id, attempt)
 
-    from runyard.platform.metrics import Metrics
+    from runyard.reads.metrics import Metrics
 
     metrics = Metrics()
     worker = Worker(
@@ -303,7 +303,7 @@ def test_worker__heartbeat_racing_the_finalize_commit_is_not_a_lost_lease(
             worker.heartbeat_once()  # committed, but the slot has not heard back yet
             return done
 
-    from runyard.platform.metrics import Metrics
+    from runyard.reads.metrics import Metrics
 
     metrics = Metrics()
     worker = Worker(

@@ -13,8 +13,8 @@ from sqlalchemy import exc as sa
 
 from runyard.domain.attempt import AttemptResult, AttemptSpec
 from runyard.domain.states import ContainerState, RunStatus
-from runyard.platform.metrics import Metrics
 from runyard.queue import ClaimedJob, JobQueue
+from runyard.reads.metrics import Metrics
 from runyard.runner import AttemptControl
 from runyard.runners.fake import FakeRunner
 from tests.integration.api.test_api_helpers import wait_until
