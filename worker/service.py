@@ -17,12 +17,17 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from runyard.adoption import Action, AdoptionFacts, Verdict, decide
+from runyard.artifact_store import ArtifactStore
 from runyard.artifacts.publish import drop_unpublished
-from runyard.artifacts.store import ArtifactStore
-from runyard.db_errors import Failure, classify, describe
-from runyard.fallbacks import CANCELLED_BEFORE_START, crashed_outcome, unstorable_outcomes
-from runyard.faults import (
+from runyard.domain.adoption import Action, AdoptionFacts, Verdict, decide
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.errors import describe
+from runyard.domain.fallbacks import CANCELLED_BEFORE_START, crashed_outcome, unstorable_outcomes
+from runyard.domain.states import ContainerState, ErrorCode, RunStatus
+from runyard.held import Held, QueueLogSink
+from runyard.maintenance.sweep import Sweeper
+from runyard.platform.db_errors import Failure, classify
+from runyard.platform.faults import (
     BEFORE_CREATE,
     BEFORE_FINALIZE,
     HEARTBEAT_ERROR,
@@ -30,27 +35,15 @@ from runyard.faults import (
     pause_point,
     raise_point,
 )
-from runyard.held import Held, QueueLogSink
-from runyard.metrics import Metrics
-from runyard.models import RunStatus
 from runyard.queue import ClaimedJob, JobQueue
-from runyard.runner import (
-    AttemptAbandoned,
-    AttemptResult,
-    AttemptSpec,
-    ContainerState,
-    ErrorCode,
-    LogSink,
-    Runner,
-    RunnerUnavailable,
-)
-from runyard.workers import WorkerRegistry
+from runyard.queue.workers import WorkerRegistry
+from runyard.reads.metrics import Metrics
+from runyard.runner import AttemptAbandoned, LogSink, Runner, RunnerUnavailable
 from worker.bounded import OneAtATime
 from worker.builds import BuildAgent
 from worker.cleanup import Cleaner
 from worker.connection_watch import ConnectionWatch
 from worker.engine_health import EngineHealth
-from worker.sweep import Sweeper
 
 logger = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
 from api.problems import Problem
 from api.routes.runs import IdempotencyKey, submit_problem
 from api.routes.webhooks import check_callback_urls, require_webhook_secret
-from runyard.auth import Principal, priority_ceiling
-from runyard.batches import BatchItemProblem, BatchNotFinished, BatchView
 from runyard.queue.graph import BatchRetried, GraphResult
-from runyard.runs import BadCursor, decode_cursor_parts, encode_cursor_parts
+from runyard.reads.runs import BadCursor, decode_cursor_parts, encode_cursor_parts
+from runyard.submission.batches import BatchItemProblem, BatchNotFinished, BatchView
+from runyard.tenancy.auth import Principal, priority_ceiling
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"], responses=COMMON_ERRORS)
 

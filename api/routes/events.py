@@ -18,8 +18,8 @@ from api.deps import PrincipalDep, Services, ServicesDep
 from api.openapi import COMMON_ERRORS, problem
 from api.problems import Problem
 from api.routes.runs import NOT_FOUND, load_run
-from runyard.models import ToolRunEvent
-from runyard.runs import EventPage, RunReader, is_terminal_event
+from runyard.platform.models import ToolRunEvent
+from runyard.reads.runs import EventPage, RunReader, is_terminal_event
 
 logger = logging.getLogger(__name__)
 

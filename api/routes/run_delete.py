@@ -9,7 +9,7 @@ from fastapi import APIRouter, Response
 from api.deps import PrincipalDep, ServicesDep, visible_tenant
 from api.openapi import COMMON_ERRORS, problem
 from api.problems import Problem
-from runyard.retention import Deleted, delete_run
+from runyard.maintenance.retention import Deleted, delete_run
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=COMMON_ERRORS)
 

@@ -17,22 +17,23 @@ from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
 from api.problems import Problem
 from api.routes.webhooks import check_callback_url, require_webhook_secret
 from api.schemas import RunCreate, RunOut, RunPage
-from runyard.auth import Principal, priority_ceiling
-from runyard.batches import TooManyDependencies
-from runyard.graph import GraphProblem
-from runyard.models import RunMode, RunStatus, ToolRun
+from runyard.domain.graph import GraphProblem
+from runyard.domain.states import RunMode, RunStatus
+from runyard.platform.models import ToolRun
 from runyard.queue import AdmissionRefused, IdempotencyConflict
 from runyard.queue.graph import UnknownDependency
-from runyard.runs import LOG_STREAMS, BadCursor, RunFilter, RunReader, RunView
-from runyard.submission import Caller, QueueModeOnly, Submitted
-from runyard.submit import (
+from runyard.reads.runs import LOG_STREAMS, BadCursor, RunFilter, RunReader, RunView
+from runyard.registry.tools import TOOL_NAME_PATTERN
+from runyard.submission.batches import TooManyDependencies
+from runyard.submission.request import (
     AboveMaximum,
     BuildUnavailable,
     InvalidInput,
     RunRequest,
     UnknownTool,
 )
-from runyard.tools import TOOL_NAME_PATTERN
+from runyard.submission.runs import Caller, QueueModeOnly, Submitted
+from runyard.tenancy.auth import Principal, priority_ceiling
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=COMMON_ERRORS)
 

@@ -11,16 +11,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.deps import PrincipalDep, Services, ServicesDep
 from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
 from api.problems import Problem
-from runyard.auth import Principal
-from runyard.settings import Settings
-from runyard.tenant_webhooks import TenantWebhooks
-from runyard.webhook_urls import (
+from runyard.platform.settings import Settings
+from runyard.tenancy.auth import Principal
+from runyard.webhooks.delivery import destination_policy
+from runyard.webhooks.tenant import TenantWebhooks
+from runyard.webhooks.urls import (
     MAX_URL_LENGTH,
     BadCallbackUrl,
     DestinationRefused,
     check_destination,
 )
-from runyard.webhooks import destination_policy
 
 router = APIRouter(prefix="/v1/tenants", tags=["webhooks"], responses=COMMON_ERRORS)
 

@@ -12,7 +12,7 @@ from api.problems import Problem
 from api.routes import artifacts as artifact_routes
 from api.ui.context import SessionDep, UiError
 from runyard.artifacts.reads import Found
-from runyard.models import ToolRun
+from runyard.platform.models import ToolRun
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 

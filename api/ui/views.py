@@ -1,5 +1,5 @@
-"""The dashboard's pages: reads through ``runyard.dashboard`` and ``runyard.runs``; submit,
-cancel and the live stream through the JSON API's own route functions."""
+"""The dashboard's pages: reads through ``runyard.reads.dashboard`` and ``runyard.reads.runs``;
+submit, cancel and the live stream through the JSON API's own route functions."""
 
 from __future__ import annotations
 
@@ -31,8 +31,10 @@ from api.ui.context import (
     check_same_origin,
 )
 from api.ui.session import COOKIE_NAME, COOKIE_PATH, Session, key_prefix
-from runyard.auth import authenticate, priority_ceiling
-from runyard.dashboard import (
+from runyard.domain.states import TERMINAL_STATUSES, RunStatus
+from runyard.platform.models import ToolRun
+from runyard.queue.values import SYNC_QUEUE
+from runyard.reads.dashboard import (
     log_snapshot,
     queue_activity,
     queue_overview,
@@ -40,11 +42,10 @@ from runyard.dashboard import (
     run_timeline,
     worker_overview,
 )
-from runyard.dashboard_workflows import dependencies, scheduled_runs
-from runyard.models import TERMINAL_STATUSES, RunStatus, ToolRun
-from runyard.pools import live_workers_by_queue
-from runyard.queue.values import SYNC_QUEUE
-from runyard.runs import WORKER_LIVE_SECONDS, BadCursor, RunFilter, RunReader
+from runyard.reads.dashboard_workflows import dependencies, scheduled_runs
+from runyard.reads.pools import live_workers_by_queue
+from runyard.reads.runs import WORKER_LIVE_SECONDS, BadCursor, RunFilter, RunReader
+from runyard.tenancy.auth import authenticate, priority_ceiling
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
