@@ -20,7 +20,7 @@ from runyard.domain.tool_json import load_stored_json
 from runyard.platform.pooling import ConnectionPlan, connection_plan
 from runyard.platform.settings import Settings, normalize_database_url
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
 
 @dataclass(frozen=True)
