@@ -14,8 +14,8 @@ import uvicorn
 from fastapi import FastAPI
 
 from api.main import create_app
-from runyard.logs import configure
-from runyard.settings import Settings
+from runyard.platform.logs import configure
+from runyard.platform.settings import Settings
 
 logger = logging.getLogger(__name__)
 

@@ -10,11 +10,11 @@ import pydantic
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from api.schemas import RunLimits
-from runyard.batches import BatchItem, BatchRun, BatchView, ListedBatch
-from runyard.graph import MAX_BATCH_RUNS, MAX_DEPENDENCIES
-from runyard.submit import RunRequest
-from runyard.tools import TOOL_NAME_PATTERN
-from runyard.webhook_urls import MAX_URL_LENGTH
+from runyard.domain.graph import MAX_BATCH_RUNS, MAX_DEPENDENCIES
+from runyard.registry.tools import TOOL_NAME_PATTERN
+from runyard.submission.batches import BatchItem, BatchRun, BatchView, ListedBatch
+from runyard.submission.request import RunRequest
+from runyard.webhooks.urls import MAX_URL_LENGTH
 
 REF_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 # A ref of the batch (its default refs start with '#') or a run id.

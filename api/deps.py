@@ -13,16 +13,16 @@ from sqlalchemy import Engine
 
 from api.problems import Problem
 from runyard.artifacts.reads import ArtifactReads
-from runyard.auth import Principal, PrincipalCache, authenticate
-from runyard.batches import Batches
 from runyard.builds.reads import BuildReads
-from runyard.notify import RunNotifier
+from runyard.platform.settings import Settings
 from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.queue.builds import BuildQueue
-from runyard.settings import Settings
-from runyard.submission import Submissions
-from runyard.sync_mode import SyncExecutor
-from runyard.tools import ToolRegistry
+from runyard.reads.notify import RunNotifier
+from runyard.registry.tools import ToolRegistry
+from runyard.submission.batches import Batches
+from runyard.submission.runs import Submissions
+from runyard.sync.executor import SyncExecutor
+from runyard.tenancy.auth import Principal, PrincipalCache, authenticate
 
 DEV_TENANT = "dev"
 HEALTH_THREADS = 2
@@ -42,9 +42,9 @@ class Services:
     # Database reads of the event streams share these few tokens: streams never hold a
     # connection while they wait, and together they never take more than this many.
     events_limiter: anyio.CapacityLimiter
-    # The submit use case (runyard.submission), in either mode.
+    # The submit use case (runyard.submission.runs), in either mode.
     submissions: Submissions
-    # Batches (runyard.batches): queue mode only.
+    # Batches (runyard.submission.batches): queue mode only.
     batches: Batches
     # The read side of runs' artifacts (its ``store`` is the one writers use).
     artifacts: ArtifactReads
@@ -54,7 +54,7 @@ class Services:
     # Sync mode only: the inline executor, whose slots have threads of their own.
     sync: SyncExecutor | None = None
     open_streams: int = 0
-    # Verified API keys, trusted for a few seconds (runyard.auth.AUTH_CACHE_SECONDS).
+    # Verified API keys, trusted for a few seconds (runyard.tenancy.auth.AUTH_CACHE_SECONDS).
     auth_cache: PrincipalCache = field(default_factory=PrincipalCache)
     # Readiness reads the database on these few threads, never the pool requests share
     # (api.routes.health).

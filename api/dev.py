@@ -18,9 +18,9 @@ import uvicorn
 
 from api.main import create_app
 from reaper.__main__ import build_deliverer, build_reaper
-from runyard.db import migrate
-from runyard.logs import configure
-from runyard.settings import Settings
+from runyard.platform.db import migrate
+from runyard.platform.logs import configure
+from runyard.platform.settings import Settings
 from worker.__main__ import build_worker
 from worker.wakeup import Wakeups
 

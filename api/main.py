@@ -22,30 +22,30 @@ from api.routes import artifacts as artifact_routes
 from api.routes import batches, events, health, keys, metrics, run_delete, runs, tools, webhooks
 from api.routes import builds as builds_routes
 from api.ui.install import install_ui
-from runyard.artifacts.factory import store_from_settings
+from runyard.artifact_store import ArtifactStore
+from runyard.artifact_stores.factory import store_from_settings
 from runyard.artifacts.reads import ArtifactReads
-from runyard.artifacts.store import ArtifactStore
-from runyard.batches import Batches
 from runyard.builds.reads import BuildReads
 from runyard.builds.setup import with_builds
-from runyard.chores import Chore, Chores
-from runyard.db import DbTimeouts, make_engine
-from runyard.docker.runner import DockerRunner
-from runyard.notify import RunNotifier
-from runyard.pooling import connection_plan, log_plan
+from runyard.maintenance.chores import Chore, Chores
+from runyard.maintenance.retention import retention_seconds
+from runyard.maintenance.sweep import Sweeper
+from runyard.maintenance.upkeep import Upkeep
+from runyard.platform.db import DbTimeouts, make_engine
+from runyard.platform.pooling import connection_plan, log_plan
+from runyard.platform.schema_version import script_heads
+from runyard.platform.settings import Settings, libpq_url
 from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.queue.builds import BuildQueue
-from runyard.retention import retention_seconds
+from runyard.queue.workers import WorkerRegistry
+from runyard.reads.notify import RunNotifier
+from runyard.registry.tools import ToolRegistry, load_registry
 from runyard.runner import Runner
-from runyard.schema_version import script_heads
-from runyard.settings import Settings, libpq_url
-from runyard.submission import Submissions, WaitLimits
-from runyard.sweep import Sweeper
-from runyard.sync_mode import SyncExecutor
-from runyard.tools import ToolRegistry, load_registry
-from runyard.upkeep import Upkeep
-from runyard.webhooks import WebhookConfig, WebhookDeliverer
-from runyard.workers import WorkerRegistry
+from runyard.runners.docker.runner import DockerRunner
+from runyard.submission.batches import Batches
+from runyard.submission.runs import Submissions, WaitLimits
+from runyard.sync.executor import SyncExecutor
+from runyard.webhooks.delivery import WebhookConfig, WebhookDeliverer
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ def create_app(
     With ``RUNYARD_QUEUE_ENABLED=false`` it also starts sync mode: the inline executor with
     ``runner`` (else a Docker runner from ``settings``), its renewal thread, the orphan
     settling and sweep chores on a thread of their own, and retention and webhook delivery
-    (``runyard.upkeep``).
+    (``runyard.maintenance.upkeep``).
     """
 
     # No API statement waits for a run (``?wait`` and SSE sleep on LISTEN between short

@@ -9,11 +9,11 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from runyard.graph import MAX_DEPENDENCIES
-from runyard.runs import RunView
-from runyard.submit import RunRequest
-from runyard.tools import TOOL_NAME_PATTERN, bounds_schema, within_bounds
-from runyard.webhook_urls import MAX_URL_LENGTH
+from runyard.domain.graph import MAX_DEPENDENCIES
+from runyard.reads.runs import RunView
+from runyard.registry.tools import TOOL_NAME_PATTERN, bounds_schema, within_bounds
+from runyard.submission.request import RunRequest
+from runyard.webhooks.urls import MAX_URL_LENGTH
 
 RUN_EXAMPLE: dict[str, Any] = {
     "id": "0f8a3c52-5a7e-4d6b-9a53-2d1f8f5f9c11",
@@ -37,7 +37,7 @@ RUN_EXAMPLE: dict[str, Any] = {
 
 class RunLimits(BaseModel):
     """Limits one run asks for instead of its tool's, each up to the tool's maximum and always
-    within the platform's bounds (``runyard.limit_bounds``: never 0 CPUs, never no limit)."""
+    within the platform's bounds (``runyard.domain.limit_bounds``: never 0 CPUs, never no limit)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -134,7 +134,7 @@ class RunCreate(BaseModel):
     frozen=True, config=ConfigDict(json_schema_extra={"examples": [RUN_EXAMPLE]})
 )
 class RunOut(RunView):
-    """A run as the API shows it: the fields of the read model (``runyard.runs.RunView``)."""
+    """A run as the API shows it: the fields of the read model (``runyard.reads.runs.RunView``)."""
 
 
 class RunPage(BaseModel):

@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.auth == "disabled":
             env["RUNYARD_AUTH_DISABLED"] = "true"
         else:
-            from runyard.auth import create_api_key
+            from runyard.tenancy.auth import create_api_key
 
             token = create_api_key(engine, f"bench-api-{uuid.uuid4().hex[:8]}")
         procs.base_env = env
@@ -385,7 +385,7 @@ def admission_cost(url: str, backlogs: list[int]) -> list[tuple[object, ...]]:
     from sqlalchemy import create_engine
 
     from runyard.queue import AdmissionCaps, ApiQueue, NewRun
-    from runyard.tools import ToolSpec
+    from runyard.registry.tools import ToolSpec
 
     enqueue_sql = psycopg_sql(queue_statement("ENQUEUE"))
     depth_sql = psycopg_sql(queue_statement("QUEUE_DEPTH"))
@@ -459,7 +459,7 @@ def round_trips_per_submit(
     from sqlalchemy.pool import Pool
 
     from api.main import create_app
-    from runyard.settings import Settings
+    from runyard.platform.settings import Settings
 
     counts: dict[str, int] = defaultdict(int)
     counting = [False]
@@ -481,8 +481,9 @@ def round_trips_per_submit(
     def statement_done(*args: Any) -> None:
         in_sqlalchemy.active = False
 
-    # Statements sent on a pooled connection's psycopg cursor directly (runyard.db.autocommit)
-    # bypass SQLAlchemy's events; the pool's own pre-ping is counted with its checkout.
+    # Statements sent on a pooled connection's psycopg cursor directly
+    # (runyard.platform.db.autocommit) bypass SQLAlchemy's events; the pool's own pre-ping is
+    # counted with its checkout.
     pings = ("SELECT 1", ";")
     original_execute = psycopg.Cursor.execute
 

@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.auth == "disabled":
             env["RUNYARD_AUTH_DISABLED"] = "true"
         else:
-            from runyard.auth import create_api_key
+            from runyard.tenancy.auth import create_api_key
 
             stamp = uuid.uuid4().hex[:8]
             batch_key = create_api_key(engine, f"bench-batches-{stamp}")

@@ -207,7 +207,7 @@ class BenchDatabase:
     @classmethod
     def open(cls, args: argparse.Namespace, bench: str) -> BenchDatabase:
         """The database ``choose_database`` picks (a fresh one is made); migrated."""
-        from runyard.db import migrate
+        from runyard.platform.db import migrate
 
         choice = choose_database(args.database_url, args.server_url, os.environ)
         stop_server: Callable[[], None] | None = None
@@ -735,7 +735,7 @@ def _library_of(frame: str) -> str:
         return "anyio/asyncio/threads"
     if "/jsonschema" in location or "/referencing/" in location or "/rpds" in location:
         return "jsonschema"
-    if "/logging/" in location or "/runyard/logs.py" in location:
+    if "/logging/" in location or "/runyard/platform/logs.py" in location:
         return "logging"
     if "/docker/" in location or "/requests/" in location or "/urllib3/" in location:
         return "docker-py/requests"

@@ -82,7 +82,7 @@ class RoundResult:
 
 def noop_tool() -> dict[str, Any]:
     """The tool definition snapshot both sides use."""
-    from runyard.tools import ToolSpec
+    from runyard.registry.tools import ToolSpec
 
     return ToolSpec.model_validate({"name": "noop", **NOOP}).snapshot()
 
@@ -160,7 +160,7 @@ PARITY_FIELDS = (
 
 def bench_runner(client: Any, setting: str) -> Any:
     """runyard's DockerRunner with ``RUNYARD_HOST_WORKDIR_ROOT=setting`` applied."""
-    from runyard.docker.runner import DockerRunner
+    from runyard.runners.docker.runner import DockerRunner
 
     runner = DockerRunner(client)
     runner.choose_inputs(setting)
@@ -172,7 +172,7 @@ def check_parity(
 ) -> int:
     """Create one container through runyard's DockerRunner and one with the raw flags, compare
     the hardening fields of their configs, remove both. Returns the number of fields compared."""
-    from runyard.runner import AttemptSpec
+    from runyard.domain.attempt import AttemptSpec
 
     runner = bench_runner(client, setting)
     spec = AttemptSpec(
@@ -369,7 +369,8 @@ def docker_breakdown(
     DockerRunner (no database, a null log sink) and of the raw lifecycle, alternating."""
     from collections import defaultdict
 
-    from runyard.runner import AttemptControl, AttemptSpec, RunnerUnavailable
+    from runyard.domain.attempt import AttemptSpec
+    from runyard.runner import AttemptControl, RunnerUnavailable
 
     lost = 0
     calls: dict[str, dict[str, list[float]]] = {

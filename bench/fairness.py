@@ -65,11 +65,12 @@ def scenario(
     """Flood (or not), fill the slots, submit the single run, and time its wait."""
     import psycopg
 
-    from runyard.db import make_engine
-    from runyard.models import RunStatus
+    from runyard.domain.attempt import AttemptResult, AttemptSpec
+    from runyard.domain.states import RunStatus
+    from runyard.platform.db import make_engine
     from runyard.queue import JobQueue, NewRun
-    from runyard.runner import AttemptControl, AttemptResult, AttemptSpec
-    from runyard.testing import FakeRunner
+    from runyard.runner import AttemptControl
+    from runyard.runners.fake import FakeRunner
     from worker.service import Worker, WorkerConfig
 
     def slow(spec: AttemptSpec, control: AttemptControl) -> AttemptResult:

@@ -102,7 +102,7 @@ FLAT_TARGET = 0.85
 
 def _new_run(queue_name: str) -> Any:
     from runyard.queue import NewRun
-    from runyard.tools import ToolSpec
+    from runyard.registry.tools import ToolSpec
 
     spec = ToolSpec.model_validate({"name": "noop", **NOOP_SPEC}).snapshot()
     return NewRun(tenant="bench", tool="noop", spec=spec, input={}, queue=queue_name)
@@ -117,8 +117,8 @@ def _enqueue(queue: Any, queue_name: str, jobs: int) -> float:
 
 
 def _noop_result(spec: Any, control: Any) -> Any:
-    from runyard.models import RunStatus
-    from runyard.runner import AttemptResult
+    from runyard.domain.attempt import AttemptResult
+    from runyard.domain.states import RunStatus
 
     return AttemptResult(status=RunStatus.SUCCEEDED, exit_code=0)
 
@@ -126,8 +126,8 @@ def _noop_result(spec: Any, control: Any) -> Any:
 def runyard_worker_round(url: str, jobs: int, concurrency: int, deadline: Deadline) -> QueueRound:
     """The real Worker (slots as threads, claim loop, heartbeat thread) with the fake runner."""
     from runyard.queue import JobQueue
-    from runyard.testing import FakeRunner
-    from runyard.workers import WorkerRegistry
+    from runyard.queue.workers import WorkerRegistry
+    from runyard.runners.fake import FakeRunner
     from worker.__main__ import worker_engines
     from worker.service import Worker, WorkerConfig
 
@@ -169,10 +169,10 @@ def runyard_worker_round(url: str, jobs: int, concurrency: int, deadline: Deadli
 
 def runyard_direct_round(url: str, jobs: int, threads: int, deadline: Deadline) -> QueueRound:
     """``threads`` plain loops of claim(limit=1) -> mark_container_requested -> finalize."""
-    from runyard.db import make_engine
-    from runyard.models import RunStatus
+    from runyard.domain.attempt import AttemptResult
+    from runyard.domain.states import RunStatus
+    from runyard.platform.db import make_engine
     from runyard.queue import JobQueue
-    from runyard.runner import AttemptResult
 
     queue_name = f"bench-{uuid.uuid4().hex[:8]}"
     engine = make_engine(url, pool_size=threads, max_overflow=4)
@@ -544,8 +544,8 @@ def _profile_transaction_cost(url: str, n: int = 2000) -> None:
     import psycopg
     from sqlalchemy import create_engine, text
 
-    from runyard.db import autocommit as run_autocommit
-    from runyard.db import make_engine
+    from runyard.platform.db import autocommit as run_autocommit
+    from runyard.platform.db import make_engine
 
     stmt = text("SELECT pg_notify(:channel, :payload)")
     params = {"channel": "bench_profile", "payload": "x"}
@@ -572,10 +572,10 @@ def _profile_transaction_cost(url: str, n: int = 2000) -> None:
 
             rows.append((label, *_cost(once, n)))
         worker_engine = make_engine(url, pool_size=5, pre_ping=False)
-        engines["runyard.db.autocommit (what JobQueue does now)"] = worker_engine
+        engines["runyard.platform.db.autocommit (what JobQueue does now)"] = worker_engine
         rows.append(
             (
-                "runyard.db.autocommit (what JobQueue does now)",
+                "runyard.platform.db.autocommit (what JobQueue does now)",
                 *_cost(lambda: run_autocommit(worker_engine, stmt, params), n),
             )
         )
@@ -612,10 +612,10 @@ def _profile_python(url: str, jobs: int, deadline: Deadline) -> None:
     import cProfile
     import pstats
 
-    from runyard.db import make_engine
-    from runyard.models import RunStatus
+    from runyard.domain.attempt import AttemptResult
+    from runyard.domain.states import RunStatus
+    from runyard.platform.db import make_engine
     from runyard.queue import JobQueue
-    from runyard.runner import AttemptResult
 
     queue_name = f"bench-{uuid.uuid4().hex[:8]}"
     engine = make_engine(url, pool_size=1)

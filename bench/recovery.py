@@ -60,7 +60,7 @@ def _epoch(value: datetime | None) -> float:
 
 
 def _docker_finished(attrs: dict[str, Any]) -> float:
-    from runyard.docker.runner import _parse_docker_time
+    from runyard.runners.docker.runner import _parse_docker_time
 
     finished = _parse_docker_time(attrs["State"].get("FinishedAt"))
     return finished.timestamp() if finished else float("nan")
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     from sqlalchemy import create_engine, text
 
     from runyard.queue import JobQueue, NewRun
-    from runyard.tools import ToolSpec
+    from runyard.registry.tools import ToolSpec
 
     db = BenchDatabase.open(args, "recovery")
     procs = Procs()

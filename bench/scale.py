@@ -54,7 +54,7 @@ from bench.common import (
     table,
 )
 from bench.pgbouncer import PgBouncer, console_rows, find_pgbouncer, start_pgbouncer
-from runyard.pooling import Pooler
+from runyard.platform.pooling import Pooler
 
 NOOP_SPEC = {"image": "runyard/toolbox:latest", "command": ["true"]}
 SAMPLE_SECONDS = 0.1
@@ -87,8 +87,8 @@ class Level:
 
 
 def _noop_result(spec: Any, control: Any) -> Any:
-    from runyard.models import RunStatus
-    from runyard.runner import AttemptResult
+    from runyard.domain.attempt import AttemptResult
+    from runyard.domain.states import RunStatus
 
     return AttemptResult(status=RunStatus.SUCCEEDED, exit_code=0)
 
@@ -139,11 +139,11 @@ def _worker_process(
     results: Any,
 ) -> None:
     """One worker process: build the worker, say ready, drain on ``go`` until ``stop``."""
-    from runyard.db import DbTimeouts
+    from runyard.platform.db import DbTimeouts
+    from runyard.platform.settings import Settings
     from runyard.queue import JobQueue
-    from runyard.settings import Settings
-    from runyard.testing import FakeRunner
-    from runyard.workers import WorkerRegistry
+    from runyard.queue.workers import WorkerRegistry
+    from runyard.runners.fake import FakeRunner
     from worker.__main__ import worker_engines
     from worker.service import Worker, WorkerConfig
 
@@ -209,7 +209,7 @@ def _enqueue(url: str, queue_name: str, jobs: int) -> None:
 
     from runyard.queue import NewRun
     from runyard.queue.values import enqueue_params
-    from runyard.tools import ToolSpec
+    from runyard.registry.tools import ToolSpec
 
     spec = ToolSpec.model_validate({"name": "noop", **NOOP_SPEC}).snapshot()
     run = NewRun(tenant="bench", tool="noop", spec=spec, input={}, queue=queue_name)

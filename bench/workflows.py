@@ -64,7 +64,7 @@ NOOP: dict[str, Any] = {
 }
 TENANT = "bench"
 QUEUE = "default"
-BATCH_SIZE = 1000  # runyard.graph.MAX_BATCH_RUNS
+BATCH_SIZE = 1000  # runyard.domain.graph.MAX_BATCH_RUNS
 EMPTY_SQL = (
     "TRUNCATE tool_runs, tool_run_jobs, tool_run_events, tool_run_deps, batches, "
     "tenant_run_counts, workers CASCADE"
@@ -187,14 +187,14 @@ def _graph_writes(url: str, body: dict[str, Any], count: int) -> list[float]:
 
 
 def _engine(url: str) -> Any:
-    from runyard.db import make_engine
+    from runyard.platform.db import make_engine
 
     return make_engine(url, pool_size=2, pre_ping=False)
 
 
 def _new_run(queue: str = QUEUE) -> Any:
     from runyard.queue import NewRun
-    from runyard.tools import ToolSpec
+    from runyard.registry.tools import ToolSpec
 
     spec = ToolSpec.model_validate({"name": "noop", **NOOP}).snapshot()
     return NewRun(tenant=TENANT, tool="noop", spec=spec, input={}, queue=queue)
@@ -218,7 +218,7 @@ def _submit_graph(
     engine: Any, items: Sequence[tuple[str, tuple[str, ...]]], queue: str = QUEUE
 ) -> list[uuid.UUID]:
     """A batch through the graph writer (no caps): ``(ref, depends_on)`` per run."""
-    from runyard.graph import Node
+    from runyard.domain.graph import Node
     from runyard.queue import AdmissionCaps
     from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
 
@@ -229,8 +229,8 @@ def _submit_graph(
 
 
 def _succeeded() -> Any:
-    from runyard.models import RunStatus
-    from runyard.runner import AttemptResult
+    from runyard.domain.attempt import AttemptResult
+    from runyard.domain.states import RunStatus
 
     return AttemptResult(status=RunStatus.SUCCEEDED, exit_code=0)
 
@@ -296,9 +296,9 @@ def _write_dependents(url: str, count: int, blocked: bool) -> None:
     """``count`` runs of the bench's tenant and queue, each depending on one run in a queue
     of its own: still running (they are blocked), or failed (they are written failed at
     once, with the same rows: run, job, edge, events)."""
-    from runyard.models import RunStatus
+    from runyard.domain.attempt import AttemptResult
+    from runyard.domain.states import RunStatus
     from runyard.queue import JobQueue
-    from runyard.runner import AttemptResult
 
     engine = _engine(url)
     try:
@@ -538,9 +538,9 @@ def part_chain(url: str, length: int, window: int, results: Results, dl: Deadlin
     """Two chains: one is walked to ``length - window`` first, then the head steps of the
     other and the tail steps of this one are timed in turns (what the machine does meanwhile
     weighs on both alike): claim + finalize, then the same with finalize_and_claim."""
-    from runyard.models import RunStatus
+    from runyard.domain.attempt import AttemptResult
+    from runyard.domain.states import RunStatus
     from runyard.queue import JobQueue
-    from runyard.runner import AttemptResult
 
     engine = _engine(url)
     queue = JobQueue(engine)

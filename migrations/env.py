@@ -1,4 +1,4 @@
-"""Alembic environment: target metadata is ``runyard.models``; URL from config or env."""
+"""Alembic environment: target metadata is ``runyard.platform.models``; URL from config or env."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
-from runyard.models import Base
-from runyard.settings import normalize_database_url
+from runyard.platform.models import Base
+from runyard.platform.settings import normalize_database_url
 
 config = context.config
 target_metadata = Base.metadata

@@ -12,15 +12,15 @@ from collections.abc import Sequence
 from types import FrameType
 
 from reaper.service import Reaper, ReaperConfig
-from runyard.artifacts.factory import store_from_settings
-from runyard.db import DbTimeouts, make_engine
-from runyard.logs import configure
-from runyard.metrics import Metrics
-from runyard.pooling import log_plan
+from runyard.artifact_stores.factory import store_from_settings
+from runyard.maintenance.retention import retention_seconds
+from runyard.platform.db import DbTimeouts, make_engine
+from runyard.platform.logs import configure
+from runyard.platform.pooling import log_plan
+from runyard.platform.settings import Settings
 from runyard.queue import JobQueue
-from runyard.retention import retention_seconds
-from runyard.settings import Settings
-from runyard.webhooks import WebhookConfig, WebhookDeliverer
+from runyard.reads.metrics import Metrics
+from runyard.webhooks.delivery import WebhookConfig, WebhookDeliverer
 
 logger = logging.getLogger("reaper")
 

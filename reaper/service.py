@@ -8,12 +8,12 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime
 
-from runyard.adoption import AdoptionFacts, decide
-from runyard.artifacts.store import ArtifactStore
-from runyard.metrics import Metrics
-from runyard.models import RunStatus
+from runyard.artifact_store import ArtifactStore
+from runyard.domain.adoption import AdoptionFacts, decide
+from runyard.domain.states import RunStatus
+from runyard.maintenance.retention import prune_expired
 from runyard.queue import JobQueue, OrphanedJob
-from runyard.retention import prune_expired
+from runyard.reads.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from psycopg import sql
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
-from runyard.db import make_engine, migrate
+from runyard.platform.db import make_engine, migrate
 
 # Ryuk (testcontainers' reaper) is an image that cannot be pulled where no registry answers;
 # the fixtures below stop what they start instead.

@@ -24,13 +24,13 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from api.main import create_app
-from runyard.auth import create_api_key
-from runyard.db import make_engine
-from runyard.settings import Settings
-from runyard.tools import load_registry
-from runyard.webhook_fairness import Caps
-from runyard.webhook_urls import DestinationPolicy
-from runyard.webhooks import WebhookConfig, WebhookDeliverer
+from runyard.domain.webhook_fairness import Caps
+from runyard.platform.db import make_engine
+from runyard.platform.settings import Settings
+from runyard.registry.tools import load_registry
+from runyard.tenancy.auth import create_api_key
+from runyard.webhooks.delivery import WebhookConfig, WebhookDeliverer
+from runyard.webhooks.urls import DestinationPolicy
 from tests.webhook_receiver import receiver_on
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,21 +14,21 @@ from types import FrameType
 
 from sqlalchemy import Engine
 
-from runyard.artifacts.factory import store_from_settings
-from runyard.builds.port import BuilderUnavailable
-from runyard.db import DbTimeouts, make_engine
-from runyard.docker.builder import DockerBuilder
-from runyard.docker.runner import DockerRunner
-from runyard.logs import configure
-from runyard.metrics import Metrics
-from runyard.pooling import ConnectionPlan, log_plan
+from runyard.artifact_stores.factory import store_from_settings
+from runyard.builder import BuilderUnavailable
+from runyard.builders.docker import DockerBuilder
+from runyard.maintenance.sweep import Sweeper
+from runyard.platform.db import DbTimeouts, make_engine
+from runyard.platform.logs import configure
+from runyard.platform.pooling import ConnectionPlan, log_plan
+from runyard.platform.settings import Settings
 from runyard.queue import JobQueue
 from runyard.queue.builds import BuildQueue
+from runyard.queue.workers import WorkerRegistry, new_worker_id
+from runyard.reads.metrics import Metrics
+from runyard.registry.tools import RegistryError, load_registry
 from runyard.runner import RunnerUnavailable
-from runyard.settings import Settings
-from runyard.sweep import Sweeper
-from runyard.tools import RegistryError, load_registry
-from runyard.workers import WorkerRegistry, new_worker_id
+from runyard.runners.docker.runner import DockerRunner
 from worker.builds import BuildAgent, BuildConfig
 from worker.service import Worker, WorkerConfig
 from worker.wakeup import Wakeups

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from runyard.builds.port import Builder, BuilderUnavailable, BuildResult
+from runyard.builder import Builder, BuilderUnavailable, BuildResult
 from runyard.builds.rules import (
     BuildAction,
     failure_message,

@@ -1,7 +1,7 @@
 """A watch over an engine's checked-out connections, to cut one whose peer went silent.
 
-Timeouts in the connection settings (``runyard.db.DbTimeouts``) help while the server answers
-(a statement timeout) or while packets go unacknowledged (keepalives, ``tcp_user_timeout``).
+Timeouts in the connection settings (``runyard.platform.db.DbTimeouts``) help while the server
+answers (a statement timeout) or while packets go unacknowledged (keepalives, ``tcp_user_timeout``).
 A peer that accepts bytes and never replies (a hung proxy or pooler, a frozen server) leaves
 a thread blocked in ``recv`` for good; shutting the socket down from another thread is what
 wakes it, with an error the caller already handles as a lost connection.

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from runyard.metrics import Metrics
+from runyard.reads.metrics import Metrics
 from runyard.runner import RunnerUnavailable
 
 logger = logging.getLogger(__name__)

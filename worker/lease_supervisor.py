@@ -12,11 +12,11 @@ from datetime import UTC, datetime
 
 from runyard.attempts.flight import Flight, LeaseClock, log_fields
 from runyard.attempts.owner import AttemptOwner
-from runyard.db_errors import describe
-from runyard.faults import HEARTBEAT_ERROR, raise_point
-from runyard.metrics import Metrics
+from runyard.domain.errors import describe
+from runyard.platform.faults import HEARTBEAT_ERROR, raise_point
 from runyard.queue import JobQueue
-from runyard.workers import WorkerRegistry
+from runyard.queue.workers import WorkerRegistry
+from runyard.reads.metrics import Metrics
 from worker.bounded import OneAtATime
 from worker.config import WorkerConfig
 from worker.connection_watch import ConnectionWatch

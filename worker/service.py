@@ -14,21 +14,21 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from runyard.artifacts.store import ArtifactStore
+from runyard.artifact_store import ArtifactStore
 from runyard.attempts.flight import Flight, LeaseClock, log_fields
 from runyard.attempts.owner import AttemptOwner, NextClaim
 from runyard.attempts.policy import OwnerPolicy
-from runyard.metrics import Metrics
+from runyard.maintenance.sweep import Sweeper
 from runyard.queue import ClaimedJob, JobQueue
+from runyard.queue.workers import WorkerRegistry
+from runyard.reads.metrics import Metrics
 from runyard.runner import Runner, RunnerUnavailable
-from runyard.workers import WorkerRegistry
 from worker.builds import BuildAgent
 from worker.cleanup import Cleaner
 from worker.config import WorkerConfig
 from worker.connection_watch import ConnectionWatch
 from worker.engine_health import EngineHealth
 from worker.lease_supervisor import LeaseSupervisor
-from worker.sweep import Sweeper
 
 __all__ = ["ClaimRound", "InFlight", "Worker", "WorkerConfig"]
 

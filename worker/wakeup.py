@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import psycopg
 
+from runyard.platform.settings import libpq_url
 from runyard.queue import CANCEL_CHANNEL, JOBS_CHANNEL
-from runyard.settings import libpq_url
 
 logger = logging.getLogger(__name__)
 

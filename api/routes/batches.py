@@ -9,52 +9,22 @@ from fastapi import APIRouter, Query, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic_core import to_json
 
+from api.actions import batches as batch_actions
+from api.actions.webhooks import check_callback_urls, require_webhook_secret
 from api.batch_schemas import BatchCreate, BatchCreated, BatchListed, BatchOut, BatchPage
-from api.deps import PrincipalDep, Services, ServicesDep, visible_tenant
+from api.deps import PrincipalDep, ServicesDep
 from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
 from api.problems import Problem
-from api.routes.runs import IdempotencyKey, submit_problem
-from api.routes.webhooks import check_callback_urls, require_webhook_secret
-from runyard.auth import Principal, priority_ceiling
-from runyard.batches import BatchItemProblem, BatchNotFinished, BatchView
-from runyard.queue.graph import BatchRetried, GraphResult
-from runyard.runs import BadCursor, decode_cursor_parts, encode_cursor_parts
+from api.routes import IdempotencyKey
+from runyard.queue.graph import GraphResult
+from runyard.reads.runs import BadCursor, decode_cursor_parts, encode_cursor_parts
+from runyard.submission.batches import BatchView
+from runyard.tenancy.auth import priority_ceiling
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"], responses=COMMON_ERRORS)
 
 NOT_FOUND = problem("No such batch, or it belongs to another tenant")
 MAX_PAGE = 100
-
-
-def _queue_mode(services: Services) -> None:
-    if not services.batches.queue_mode:
-        raise Problem(
-            422,
-            "queue_mode_only",
-            "batches need queue mode; this API runs tools inline (sync mode)",
-        )
-
-
-def _refused(services: Services, exc: Exception) -> Problem:
-    """The problem document of a refused batch write; re-raises anything else."""
-    if isinstance(exc, BatchItemProblem):
-        inner = submit_problem(services, exc.cause)
-        if inner is None:
-            raise exc.cause
-        where = inner.extra.get("field")
-        field = f"runs[{exc.index}]" + (f".{where}" if where else "")
-        return Problem(inner.status, inner.code, f"runs[{exc.index}]: {inner.detail}", field=field)
-    found = submit_problem(services, exc)
-    if found is None:
-        raise exc
-    return found
-
-
-def _load(services: Services, principal: Principal, batch_id: uuid.UUID) -> BatchView:
-    view = services.batches.view(batch_id, visible_tenant(principal))
-    if view is None:
-        raise Problem(404, "batch_not_found", f"no batch {batch_id}")
-    return view
 
 
 @router.post(
@@ -75,7 +45,7 @@ async def post_batch(
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Admit every run or none (422 names the item and the problem); 202 with the batch."""
-    _queue_mode(services)
+    batch_actions.require_queue_mode(services)
     urls = {run.callback_url for run in body.runs if run.callback_url} | (
         {body.callback_url} if body.callback_url else set()
     )
@@ -95,7 +65,7 @@ async def post_batch(
     try:
         result, view, answer = await run_in_threadpool(write)
     except Exception as exc:
-        raise _refused(services, exc) from exc
+        raise batch_actions.refused(services, exc) from exc
     headers = {"Location": f"/v1/batches/{view.id}"}
     if not result.created:
         headers["Idempotent-Replayed"] = "true"
@@ -105,7 +75,7 @@ async def post_batch(
 @router.get("/{batch_id}", responses={404: NOT_FOUND})
 def get_batch(batch_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep) -> BatchOut:
     """A batch: its status, counts by status and the latest run of each ref."""
-    return BatchOut.of(_load(services, principal, batch_id))
+    return BatchOut.of(batch_actions.load_batch(services, principal, batch_id))
 
 
 @router.get("")
@@ -131,9 +101,7 @@ def list_batches(
 @router.post("/{batch_id}/cancel", status_code=202, responses={404: NOT_FOUND})
 def cancel_batch(batch_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep) -> BatchOut:
     """Cancel the queued runs at once and ask the running ones to stop."""
-    _load(services, principal, batch_id)
-    services.batches.cancel(batch_id)
-    return BatchOut.of(_load(services, principal, batch_id))
+    return BatchOut.of(batch_actions.cancel_batch(services, principal, batch_id))
 
 
 @router.post(
@@ -152,15 +120,5 @@ def retry_batch(
 ) -> BatchCreated:
     """New runs for every ref that did not succeed, wired to the successful ones; they are
     the batch's tenant's (an admin's retry too)."""
-    _queue_mode(services)
-    view = _load(services, principal, batch_id)
-    try:
-        _, runs = services.batches.retry(view.id, priority_ceiling(principal))
-    except BatchNotFinished as exc:
-        raise Problem(409, "batch_not_finished", str(exc)) from exc
-    except BatchRetried as exc:
-        raise Problem(409, "batch_retried", str(exc)) from exc
-    except Exception as exc:
-        raise _refused(services, exc) from exc
-    view = _load(services, principal, batch_id)
+    view, runs = batch_actions.retry_batch(services, principal, batch_id)
     return BatchCreated(**BatchOut.of(view).model_dump(), run_ids=runs)

@@ -12,10 +12,10 @@ import anyio
 from fastapi import APIRouter, Header, Query
 from fastapi.concurrency import run_in_threadpool
 
+from api.actions.events import RECONNECT_MILLISECONDS, EventStreamResponse
 from api.deps import PrincipalDep, Services, ServicesDep
 from api.openapi import COMMON_ERRORS, problem
 from api.problems import Problem
-from api.routes.events import RECONNECT_MILLISECONDS, EventStreamResponse
 from api.schemas import BuildOut
 from runyard.builds.reads import TERMINAL, BuildReads
 

@@ -15,7 +15,7 @@ from sqlalchemy.exc import ProgrammingError
 from api.deps import Services, ServicesDep
 from api.problems import Problem
 from api.schemas import HealthOut, ProblemOut
-from runyard.schema_version import database_revisions
+from runyard.platform.schema_version import database_revisions
 
 router = APIRouter(tags=["health"])
 

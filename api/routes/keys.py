@@ -11,8 +11,8 @@ from api.deps import PrincipalDep, ServicesDep
 from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
 from api.problems import Problem
 from api.schemas import KeyCreate, KeyCreated, KeyOut, KeyUpdate
-from runyard.auth import Principal, issue_api_key
-from runyard.keys import PREFIX_PATTERN, list_keys, revoke_key, set_max_priority
+from runyard.tenancy.auth import Principal, issue_api_key
+from runyard.tenancy.keys import PREFIX_PATTERN, list_keys, revoke_key, set_max_priority
 
 logger = logging.getLogger(__name__)
 

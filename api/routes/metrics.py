@@ -10,7 +10,7 @@ from prometheus_client import generate_latest
 from sqlalchemy import Engine, text
 
 from api.deps import ServicesDep
-from runyard.metrics import Metrics
+from runyard.reads.metrics import Metrics
 
 router = APIRouter(tags=["health"])
 

@@ -9,7 +9,8 @@ from fastapi import APIRouter, Response
 from api.deps import PrincipalDep, ServicesDep, visible_tenant
 from api.openapi import COMMON_ERRORS, problem
 from api.problems import Problem
-from runyard.retention import Deleted, delete_run
+from api.routes import RUN_NOT_FOUND
+from runyard.maintenance.retention import Deleted, delete_run
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=COMMON_ERRORS)
 
@@ -20,7 +21,7 @@ router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=COMMON_ERRORS)
     response_class=Response,
     responses={
         204: {"description": "Deleted: the run, its job, events, artifacts and webhooks"},
-        404: problem("No such run, or it belongs to another tenant"),
+        404: RUN_NOT_FOUND,
         409: problem("The run is not terminal yet (cancel it first); `run_status` says"),
     },
 )

@@ -10,10 +10,10 @@ from api.deps import PrincipalDep, Services, ServicesDep
 from api.openapi import COMMON_ERRORS, problem
 from api.problems import Problem
 from api.schemas import BuildRequested, ToolBuildOut, ToolOut
-from runyard.auth import Principal
-from runyard.builds.context import BuildRef
-from runyard.submit import BuildUnavailable, pinned_build_ref
-from runyard.tools import ToolSpec
+from runyard.domain.build_ref import BuildRef
+from runyard.registry.tools import ToolSpec
+from runyard.submission.request import BuildUnavailable, pinned_build_ref
+from runyard.tenancy.auth import Principal
 
 router = APIRouter(prefix="/v1/tools", tags=["tools"], responses=COMMON_ERRORS)
 

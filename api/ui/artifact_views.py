@@ -1,4 +1,5 @@
-"""The dashboard's artifact downloads: the JSON API's own routes, behind the session."""
+"""The dashboard's artifact downloads: the actions the JSON API calls too, behind the
+session."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Response
 
+from api.actions import artifacts as artifact_actions
 from api.deps import ServicesDep
 from api.problems import Problem
-from api.routes import artifacts as artifact_routes
 from api.ui.context import SessionDep, UiError
 from runyard.artifacts.reads import Found
-from runyard.models import ToolRun
+from runyard.platform.models import ToolRun
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -37,7 +38,7 @@ def _run_uuid(run_id: str) -> uuid.UUID:
 def artifacts_tar(run_id: str, services: ServicesDep, session: SessionDep) -> Response:
     """Every artifact of the run as one tar."""
     try:
-        return artifact_routes.artifacts_tar(_run_uuid(run_id), services, session.principal)
+        return artifact_actions.artifacts_tar(services, session.principal, _run_uuid(run_id))
     except Problem as exc:
         raise _ui_error(exc, run_id) from None
 
@@ -52,8 +53,8 @@ def artifact(
 ) -> Response:
     """One artifact (a ``Range`` is honoured as by the API)."""
     try:
-        return artifact_routes.download_artifact(
-            _run_uuid(run_id), path, services, session.principal, range_header
+        return artifact_actions.download_artifact(
+            services, session.principal, _run_uuid(run_id), path, range_header
         )
     except Problem as exc:
         raise _ui_error(exc, run_id) from None
@@ -71,7 +72,7 @@ def artifact_rows(services: ServicesDep, run: ToolRun) -> dict[str, Any]:
                 "path": file.path,
                 "size": _size(file.size),
                 "sha256": file.sha256,
-                "url": "/ui" + artifact_routes.artifact_url(run.id, file.path).removeprefix("/v1"),
+                "url": "/ui" + artifact_actions.artifact_url(run.id, file.path).removeprefix("/v1"),
             }
             for file in files[:SHOWN]
         ],

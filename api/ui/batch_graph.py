@@ -12,8 +12,8 @@ from urllib.parse import quote
 from markupsafe import Markup, escape
 
 from api.ui.graph_layout import NODE_H, NODE_W, layout
-from runyard.batches import BatchRun
-from runyard.graph import MAX_BATCH_RUNS
+from runyard.domain.graph import MAX_BATCH_RUNS
+from runyard.submission.batches import BatchRun
 
 REF_CHARS = 21  # what fits on a node's first line
 LINE_CHARS = 25  # and on its second

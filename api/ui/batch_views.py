@@ -1,6 +1,6 @@
 """The dashboard's batch pages: the list, a batch's graph and runs (kept live by app.js
 re-fetching a fragment, answered 304 while nothing changed), cancel and retry through the
-JSON API's own route functions."""
+actions the JSON API calls too (``api.actions.batches``)."""
 
 from __future__ import annotations
 
@@ -15,16 +15,16 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse
 from markupsafe import Markup
 
+from api.actions import batches as batch_actions
 from api.deps import ServicesDep, visible_tenant
 from api.problems import Problem
-from api.routes import batches as batch_routes
 from api.ui.batch_graph import batch_graph, ordered
 from api.ui.context import SessionDep, UiContext, UiDep, UiError, check_csrf
 from api.ui.session import Session
 from api.ui.views import form_fields, page
-from runyard.batches import BatchView
-from runyard.dashboard_workflows import batch_summaries, scheduled_runs
-from runyard.runs import BadCursor, decode_cursor_parts, encode_cursor_parts
+from runyard.reads.dashboard_workflows import batch_summaries, scheduled_runs
+from runyard.reads.runs import BadCursor, decode_cursor_parts, encode_cursor_parts
+from runyard.submission.batches import BatchView
 
 T = TypeVar("T")
 
@@ -172,12 +172,12 @@ async def _batch_action(
     services: ServicesDep,
     session: Session,
 ) -> tuple[uuid.UUID, T]:
-    """A batch route called from a dashboard form: CSRF checked, 404 as the batch page's."""
+    """A batch action called from a dashboard form: CSRF checked, 404 as the batch page's."""
     check_csrf(session, await form_fields(request))
     parsed = _parse(batch_id)
     try:
         result = await run_in_threadpool(
-            action, batch_id=parsed, services=services, principal=session.principal
+            action, services=services, principal=session.principal, batch_id=parsed
         )
     except Problem as exc:
         if exc.status == 404:
@@ -191,7 +191,9 @@ async def cancel(
     batch_id: str, request: Request, services: ServicesDep, session: SessionDep
 ) -> Response:
     """Cancel every queued run of the batch and stop its running ones, then show it again."""
-    parsed, _ = await _batch_action(batch_routes.cancel_batch, batch_id, request, services, session)
+    parsed, _ = await _batch_action(
+        batch_actions.cancel_batch, batch_id, request, services, session
+    )
     return RedirectResponse(f"/ui/batches/{parsed}?notice=batch_cancel_requested", 303)
 
 
@@ -201,12 +203,12 @@ async def retry(
 ) -> Response:
     """Run again every ref that did not succeed, then show the batch again."""
     try:
-        parsed, created = await _batch_action(
-            batch_routes.retry_batch, batch_id, request, services, session
+        parsed, (_, run_ids) = await _batch_action(
+            batch_actions.retry_batch, batch_id, request, services, session
         )
     except Problem as exc:
         if exc.code in ("batch_not_finished", "batch_retried"):
             return RedirectResponse(f"/ui/batches/{_parse(batch_id)}?notice={exc.code}", 303)
         raise UiError(exc.status, "Retry refused", exc.detail) from exc
-    notice = "batch_retry_started" if created.run_ids else "batch_nothing_to_retry"
+    notice = "batch_retry_started" if run_ids else "batch_nothing_to_retry"
     return RedirectResponse(f"/ui/batches/{parsed}?notice={notice}", 303)

@@ -12,8 +12,8 @@ from fastapi.responses import HTMLResponse
 from api.deps import ServicesDep
 from api.ui.context import SessionDep, UiDep, UiError
 from api.ui.views import page
-from runyard.builds.context import BuildRef
-from runyard.submit import BuildUnavailable, pinned_build_ref
+from runyard.domain.build_ref import BuildRef
+from runyard.submission.request import BuildUnavailable, pinned_build_ref
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from markupsafe import Markup, escape
 
-from runyard.dashboard import QueueActivity, QueueMinute
+from runyard.reads.dashboard import QueueActivity, QueueMinute
 
 WIDTH, HEIGHT = 640, 180
 LEFT, RIGHT, TOP, BOTTOM = 48, 10, 12, 28

@@ -25,8 +25,8 @@ from api.ui.context import (
 from api.ui.render import STATIC_DIR, make_templates
 from api.ui.session import Session, SessionSigner
 from api.ui.views import router
-from runyard.auth import Principal
-from runyard.settings import Settings
+from runyard.platform.settings import Settings
+from runyard.tenancy.auth import Principal
 
 logger = logging.getLogger(__name__)
 

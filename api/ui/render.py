@@ -11,7 +11,7 @@ from fastapi.templating import Jinja2Templates
 from markupsafe import Markup, escape
 
 from api.ui.batch_graph import natural_key, ref_anchor, ref_link
-from runyard.models import ToolRunEvent
+from runyard.platform.models import ToolRunEvent
 
 TEMPLATES_DIR = Path(__file__).parent / "templates"
 STATIC_DIR = Path(__file__).parent / "static"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, text
 
-from runyard.auth import ADMIN_SCOPE, KEY_PREFIX, Principal
+from runyard.tenancy.auth import ADMIN_SCOPE, KEY_PREFIX, Principal
 
 COOKIE_NAME = "runyard_session"
 COOKIE_PATH = "/ui"

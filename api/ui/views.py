@@ -1,5 +1,6 @@
-"""The dashboard's pages: reads through ``runyard.dashboard`` and ``runyard.runs``; submit,
-cancel and the live stream through the JSON API's own route functions."""
+"""The dashboard's pages: reads through ``runyard.reads.dashboard`` and ``runyard.reads.runs``;
+submit, cancel and the live stream through the actions the JSON API calls too
+(``api.actions``)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import ValidationError
 
+from api.actions import events as event_actions
+from api.actions import runs as run_actions
+from api.actions.events import MAX_EVENT_ID
 from api.deps import ServicesDep, visible_tenant
 from api.guard import BadJson, parse_json
 from api.problems import Problem
-from api.routes import events as event_routes
-from api.routes import runs as run_routes
 from api.schemas import RunCreate
 from api.ui.artifact_views import artifact_rows
 from api.ui.charts import QueueCharts, counts_chart, waits_chart
@@ -31,8 +33,10 @@ from api.ui.context import (
     check_same_origin,
 )
 from api.ui.session import COOKIE_NAME, COOKIE_PATH, Session, key_prefix
-from runyard.auth import authenticate, priority_ceiling
-from runyard.dashboard import (
+from runyard.domain.states import TERMINAL_STATUSES, RunStatus
+from runyard.platform.models import ToolRun
+from runyard.queue.values import SYNC_QUEUE
+from runyard.reads.dashboard import (
     log_snapshot,
     queue_activity,
     queue_overview,
@@ -40,11 +44,10 @@ from runyard.dashboard import (
     run_timeline,
     worker_overview,
 )
-from runyard.dashboard_workflows import dependencies, scheduled_runs
-from runyard.models import TERMINAL_STATUSES, RunStatus, ToolRun
-from runyard.pools import live_workers_by_queue
-from runyard.queue.values import SYNC_QUEUE
-from runyard.runs import WORKER_LIVE_SECONDS, BadCursor, RunFilter, RunReader
+from runyard.reads.dashboard_workflows import dependencies, scheduled_runs
+from runyard.reads.pools import live_workers_by_queue
+from runyard.reads.runs import WORKER_LIVE_SECONDS, BadCursor, RunFilter, RunReader
+from runyard.tenancy.auth import authenticate, priority_ceiling
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -318,7 +321,7 @@ async def run_events(
     request: Request,
     services: ServicesDep,
     session: SessionDep,
-    after: Annotated[int, Query(ge=0, le=event_routes.MAX_EVENT_ID)] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_EVENT_ID)] = 0,
 ) -> Response:
     """The run's SSE stream (the API's own), authenticated by the session cookie."""
     parsed = _parse_run_id(run_id)
@@ -326,14 +329,8 @@ async def run_events(
     start = after
     if last_event_id and last_event_id.isdigit() and len(last_event_id) <= 19:
         # The reconnect's place, later in the stream than the URL's ?after=.
-        start = min(int(last_event_id), event_routes.MAX_EVENT_ID)
-    return await event_routes.run_events(
-        run_id=parsed,
-        services=services,
-        principal=session.principal,
-        last_event_id=None,
-        after=start,
-    )
+        start = min(int(last_event_id), MAX_EVENT_ID)
+    return await event_actions.run_events(services, session.principal, parsed, start, ndjson=False)
 
 
 @router.post("/runs/{run_id}/cancel")
@@ -345,9 +342,7 @@ async def cancel(
     parsed = _parse_run_id(run_id)
     notice = "cancel_requested"
     try:
-        await run_in_threadpool(
-            run_routes.cancel_run, run_id=parsed, services=services, principal=session.principal
-        )
+        await run_in_threadpool(run_actions.cancel_run, services, session.principal, parsed)
     except Problem as exc:
         if exc.status == 404:
             raise no_run(run_id) from exc
@@ -413,7 +408,7 @@ async def submit(
     form_key = fields.get("form_key", "")
     key = form_key if FORM_KEY.fullmatch(form_key) else None
     try:
-        submitted = await run_routes.submit(
+        submitted = await run_actions.submit(
             request,
             services,
             body.request(session.principal.tenant, key, priority_ceiling(session.principal)),

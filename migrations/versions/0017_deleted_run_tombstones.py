@@ -8,7 +8,7 @@ A trigger on ``tool_runs`` writes them, once per statement, in the delete's own 
 ``DELETE /v1/runs/{id}``, retention and any other delete are covered without naming the
 table, and no tombstone is lost to a crash between the delete and a second statement. Runs
 never claimed (no ``started_at``, no attempt) had no container and get none. The sweep prunes
-tombstones older than a week (``runyard.sweep``).
+tombstones older than a week (``runyard.maintenance.sweep``).
 
 Revision ID: 0017
 Revises: 0016

@@ -14,11 +14,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, cast
 
+from runyard.artifact_store import CHUNK_SIZE, ArtifactWriter
 from runyard.artifacts.masking import mask_path, masked_content
 from runyard.artifacts.rules import ArtifactLimits, ArtifactRefused, Kind, Tally, is_result
-from runyard.artifacts.store import CHUNK_SIZE, ArtifactWriter
-from runyard.redact import Redactor
-from runyard.runner import ErrorCode
+from runyard.domain.states import ErrorCode
+from runyard.registry.redact import Redactor
 
 NO_SECRETS = Redactor(())
 

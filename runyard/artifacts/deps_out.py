@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from runyard.artifacts.store import ArtifactFile, ArtifactStore
+from runyard.artifact_store import ArtifactFile, ArtifactStore
 
 DEPS_DIR = "deps"
 # Up to this much of the archive stays in memory; the rest spills to a temporary file.

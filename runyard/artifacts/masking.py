@@ -1,7 +1,7 @@
 """A tool's secret values in its artifacts: masked in paths and in text, refused in binary.
 
 Artifacts reach people (downloads, listings, the dashboard) and webhooks (their paths), so
-they pass the tool's redactor (``runyard.redact``) like its logs and result do. A path is
+they pass the tool's redactor (``runyard.registry.redact``) like its logs and result do. A path is
 masked byte for byte. Content that is UTF-8 text is masked as it streams, each occurrence of
 a value becoming ``***``, which keeps it UTF-8. Binary content cannot be masked without
 corrupting it: a file that is not UTF-8 and holds a value is refused (``invalid_artifact``),
@@ -14,8 +14,8 @@ import codecs
 from collections.abc import Iterable, Iterator
 
 from runyard.artifacts.rules import ArtifactRefused, Tally, show_path
-from runyard.redact import Redactor, StreamRedactor
-from runyard.runner import ErrorCode
+from runyard.domain.states import ErrorCode
+from runyard.registry.redact import Redactor, StreamRedactor
 
 
 def mask_path(redactor: Redactor, path: str) -> str:

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 
 from sqlalchemy import Engine, text
 
-from runyard.artifacts.store import ArtifactStore
-from runyard.db import autocommit
+from runyard.artifact_store import ArtifactStore
+from runyard.platform.db import autocommit
 
 logger = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from datetime import datetime
 
 from sqlalchemy import Engine, text
 
-from runyard.artifacts.store import ArtifactFile, ArtifactStore
-from runyard.db import autocommit
-from runyard.models import TERMINAL_STATUSES
+from runyard.artifact_store import ArtifactFile, ArtifactStore
+from runyard.domain.states import TERMINAL_STATUSES
+from runyard.platform.db import autocommit
 
 _TERMINAL = frozenset(status.value for status in TERMINAL_STATUSES)
 

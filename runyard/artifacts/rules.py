@@ -9,8 +9,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from runyard.models import RunStatus
-from runyard.runner import AttemptResult, ErrorCode
+from runyard.domain.attempt import AttemptResult
+from runyard.domain.states import ErrorCode, RunStatus
 
 DEFAULT_MAX_MB = 100
 MAX_FILES = 1000

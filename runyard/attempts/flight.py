@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from runyard.held import Held
-from runyard.metrics import Metrics
+from runyard.attempts.held import Held
 from runyard.queue import ClaimedJob
+from runyard.reads.metrics import Metrics
 from runyard.runner import LogSink
 
 

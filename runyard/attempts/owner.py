@@ -23,27 +23,21 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
-from runyard.adoption import Action, AdoptionFacts, Verdict, decide
+from runyard.artifact_store import ArtifactStore
 from runyard.artifacts.publish import drop_unpublished
-from runyard.artifacts.store import ArtifactStore
 from runyard.attempts.flight import FencedLogSink, Flight, LeaseClock, counting, log_fields
+from runyard.attempts.held import QueueLogSink
 from runyard.attempts.policy import OwnerPolicy
-from runyard.db_errors import Failure, classify, describe
-from runyard.fallbacks import CANCELLED_BEFORE_START, crashed_outcome, unstorable_outcomes
-from runyard.faults import BEFORE_CREATE, BEFORE_FINALIZE, crash_point, pause_point
-from runyard.held import QueueLogSink
-from runyard.metrics import Metrics
-from runyard.models import RunStatus
+from runyard.domain.adoption import Action, AdoptionFacts, Verdict, decide
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.errors import describe
+from runyard.domain.fallbacks import CANCELLED_BEFORE_START, crashed_outcome, unstorable_outcomes
+from runyard.domain.states import ContainerState, ErrorCode, RunStatus
+from runyard.platform.db_errors import Failure, classify
+from runyard.platform.faults import BEFORE_CREATE, BEFORE_FINALIZE, crash_point, pause_point
 from runyard.queue import ClaimedJob, JobQueue
-from runyard.runner import (
-    AttemptAbandoned,
-    AttemptResult,
-    AttemptSpec,
-    ContainerState,
-    ErrorCode,
-    Runner,
-    RunnerUnavailable,
-)
+from runyard.reads.metrics import Metrics
+from runyard.runner import AttemptAbandoned, Runner, RunnerUnavailable
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runyard.runner import ErrorCode
+from runyard.domain.states import ErrorCode
 
 
 @dataclass(frozen=True)

@@ -8,41 +8,15 @@ import stat
 import tarfile
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from runyard.builds.digest import ContextFile, context_digest, image_tag
-from runyard.tools import BuildResolver, ToolSpec
+from runyard.domain.build_ref import BuildRef
+from runyard.registry.tools import BuildResolver, ToolSpec
 
 
 class ContextProblem(Exception):
     """The build context cannot be used: missing, holding a link or device, too large."""
-
-
-@dataclass(frozen=True)
-class BuildRef:
-    """A built tool pinned to one digest of its source: what a run of it is snapshotted with."""
-
-    tool: str
-    tag: str
-    digest: str
-    dockerfile: str
-    args: dict[str, str]
-    network: str
-    timeout_seconds: int
-    size: int
-
-    def snapshot(self) -> dict[str, Any]:
-        """The ``build`` stored on a run (next to ``image`` = the tag)."""
-        return {
-            "tag": self.tag,
-            "digest": self.digest,
-            "dockerfile": self.dockerfile,
-            "args": dict(self.args),
-            "network": self.network,
-            "timeout_seconds": self.timeout_seconds,
-        }
 
 
 # (path, size, mtime, mode) of every entry: a context that changed on disk changes this.

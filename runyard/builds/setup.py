@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 from runyard.builds.context import DiskBuildResolver
+from runyard.platform.settings import Settings
 from runyard.queue.builds import BuildQueue
-from runyard.settings import Settings
-from runyard.tools import ToolRegistry
+from runyard.registry.tools import ToolRegistry
 
 
 def with_builds(registry: ToolRegistry, builds: BuildQueue, settings: Settings) -> ToolRegistry:

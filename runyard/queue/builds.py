@@ -12,9 +12,9 @@ from typing import Any
 
 from sqlalchemy import Engine, TextClause
 
-from runyard.builds.context import BuildRef
-from runyard.builds.port import BuildRequest
-from runyard.db import autocommit
+from runyard.builder import BuildRequest
+from runyard.domain.build_ref import BuildRef
+from runyard.platform.db import autocommit
 from runyard.queue.build_sql import (
     APPEND_BUILD_LOG,
     BUILD_FAILED,

@@ -1,7 +1,7 @@
 """Graph submits: runs with dependencies or a start time, and batches, written all or none.
 
 One transaction of the statements in ``runyard.queue.graph_sql``; the rules (refs, cycles,
-who waits and who is doomed) are the pure functions of ``runyard.graph``.
+who waits and who is doomed) are the pure functions of ``runyard.domain.graph``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 
-from runyard.graph import Dependency, GraphProblem, Node, Resolved, Start, resolve, starts
+from runyard.domain.graph import Dependency, GraphProblem, Node, Resolved, Start, resolve, starts
 from runyard.queue.graph_sql import (
     ADMIT_MANY,
     FIND_BATCH_IDEMPOTENT,

@@ -20,8 +20,9 @@ from typing import Any
 
 from sqlalchemy import Engine, TextClause
 
-from runyard.db import autocommit
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult
+from runyard.domain.states import ErrorCode, RunStatus
+from runyard.platform.db import autocommit
 from runyard.queue.sql import (
     ADOPT,
     APPEND_LOG,
@@ -70,7 +71,6 @@ from runyard.queue.values import (
     enqueue_params,
     outcome_params,
 )
-from runyard.runner import AttemptResult, ErrorCode
 
 logger = logging.getLogger(__name__)
 

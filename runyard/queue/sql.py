@@ -683,7 +683,7 @@ APPEND_LOG = _sql(
 )
 
 
-# "Last" in the order readers deliver events (runyard.events_sql), not the largest id.
+# "Last" in the order readers deliver events (runyard.reads.events_sql), not the largest id.
 LAST_LOG_POSITION = _sql(
     """
     SELECT data->>'until' FROM tool_run_events
@@ -729,7 +729,7 @@ CLEAR_EXPIRED = _sql(
 
 
 # Adoptable jobs whose engine has had no live worker for :dead_after seconds, with the facts
-# the adoption rule needs (``runyard.adoption``).
+# the adoption rule needs (``runyard.domain.adoption``).
 SELECT_ORPHANED = _sql(
     """
     SELECT j.id, j.run_id, j.container_requested_at IS NOT NULL AS container_requested,

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from runyard.models import RunStatus
-from runyard.runner import AttemptResult
+from runyard.domain.attempt import AttemptResult
+from runyard.domain.states import RunStatus
 
 
 def json_digest(value: Any) -> str:

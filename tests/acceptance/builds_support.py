@@ -8,9 +8,9 @@ from pathlib import Path
 import docker
 
 from runyard.builds.setup import with_builds
+from runyard.platform.settings import Settings
 from runyard.queue.builds import BuildQueue
-from runyard.settings import Settings
-from runyard.tools import load_registry
+from runyard.registry.tools import load_registry
 from tests.acceptance.cluster import Cluster
 
 

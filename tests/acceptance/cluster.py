@@ -28,8 +28,8 @@ import httpx2
 from sqlalchemy import Engine, text
 
 from runyard.queue import JobQueue
-from runyard.submit import prepare_run
-from runyard.tools import ToolRegistry
+from runyard.registry.tools import ToolRegistry
+from runyard.submission.request import prepare_run
 
 ROOT = Path(__file__).resolve().parents[2]
 TERMINAL = ("succeeded", "failed", "timed_out", "cancelled")

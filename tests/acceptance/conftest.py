@@ -12,11 +12,11 @@ import docker
 import pytest
 from sqlalchemy import Engine
 
-from runyard.docker.inputs import DEFAULT_ROOT
-from runyard.docker.runner import LABEL_MANAGED
+from runyard.platform.settings import Settings
 from runyard.queue import JobQueue
-from runyard.settings import Settings
-from runyard.tools import load_registry
+from runyard.registry.tools import load_registry
+from runyard.runners.docker.inputs import DEFAULT_ROOT
+from runyard.runners.docker.runner import LABEL_MANAGED
 from tests.acceptance.cluster import ROOT, Cluster
 from tests.integration.conftest import _quietly
 

@@ -21,8 +21,8 @@ import docker
 import docker.errors
 import pytest
 
-from runyard.docker.engine_marker import MARKER_NAME
-from runyard.docker.runner import LABEL_MANAGED
+from runyard.runners.docker.engine_marker import MARKER_NAME
+from runyard.runners.docker.runner import LABEL_MANAGED
 from tests.integration.conftest import _quietly
 
 TOOLBOX = "runyard/toolbox:latest"

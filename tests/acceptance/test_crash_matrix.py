@@ -8,7 +8,7 @@ import time
 import pytest
 from sqlalchemy import text
 
-from runyard.faults import AFTER_CREATE, BEFORE_FINALIZE
+from runyard.platform.faults import AFTER_CREATE, BEFORE_FINALIZE
 from tests.acceptance.cluster import Cluster, Expected, events_of
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(180)]

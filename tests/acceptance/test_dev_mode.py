@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,8 +36,25 @@ def http(method: str, url: str, body: object | None = None) -> tuple[int, dict[s
         return response.status, json.loads(response.read())
 
 
+@pytest.fixture
+def pg_dir() -> Iterator[Path]:
+    """A data directory for the embedded Postgres outside pytest's own temporary tree.
+
+    The embedded server runs as another user, so the folders above its data directory are
+    opened to others for traversal; any pytest session that starts meanwhile on this machine
+    (another checkout's suite) makes its temporary root private again, and the server could
+    no longer be stopped. A folder of its own under the system's temporary directory keeps
+    its permissions.
+    """
+    made = Path(tempfile.mkdtemp(prefix="runyard-dev-test-"))
+    try:
+        yield made / "pg"
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
+
+
 @pytest.mark.timeout(240)
-def test_dev__echo_run_succeeds_with_embedded_postgres(tmp_path: Path):
+def test_dev__echo_run_succeeds_with_embedded_postgres(tmp_path: Path, pg_dir: Path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNYARD_")} | {
         "RUNYARD_TOOLS_FILE": str(ROOT / "tests" / "tools.toml"),
@@ -50,7 +70,7 @@ def test_dev__echo_run_succeeds_with_embedded_postgres(tmp_path: Path):
             "--port",
             str(port),
             "--data-dir",
-            str(tmp_path / "pg"),
+            str(pg_dir),
         ],
         cwd=tmp_path,
         env=env,
@@ -137,4 +157,4 @@ def test_dev__echo_run_succeeds_with_embedded_postgres(tmp_path: Path):
             proc.kill()
             proc.wait()
         log.close()
-    assert not (tmp_path / "pg" / "postmaster.pid").exists(), "embedded Postgres left running"
+    assert not (pg_dir / "postmaster.pid").exists(), "embedded Postgres left running"

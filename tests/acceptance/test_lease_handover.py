@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from runyard.faults import BEFORE_CREATE, HEARTBEAT_ERROR
+from runyard.platform.faults import BEFORE_CREATE, HEARTBEAT_ERROR
 from tests.acceptance.cluster import FAST_TIMINGS, RUN_LABEL, TERMINAL, Cluster, Expected, events_of
 from tests.tcp_proxy import BlackHoleProxy
 

@@ -25,8 +25,8 @@ import httpx2
 import pytest
 from sqlalchemy import Engine, text
 
-from runyard.auth import create_api_key
-from runyard.tenant_webhooks import TenantWebhooks
+from runyard.tenancy.auth import create_api_key
+from runyard.webhooks.tenant import TenantWebhooks
 from tests.acceptance.cluster import Cluster
 from tests.webhook_receiver import Receiver, receiver_on
 

@@ -17,9 +17,9 @@ import psycopg
 import pytest
 from docker.models.containers import Container
 
-from runyard.db import make_engine, migrate
-from runyard.docker.inputs import DEFAULT_ROOT
+from runyard.platform.db import make_engine, migrate
 from runyard.queue import JobQueue
+from runyard.runners.docker.inputs import DEFAULT_ROOT
 from tests.acceptance.cluster import ROOT, Cluster, Expected
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(240), pytest.mark.solo]
@@ -152,8 +152,8 @@ def test_postgres_restart_mid_run__workers_reconnect_nothing_lost(
     migrate(url)
     engine = make_engine(url)
     client = docker.from_env(timeout=60)
-    from runyard.settings import Settings
-    from runyard.tools import load_registry
+    from runyard.platform.settings import Settings
+    from runyard.registry.tools import load_registry
 
     made = Cluster(
         database_url=url,

@@ -14,9 +14,9 @@ from fastapi.testclient import TestClient
 from psycopg import sql
 
 from api.main import create_app
-from runyard.auth import create_api_key
-from runyard.settings import Settings
-from runyard.tools import load_registry
+from runyard.platform.settings import Settings
+from runyard.registry.tools import load_registry
+from runyard.tenancy.auth import create_api_key
 from tests.acceptance.cluster import TERMINAL, Cluster, Expected
 
 pytestmark = pytest.mark.docker

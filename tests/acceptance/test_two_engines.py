@@ -8,7 +8,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from runyard.docker.runner import DockerRunner
+from runyard.runners.docker.runner import DockerRunner
 from tests.acceptance.cluster import Cluster, Expected
 from tests.acceptance.second_engine import SecondEngine
 

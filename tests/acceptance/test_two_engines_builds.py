@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from runyard.docker.runner import DockerRunner
+from runyard.runners.docker.runner import DockerRunner
 from tests.acceptance.builds_support import remove_images, use_built_tool
 from tests.acceptance.cluster import Cluster, Expected
 from tests.acceptance.second_engine import SecondEngine, started_engine

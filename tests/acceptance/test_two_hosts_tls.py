@@ -18,8 +18,8 @@ import httpx2
 import psycopg
 import pytest
 
-from runyard.db import make_engine, migrate
-from runyard.docker.runner import DockerRunner
+from runyard.platform.db import make_engine, migrate
+from runyard.runners.docker.runner import DockerRunner
 from tests.acceptance.conftest import cluster_on
 from tests.acceptance.second_engine import SecondEngine, started_engine
 from tests.integration.conftest import _quietly

@@ -16,12 +16,12 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
-from runyard.auth import create_api_key
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult
+from runyard.domain.states import RunStatus
 from runyard.queue import JobQueue, NewRun
-from runyard.runner import AttemptResult
-from runyard.submit import prepare_run
-from runyard.tenant_webhooks import TenantWebhooks
+from runyard.submission.request import prepare_run
+from runyard.tenancy.auth import create_api_key
+from runyard.webhooks.tenant import TenantWebhooks
 from tests.acceptance.cluster import Cluster, Expected, events_of
 from tests.integration.api.test_api_helpers import make_app
 from tests.webhook_receiver import Received, Receiver, receiver_on

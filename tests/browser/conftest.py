@@ -25,9 +25,9 @@ from playwright.sync_api import (
 )
 from sqlalchemy import Engine, text
 
-from runyard.docker.runner import LABEL_MANAGED
-from runyard.settings import Settings
-from runyard.tools import load_registry
+from runyard.platform.settings import Settings
+from runyard.registry.tools import load_registry
+from runyard.runners.docker.runner import LABEL_MANAGED
 from tests.acceptance.cluster import FAST_TIMINGS
 from tests.integration.api.test_api_helpers import live_server, make_app
 from tests.integration.conftest import _quietly

@@ -8,8 +8,8 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Route, expect
 from sqlalchemy import Engine
 
-from runyard.settings import Settings
-from runyard.tools import load_registry
+from runyard.platform.settings import Settings
+from runyard.registry.tools import load_registry
 from tests.browser.conftest import ARTIFACTS
 from tests.integration.api.test_api_helpers import live_server, make_app
 

@@ -9,8 +9,8 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 from sqlalchemy import text
 
-from runyard.auth import create_api_key
 from runyard.queue import JobQueue
+from runyard.tenancy.auth import create_api_key
 from tests.browser.conftest import ARTIFACTS, Dashboard
 from tests.integration.api.test_api_helpers import wait_until
 

@@ -13,10 +13,10 @@ import docker.errors
 import pytest
 from sqlalchemy import Engine
 
-from runyard.docker.runner import LABEL_MANAGED, STUCK_MOUNT, DockerRunner
+from runyard.platform.settings import Settings
 from runyard.queue import JobQueue
-from runyard.settings import Settings
-from runyard.tools import ToolRegistry, load_registry
+from runyard.registry.tools import ToolRegistry, load_registry
+from runyard.runners.docker.runner import LABEL_MANAGED, STUCK_MOUNT, DockerRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 

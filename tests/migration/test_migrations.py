@@ -8,9 +8,9 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, inspect, text
 
-from runyard.db import alembic_config
-from runyard.runs import RunReader
-from runyard.settings import normalize_database_url
+from runyard.platform.db import alembic_config
+from runyard.platform.settings import normalize_database_url
+from runyard.reads.runs import RunReader
 
 TABLES = {
     "tool_runs",

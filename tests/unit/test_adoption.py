@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from runyard.adoption import Action, AdoptionFacts, Verdict, decide
-from runyard.runner import ContainerState
+from runyard.domain.adoption import Action, AdoptionFacts, Verdict, decide
+from runyard.domain.states import ContainerState
 
 MISSING, CREATED, RUNNING, EXITED = (
     ContainerState.MISSING,

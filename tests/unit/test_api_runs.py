@@ -8,10 +8,10 @@ import anyio
 import pytest
 from fastapi import Request
 
-from api.routes.runs import _watching_disconnect, submit_problem
+from api.actions.runs import _watching_disconnect, submit_problem
+from runyard.platform.settings import Settings
 from runyard.queue import AdmissionRefused, IdempotencyConflict
-from runyard.settings import Settings
-from runyard.submit import InvalidInput, UnknownTool
+from runyard.submission.request import InvalidInput, UnknownTool
 
 
 class FakeRequest:

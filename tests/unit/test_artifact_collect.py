@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from runyard.artifact_store import ArtifactFile
 from runyard.artifacts.collect import CollectError, collect_dir, collect_tar
 from runyard.artifacts.rules import ArtifactLimits, ArtifactRefused
-from runyard.artifacts.store import ArtifactFile
-from runyard.runner import ErrorCode
+from runyard.domain.states import ErrorCode
 
 LIMITS = ArtifactLimits(max_bytes=10 << 20)
 

@@ -12,8 +12,8 @@ import pytest
 from runyard.artifacts.collect import collect_dir, collect_tar
 from runyard.artifacts.masking import mask_path, masked_content
 from runyard.artifacts.rules import ArtifactLimits, ArtifactRefused, Kind, Tally
-from runyard.redact import Redactor
-from runyard.runner import ErrorCode
+from runyard.domain.states import ErrorCode
+from runyard.registry.redact import Redactor
 from tests.unit.test_artifact_collect import MemoryWriter
 
 SECRET = "hunter2-token"

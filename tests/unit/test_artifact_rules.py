@@ -13,8 +13,7 @@ from runyard.artifacts.rules import (
     member_problem,
     path_problem,
 )
-from runyard.models import RunStatus
-from runyard.runner import ErrorCode
+from runyard.domain.states import ErrorCode, RunStatus
 
 
 @pytest.mark.parametrize(

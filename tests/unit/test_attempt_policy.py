@@ -8,8 +8,8 @@ import pytest
 
 from runyard.attempts.flight import FencedLogSink, LeaseClock
 from runyard.attempts.policy import OwnerPolicy
-from runyard.metrics import Metrics
-from runyard.runner import ErrorCode
+from runyard.domain.states import ErrorCode
+from runyard.reads.metrics import Metrics
 
 WORKER = OwnerPolicy.worker(lease_seconds=30, margin_seconds=5)
 SYNC = OwnerPolicy.sync(lease_seconds=30)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from runyard.artifact_store import ArtifactFile
 from runyard.artifacts.deps_out import DepsRoom, deps_room
-from runyard.artifacts.store import ArtifactFile
-from runyard.docker.watch import AttemptWatch, IdleAction, IdleClock, measure
-from runyard.outcomes import StopReason, ToolLimits
+from runyard.domain.outcomes import StopReason, ToolLimits
+from runyard.runners.docker.watch import AttemptWatch, IdleAction, IdleClock, measure
 
 
 def test_measure__counts_allocated_bytes_without_following_links(tmp_path: Path):

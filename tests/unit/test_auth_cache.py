@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runyard.auth import Principal, PrincipalCache
+from runyard.tenancy.auth import Principal, PrincipalCache
 
 
 def test_principal_cache__expires_after_its_ttl():

@@ -13,7 +13,7 @@ import pytest
 from api.ui.batch_graph import batch_graph, natural_key, ref_link
 from api.ui.graph_layout import GAP_X, GAP_Y, NODE_H, NODE_W, PAD, Box, layout
 from api.ui.graph_layout import longest_path_layers as layers
-from runyard.batches import BatchRun
+from runyard.submission.batches import BatchRun
 
 SVG = "{http://www.w3.org/2000/svg}"
 AT = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from runyard.batches import ListedBatch, dependencies_problem, listed_batches
+from runyard.submission.batches import ListedBatch, dependencies_problem, listed_batches
 
 AT = datetime(2030, 1, 1, tzinfo=UTC)
 

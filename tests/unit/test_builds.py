@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from runyard.builds.context import (
-    BuildRef,
     ContextProblem,
     DiskBuildResolver,
     context_tar,
@@ -19,8 +18,9 @@ from runyard.builds.context import (
 from runyard.builds.digest import ContextFile, context_digest, image_tag, is_build_tag
 from runyard.builds.reads import log_since
 from runyard.builds.rules import BuildAction, failure_message, log_tail, on_claim
-from runyard.settings import Settings
-from runyard.tools import RegistryError, parse_registry
+from runyard.domain.build_ref import BuildRef
+from runyard.platform.settings import Settings
+from runyard.registry.tools import RegistryError, parse_registry
 
 SETTINGS = Settings(database_url="unused")
 FILES = [ContextFile("Dockerfile", False, b"FROM x\n"), ContextFile("run.sh", True, b"echo\n")]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runyard.capture import HeadTailBuffer, capture, to_text
+from runyard.platform.capture import HeadTailBuffer, capture, to_text
 
 
 def test_small_output__kept_whole():

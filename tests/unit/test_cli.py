@@ -6,7 +6,8 @@ from importlib import metadata
 
 import pytest
 
-from runyard import cli, cli_common
+from runyard.cli import common as cli_common
+from runyard.cli import main as cli
 
 
 def test_cli_version__is_the_installed_distributions(capsys: pytest.CaptureFixture[str]):

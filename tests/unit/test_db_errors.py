@@ -7,7 +7,8 @@ import psycopg.errors
 import pytest
 from sqlalchemy import exc as sa
 
-from runyard.db_errors import Failure, classify, describe
+from runyard.domain.errors import describe
+from runyard.platform.db_errors import Failure, classify
 
 
 def _wrapped(

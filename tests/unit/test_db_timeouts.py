@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from runyard.db import DbTimeouts, libpq_params
-from runyard.settings import Settings
+from runyard.platform.db import DbTimeouts, libpq_params
+from runyard.platform.settings import Settings
 
 KEEPALIVES = {
     "connect_timeout": 5,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import docker
 
-from runyard.docker.connection import skip_environment_lookups
+from runyard.runners.docker.connection import skip_environment_lookups
 
 
 def test_skip_environment_lookups__a_unix_socket_client_stops_trusting_the_environment():

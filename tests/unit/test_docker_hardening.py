@@ -10,12 +10,13 @@ from typing import Any
 import docker
 import pytest
 
-from runyard.docker.hardening import ContainerLimits, create_problems
-from runyard.docker.runner import DockerRunner
-from runyard.models import RunStatus
-from runyard.runner import AttemptControl, AttemptSpec, ErrorCode
-from runyard.settings import Settings
-from runyard.tools import parse_registry
+from runyard.domain.attempt import AttemptSpec
+from runyard.domain.states import ErrorCode, RunStatus
+from runyard.platform.settings import Settings
+from runyard.registry.tools import parse_registry
+from runyard.runner import AttemptControl
+from runyard.runners.docker.hardening import ContainerLimits, create_problems
+from runyard.runners.docker.runner import DockerRunner
 
 TOOL = {"image": "img", "command": ["true"], "cpus": 0.5, "memory_mb": 64, "pids_limit": 32}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from runyard.docker.refusals import refused_for_settings
+from runyard.runners.docker.refusals import refused_for_settings
 
 CGROUP_QUOTA = (
     "failed to create shim task: OCI runtime create failed: runc create failed: unable to start"

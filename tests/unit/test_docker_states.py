@@ -8,8 +8,9 @@ from typing import Any, cast
 import docker
 import pytest
 
-from runyard.docker.runner import DockerRunner
-from runyard.runner import ContainerState, RunnerUnavailable
+from runyard.domain.states import ContainerState
+from runyard.runner import RunnerUnavailable
+from runyard.runners.docker.runner import DockerRunner
 
 
 class StubApi:

@@ -10,8 +10,9 @@ import docker
 import docker.errors
 import pytest
 
-from runyard.docker.runner import LABEL_ATTEMPT, LABEL_MANAGED, LABEL_RUN_ID, DockerRunner
-from runyard.runner import RunnerUnavailable, container_name
+from runyard.domain.attempt import container_name
+from runyard.runner import RunnerUnavailable
+from runyard.runners.docker.runner import LABEL_ATTEMPT, LABEL_MANAGED, LABEL_RUN_ID, DockerRunner
 
 
 class StubApi:
@@ -51,7 +52,7 @@ def test_discard__a_volume_stuck_mounted_is_logged_once_and_no_longer_listed(
 ):
     runner, api, run_id = runner_with("remove x: volume has active mounts")
     assert [a.run_id for a in runner.managed_attempts()] == [run_id]
-    caplog.set_level(logging.WARNING, logger="runyard.docker.runner")
+    caplog.set_level(logging.WARNING, logger="runyard.runners.docker.runner")
     runner.discard(run_id, 1)
     runner.discard(run_id, 1)
     assert api.volume_removals == 2

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runyard.cli import SERVICES, build_parser
-from runyard.settings import Settings
+from runyard.cli.main import SERVICES, build_parser
+from runyard.platform.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", ROOT / "compose.yaml", *sorted((ROOT / "docs").glob("*.md"))]
@@ -126,3 +126,105 @@ def test_every_tracked_file__names_no_outside_document():
             for found in outside_references(line):
                 offenders.append(f"{path.relative_to(ROOT)}:{line_number}: {found}")
     assert not offenders, "references to documents outside the repository:\n" + "\n".join(offenders)
+
+
+# A path of the repository's own, as the docs cite it (`runyard/queue/sql.py`, docs/api.md).
+PATH = re.compile(
+    r"(?<![\w/.@-])((?:runyard|api|worker|reaper|tests|docs|scripts|bench|migrations|tools)"
+    r"/[\w.-]+(?:/[\w.-]+)*/?)"
+)
+# A code name in backticks: dotted (`Worker.run_once`, `runyard.queue.sql`), called
+# (`run_once()`), CamelCase (`DockerRunner`) or snake_case with an underscore (`claim_jobs`).
+CODE_NAME = re.compile(
+    r"`((?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*|[A-Za-z_]\w*\(\)|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+"
+    r"|[a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?:\(\))?`"
+)
+# Names of other programs the docs cite (Postgres and PgBouncer settings, extensions, tools).
+EXTERNAL_NAMES = {
+    "auto_explain",
+    "idle_in_transaction_session_timeout",
+    "max_prepared_statements",
+    "pg_dump",
+    "pg_stat_statements",
+    "pg_stat_user_indexes",
+    "synchronous_commit",
+}
+CODE_SUFFIXES = {".py", ".sql", ".toml", ".sh", ".yaml", ".yml", ".cfg", ".ini", ""}
+
+
+def cited_paths(text: str) -> set[str]:
+    """The repository paths ``text`` cites, without a trailing anchor or line number."""
+    found = set()
+    text = text.replace("](../", "](")  # a link from docs/ to the code
+    for match in PATH.finditer(text):
+        path = match.group(1).rstrip(".")
+        if text[match.end() : match.end() + 1] in ("*", "<", "{"):
+            continue  # a pattern (tests/unit/test_*.py), not a path
+        # ``runyard/toolbox`` or ``runyard/raw`` with no extension and no folder below is an
+        # image name or a ratio: a path names a file (an extension) or a folder (a slash).
+        if path.count("/") == 1 and "." not in path.rsplit("/", 1)[1]:
+            continue
+        found.add(path)
+    return found
+
+
+def _code_words() -> set[str]:
+    """Every identifier-like word of the project's code, SQL, settings and scripts."""
+    words: set[str] = set()
+    for path in _project_text_files():
+        relative = path.relative_to(ROOT)
+        if relative.parts[0] in ("docs",) or path.suffix not in CODE_SUFFIXES:
+            continue
+        if path.suffix == "" and relative.parts[0] != "scripts":
+            continue
+        words |= set(re.findall(r"[A-Za-z_][\w]*", path.read_text(errors="replace")))
+    return words
+
+
+def test_every_cited_path__exists():
+    missing = []
+    for doc in DOCS:
+        for path in sorted(cited_paths(doc.read_text())):
+            if not (ROOT / path).exists():
+                missing.append(f"{doc.relative_to(ROOT)}: {path}")
+    assert not missing, "the docs cite paths that do not exist:\n" + "\n".join(missing)
+
+
+def _is_known(name: str, words: set[str], files: set[str]) -> bool:
+    """Whether a cited code name is the project's: a file's name, or words of its code."""
+    name = name.removesuffix("()")
+    if name in files or name in EXTERNAL_NAMES:
+        return True
+    # A Prometheus counter is declared without the ``_total`` its samples carry.
+    parts = name.removesuffix("_total").split(".")
+    # A test cited by the part of its name before ``__`` (test_thing rather than
+    # test_thing__what_happens).
+    return all(
+        part in words or any(word.startswith(f"{part}__") for word in words) for part in parts
+    )
+
+
+def test_every_cited_code_name__exists():
+    words = _code_words()
+    files = {path.name for path in _project_text_files()}
+    missing = []
+    for doc in DOCS:
+        for name in sorted(set(CODE_NAME.findall(doc.read_text()))):
+            if not _is_known(name, words, files):
+                missing.append(f"{doc.relative_to(ROOT)}: {name}")
+    assert not missing, "the docs cite code names that do not exist:\n" + "\n".join(missing)
+
+
+@pytest.mark.parametrize(
+    ("text", "paths"),
+    [
+        ("see `runyard/queue/sql.py` and docs/api.md.", {"runyard/queue/sql.py", "docs/api.md"}),
+        ("the image runyard/toolbox:latest and the ratio runyard/raw", set()),
+        ("every `tests/unit/test_*.py`", set()),
+        ("[workers](docs/workers.md#faults)", {"docs/workers.md"}),
+        ("[the route](../api/routes/runs.py)", {"api/routes/runs.py"}),
+        ("`tests/acceptance/` holds them", {"tests/acceptance/"}),
+    ],
+)
+def test_cited_paths__table(text: str, paths: set[str]) -> None:
+    assert cited_paths(text) == paths

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from runyard.metrics import Metrics
+from runyard.reads.metrics import Metrics
 from runyard.runner import RunnerUnavailable
 from worker.engine_health import EngineHealth, backoff_delay
 

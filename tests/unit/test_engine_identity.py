@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runyard.docker.engine_marker import (
+from runyard.runners.docker.engine_marker import (
     LABEL_ENGINE_ID,
     LABEL_FINGERPRINT,
     Marker,

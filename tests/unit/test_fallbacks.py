@@ -5,9 +5,9 @@ from __future__ import annotations
 import psycopg
 from sqlalchemy import exc as sa
 
-from runyard.fallbacks import ERROR_CAP, crashed_outcome, storable_text, unstorable_outcomes
-from runyard.models import RunStatus
-from runyard.runner import AttemptResult, ErrorCode
+from runyard.domain.attempt import AttemptResult
+from runyard.domain.fallbacks import ERROR_CAP, crashed_outcome, storable_text, unstorable_outcomes
+from runyard.domain.states import ErrorCode, RunStatus
 
 OUTCOME = AttemptResult(
     status=RunStatus.SUCCEEDED,

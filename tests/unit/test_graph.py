@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from runyard.graph import (
+from runyard.domain.graph import (
     Dependency,
     GraphProblem,
     Node,

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from runyard.docker.host_workdirs import HostWorkdirs, parse_attempt_name
-from runyard.runner import RunnerUnavailable, container_name
+from runyard.domain.attempt import container_name
+from runyard.runner import RunnerUnavailable
+from runyard.runners.docker.host_workdirs import HostWorkdirs, parse_attempt_name
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to the tool's uid needs root")
 
@@ -158,7 +159,7 @@ def test_read_result__a_missing_directory_is_engine_trouble(tmp_path: Path):
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs util-linux's setpriv")
 def test_open__refuses_a_root_that_cannot_chown(tmp_path: Path):
     script = (
-        "from runyard.docker.host_workdirs import HostWorkdirs\n"
+        "from runyard.runners.docker.host_workdirs import HostWorkdirs\n"
         f"HostWorkdirs.open({str(tmp_path / 'root')!r})\n"
     )
     done = subprocess.run(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runyard.docker.inputs import DEFAULT_ROOT, InputMode, decide_inputs, root_of
-from runyard.settings import Settings
+from runyard.platform.settings import Settings
+from runyard.runners.docker.inputs import DEFAULT_ROOT, InputMode, decide_inputs, root_of
 
 POWERS = "host work directories need a root with CAP_CHOWN and CAP_DAC_OVERRIDE"
 REMOTE = "the Docker engine does not see /var/lib/runyard/attempts as this process does"

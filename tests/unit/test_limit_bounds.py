@@ -9,9 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from api.schemas import RunCreate, RunLimits
-from runyard.limit_bounds import BOUNDS, MIN_CPUS, MIN_MEMORY_MB, limit_problem
-from runyard.settings import Settings
-from runyard.tools import RegistryError, ToolSpec, parse_registry
+from runyard.domain.limit_bounds import BOUNDS, MIN_CPUS, MIN_MEMORY_MB, limit_problem
+from runyard.platform.settings import Settings
+from runyard.registry.tools import RegistryError, ToolSpec, parse_registry
 
 SETTINGS = Settings(database_url="unused", max_cpus=256, max_memory_mb=1_048_576)
 BASE = {"image": "img", "command": ["true"]}

@@ -6,8 +6,8 @@ import tracemalloc
 from collections.abc import Iterator
 from typing import Any
 
-from runyard.docker.live_logs import FLUSH_BYTES, LogFollower
-from runyard.redact import Redactor
+from runyard.registry.redact import Redactor
+from runyard.runners.docker.live_logs import FLUSH_BYTES, LogFollower
 
 PIECE = 16 * 1024  # the engine splits output without newlines into 16 KiB entries
 

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from runyard.notify import RunNotifier
+from runyard.reads.notify import RunNotifier
 
 A, B, C = (uuid.UUID(int=n) for n in (1, 2, 3))
 

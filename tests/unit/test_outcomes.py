@@ -6,8 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from runyard.models import RunStatus
-from runyard.outcomes import (
+from runyard.domain.outcomes import (
     ExitFacts,
     StopReason,
     ToolLimits,
@@ -15,6 +14,7 @@ from runyard.outcomes import (
     decide_exit,
     decide_result,
 )
+from runyard.domain.states import RunStatus
 
 DEADLINE = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 BEFORE = DEADLINE - timedelta(seconds=5)

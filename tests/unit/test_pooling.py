@@ -9,10 +9,10 @@ import pytest
 from pydantic import ValidationError
 from sqlalchemy import event
 
-from runyard.db import DbTimeouts, libpq_params, make_engine
-from runyard.notify import RunNotifier
-from runyard.pooling import ConnectionPlan, Pooler, connection_plan, log_plan
-from runyard.settings import Settings
+from runyard.platform.db import DbTimeouts, libpq_params, make_engine
+from runyard.platform.pooling import ConnectionPlan, Pooler, connection_plan, log_plan
+from runyard.platform.settings import Settings
+from runyard.reads.notify import RunNotifier
 from worker.wakeup import Wakeups
 
 POOLED = "postgresql://u@127.0.0.1:6432/db"

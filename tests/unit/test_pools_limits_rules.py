@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from runyard.auth import Principal, priority_ceiling
-from runyard.pools import unserved_queues
-from runyard.settings import Settings
-from runyard.submit import limit_problem, priority_problem
-from runyard.tools import RegistryError, parse_registry
+from runyard.platform.settings import Settings
+from runyard.reads.pools import unserved_queues
+from runyard.registry.tools import RegistryError, parse_registry
+from runyard.submission.request import limit_problem, priority_problem
+from runyard.tenancy.auth import Principal, priority_ceiling
 
 TOOL = {"image": "runyard/toolbox:latest", "command": ["true"]}
 MAXIMA = {"timeout_seconds": 60, "memory_mb": 128, "cpus": 0.5}

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from api.ui.charts import counts_chart, nice_ceiling, waits_chart
-from runyard.dashboard import QueueActivity, QueueMinute, fill_minutes
+from runyard.reads.dashboard import QueueActivity, QueueMinute, fill_minutes
 
 SINCE = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)
 SVG = "{http://www.w3.org/2000/svg}"

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from runyard.redact import Redactor, StreamRedactor
+from runyard.registry.redact import Redactor, StreamRedactor
 
 
 @pytest.mark.parametrize(

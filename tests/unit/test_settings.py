@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from runyard.settings import Settings, normalize_database_url
+from runyard.platform.settings import Settings, normalize_database_url
 
 
 def test_defaults__follow_design(monkeypatch: pytest.MonkeyPatch):

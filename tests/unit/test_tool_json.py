@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from runyard.tool_json import (
+from runyard.domain.tool_json import (
     MAX_STORED_DEPTH,
     UNREADABLE_KEY,
     ToolJsonError,

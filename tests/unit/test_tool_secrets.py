@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from runyard.tool_secrets import MAX_FILE_BYTES, SecretSource, SecretUnavailable
+from runyard.registry.secrets import MAX_FILE_BYTES, SecretSource, SecretUnavailable
 
 
 def test_resolve__env_and_file(tmp_path: Path):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from runyard.settings import Settings
-from runyard.tools import RegistryError, load_registry, parse_registry
+from runyard.platform.settings import Settings
+from runyard.registry.tools import RegistryError, load_registry, parse_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = Settings(database_url="unused")
@@ -166,7 +166,7 @@ def test_secrets__references_are_checked_at_load():
 
 
 def test_snapshot__a_new_dict_each_time_and_a_copy_snapshots_its_own_fields():
-    from runyard.tools import ToolSpec
+    from runyard.registry.tools import ToolSpec
 
     tool = ToolSpec.model_validate({"name": "noop", "image": "a", "command": ["true"]})
     first, second = tool.snapshot(), tool.snapshot()

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from runyard.webhook_fairness import (
+from runyard.domain.webhook_fairness import (
     Breaker,
     BreakerPolicy,
     Caps,

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from runyard.webhook_resolver import BoundedResolver, ResolverSaturated
-from runyard.webhook_urls import DestinationRefused, checked_addresses
+from runyard.webhooks.resolver import BoundedResolver, ResolverSaturated
+from runyard.webhooks.urls import DestinationRefused, checked_addresses
 
 ANSWER = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.14", 443))]
 

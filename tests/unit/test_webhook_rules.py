@@ -17,12 +17,13 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from api.routes.runs import RUN_JSON
 from api.schemas import RunOut
-from runyard.models import RunStatus
-from runyard.runs import RunView
-from runyard.settings import Settings
-from runyard.tenant_webhooks import new_secret
-from runyard.webhook_fairness import BreakerPolicy, Caps
-from runyard.webhook_urls import (
+from runyard.domain.states import RunStatus
+from runyard.domain.webhook_fairness import BreakerPolicy, Caps
+from runyard.platform.settings import Settings
+from runyard.reads.runs import RunView
+from runyard.webhooks.delivery import WebhookConfig, retry_delay, run_json, signed_headers
+from runyard.webhooks.tenant import new_secret
+from runyard.webhooks.urls import (
     MAX_URL_LENGTH,
     STRICT,
     BadCallbackUrl,
@@ -34,7 +35,6 @@ from runyard.webhook_urls import (
     parse_callback_url,
     refusal,
 )
-from runyard.webhooks import WebhookConfig, retry_delay, run_json, signed_headers
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runyard.db import DbTimeouts
-from runyard.settings import Settings
+from runyard.platform.db import DbTimeouts
+from runyard.platform.settings import Settings
 from worker.__main__ import heartbeat_timeouts
 from worker.service import WorkerConfig
 

@@ -16,9 +16,9 @@ from typing import Any
 from sqlalchemy import Engine, text
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult
+from runyard.domain.states import RunStatus
 from runyard.queue import JobQueue
-from runyard.runner import AttemptResult
 from tests.integration.api.test_api_helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import Engine
 
-from runyard.auth import create_api_key
 from runyard.queue import JobQueue
-from runyard.tools import ToolRegistry
+from runyard.registry.tools import ToolRegistry
+from runyard.tenancy.auth import create_api_key
 from tests.integration.api.cli_support import Api, RecordRequests
 from tests.integration.api.test_api_helpers import live_server, make_app
 

@@ -22,11 +22,12 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from runyard.auth import create_api_key
-from runyard.models import RunStatus
-from runyard.runner import AttemptControl, AttemptResult, AttemptSpec
-from runyard.testing import FakeRunner
-from runyard.tools import ToolRegistry
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import RunStatus
+from runyard.registry.tools import ToolRegistry
+from runyard.runner import AttemptControl
+from runyard.runners.fake import FakeRunner
+from runyard.tenancy.auth import create_api_key
 from tests.integration.api.test_api_helpers import bearer, count, live_server, make_app
 from tests.integration.api.test_ui_http import log_in
 

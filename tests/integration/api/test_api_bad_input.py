@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from runyard.tools import ToolRegistry
+from runyard.registry.tools import ToolRegistry
 from tests.integration.api.test_api_helpers import bearer, count, make_app
 
 MAX_BYTES = 8192

@@ -15,11 +15,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
-from runyard.auth import create_api_key
+from runyard.platform.settings import Settings
 from runyard.queue import JobQueue
 from runyard.queue.builds import BuildQueue
-from runyard.settings import Settings
-from runyard.tools import load_registry
+from runyard.registry.tools import load_registry
+from runyard.tenancy.auth import create_api_key
 from tests.integration.api.cli_support import Api
 from tests.integration.api.test_api_helpers import bearer, live_server, make_app
 

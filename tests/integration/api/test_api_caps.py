@@ -10,10 +10,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult
+from runyard.domain.states import ErrorCode, RunStatus
 from runyard.queue import JobQueue
-from runyard.runner import AttemptResult, ErrorCode
-from runyard.tools import ToolRegistry
+from runyard.registry.tools import ToolRegistry
 from tests.integration.api.test_api_helpers import bearer, count, make_app
 
 FAILURE = AttemptResult(

@@ -14,9 +14,9 @@ from httpx2 import Response
 from sqlalchemy import Engine, event, text
 
 from api.main import create_app
-from runyard.db import DbTimeouts, make_engine
-from runyard.settings import Settings
-from runyard.tools import ToolRegistry
+from runyard.platform.db import DbTimeouts, make_engine
+from runyard.platform.settings import Settings
+from runyard.registry.tools import ToolRegistry
 from tests.integration.api.test_api_helpers import bearer, make_app, make_settings
 
 RETRY_AFTER = 7

@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.main import create_app
-from runyard.settings import Settings
+from runyard.platform.settings import Settings
 
 ASSET = re.compile(r"""(?:src|href)\s*=\s*["']([^"']+)["']""")
 # The document the page loads is named in its inline script.

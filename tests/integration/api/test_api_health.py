@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, make_url
 
 from api.routes.health import READY_TIMEOUT_SECONDS
-from runyard.db import make_engine
-from runyard.tools import ToolRegistry
+from runyard.platform.db import make_engine
+from runyard.registry.tools import ToolRegistry
 from tests.integration.api.test_api_helpers import bearer, make_app
 from tests.tcp_proxy import BlackHoleProxy
 

@@ -15,10 +15,10 @@ from fastapi import FastAPI
 from sqlalchemy import Engine, text
 
 from api.main import create_app
-from runyard.auth import create_api_key
+from runyard.platform.settings import Settings
+from runyard.registry.tools import ToolRegistry
 from runyard.runner import Runner
-from runyard.settings import Settings
-from runyard.tools import ToolRegistry
+from runyard.tenancy.auth import create_api_key
 
 
 def make_settings(database_url: str, **overrides: Any) -> Settings:

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import Engine
 
 from runyard.queue import AdmissionCaps, ApiQueue, IdempotencyConflict, NewRun
-from runyard.tools import ToolRegistry
+from runyard.registry.tools import ToolRegistry
 from tests.integration.api.test_api_helpers import bearer, count, live_server, make_app
 
 PARALLEL = 20

@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
 from api.deps import Services
-from runyard.auth import PrincipalCache, authenticate, create_api_key
-from runyard.keys import list_keys, prefix_of, revoke_key
-from runyard.tools import ToolRegistry
+from runyard.registry.tools import ToolRegistry
+from runyard.tenancy.auth import PrincipalCache, authenticate, create_api_key
+from runyard.tenancy.keys import list_keys, prefix_of, revoke_key
 from tests.integration.api.test_api_helpers import bearer, make_app
 
 CLI = [sys.executable, "-m", "runyard.cli"]

@@ -9,10 +9,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
-from runyard.auth import issue_api_key
-from runyard.settings import Settings
-from runyard.tools import ToolRegistry, parse_registry
-from runyard.workers import WorkerRegistry
+from runyard.platform.settings import Settings
+from runyard.queue.workers import WorkerRegistry
+from runyard.registry.tools import ToolRegistry, parse_registry
+from runyard.tenancy.auth import issue_api_key
 from tests.integration.api.test_api_helpers import bearer, make_app
 from tests.integration.api.test_ui_http import log_in
 

@@ -14,13 +14,14 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
 from api.main import create_app
-from runyard.auth import issue_api_key
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import RunStatus
+from runyard.platform.settings import Settings
 from runyard.queue import JobQueue
-from runyard.runner import AttemptControl, AttemptResult, AttemptSpec
-from runyard.settings import Settings
-from runyard.testing import FakeRunner
-from runyard.tools import ToolRegistry, ToolSpec
+from runyard.registry.tools import ToolRegistry, ToolSpec
+from runyard.runner import AttemptControl
+from runyard.runners.fake import FakeRunner
+from runyard.tenancy.auth import issue_api_key
 from tests.integration.api.test_api_helpers import bearer, count, make_app, run_status, wait_until
 from worker.service import Worker, WorkerConfig
 
@@ -72,7 +73,7 @@ def test_readyz__behind_head_is_503(client: TestClient, engine: Engine):
 
 
 def test_readyz__unreachable_database_is_503(registry: ToolRegistry):
-    from runyard.db import make_engine
+    from runyard.platform.db import make_engine
 
     # A loopback port nobody listens on.
     dead = make_engine("postgresql://nobody@127.0.0.1:9/none", pool_size=1, max_overflow=0)

@@ -23,8 +23,8 @@ from schemathesis.specs.openapi.checks import (
 from sqlalchemy import Engine
 
 from api.schemas import RunCreate
-from runyard.auth import issue_api_key
-from runyard.tools import ToolRegistry
+from runyard.registry.tools import ToolRegistry
+from runyard.tenancy.auth import issue_api_key
 from tests.integration.api.test_api_helpers import count, live_server, make_app
 
 CHECKS = [

@@ -14,11 +14,12 @@ import httpx2
 import pytest
 from sqlalchemy import Engine, text
 
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import RunStatus
 from runyard.queue import JobQueue
-from runyard.runner import AttemptControl, AttemptResult, AttemptSpec
-from runyard.testing import FakeRunner
-from runyard.tools import ToolRegistry
+from runyard.registry.tools import ToolRegistry
+from runyard.runner import AttemptControl
+from runyard.runners.fake import FakeRunner
 from tests.integration.api.test_api_helpers import bearer, live_server, make_app, wait_until
 from tests.integration.queue.test_events_order import insert
 from worker.service import Worker, WorkerConfig

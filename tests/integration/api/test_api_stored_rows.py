@@ -9,11 +9,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from runyard.auth import create_api_key
+from runyard.domain.tool_json import UNREADABLE_KEY
 from runyard.queue import JobQueue
-from runyard.testing import FakeRunner
-from runyard.tool_json import UNREADABLE_KEY
-from runyard.tools import ToolRegistry
+from runyard.registry.tools import ToolRegistry
+from runyard.runners.fake import FakeRunner
+from runyard.tenancy.auth import create_api_key
 from tests.integration.api.test_api_helpers import bearer, make_app, run_status, wait_until
 from worker.service import Worker, WorkerConfig
 

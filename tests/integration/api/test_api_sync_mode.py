@@ -22,21 +22,15 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
 from reaper.service import Reaper, ReaperConfig
-from runyard.docker.runner import DockerRunner
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import ContainerState, RunStatus
 from runyard.queue import AdmissionCaps, ApiQueue, ClaimedJob, InlineClaim, NewRun
-from runyard.runner import (
-    AttemptAbandoned,
-    AttemptControl,
-    AttemptResult,
-    AttemptSpec,
-    ContainerState,
-    Runner,
-)
-from runyard.sync_mode import SyncExecutor
-from runyard.testing import FakeRunner, Handler, succeed_with_input
-from runyard.tools import ToolRegistry
-from runyard.workers import WorkerRegistry
+from runyard.queue.workers import WorkerRegistry
+from runyard.registry.tools import ToolRegistry
+from runyard.runner import AttemptAbandoned, AttemptControl, Runner
+from runyard.runners.docker.runner import DockerRunner
+from runyard.runners.fake import FakeRunner, Handler, succeed_with_input
+from runyard.sync.executor import SyncExecutor
 from tests.integration.api.test_api_helpers import (
     bearer,
     count,

@@ -9,8 +9,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
-from runyard.auth import AUTH_CACHE_SECONDS, PrincipalCache
-from runyard.tools import ToolRegistry
+from runyard.registry.tools import ToolRegistry
+from runyard.tenancy.auth import AUTH_CACHE_SECONDS, PrincipalCache
 from tests.integration.api.test_api_helpers import bearer, make_app, run_status
 
 

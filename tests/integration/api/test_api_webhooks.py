@@ -12,9 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
-from runyard.testing import FakeRunner
-from runyard.tools import ToolRegistry
-from runyard.webhook_urls import MAX_URL_LENGTH
+from runyard.registry.tools import ToolRegistry
+from runyard.runners.fake import FakeRunner
+from runyard.webhooks.urls import MAX_URL_LENGTH
 from tests.integration.api.test_api_helpers import bearer, count, make_app, run_status, wait_until
 from tests.webhook_receiver import receiver_on
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from fastapi import FastAPI, Request, Response
 
-from runyard.auth import create_api_key
-from runyard.models import RunStatus
+from runyard.domain.states import RunStatus
+from runyard.tenancy.auth import create_api_key
 from tests.integration.api.cli_support import CLI, Api
 from tests.integration.api.test_api_helpers import live_server, wait_until
 
@@ -202,7 +202,7 @@ def test_cli_rm__deletes_terminal_runs_and_refuses_a_live_one(api: Api):
 def test_cli_webhook__set_prints_the_secret_once_and_verify_checks_a_delivery(
     api: Api, tmp_path: Path
 ):
-    from runyard.webhooks import signed_headers
+    from runyard.webhooks.delivery import signed_headers
 
     admin = create_api_key(api.engine, "ops", admin=True)
     env = api.env() | {"RUNYARD_API_KEY": admin}

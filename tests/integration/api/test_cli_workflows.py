@@ -8,8 +8,8 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from runyard.models import RunStatus
-from runyard.runner import AttemptResult
+from runyard.domain.attempt import AttemptResult
+from runyard.domain.states import RunStatus
 from tests.integration.api.cli_support import Api
 from tests.integration.api.test_api_helpers import wait_until
 

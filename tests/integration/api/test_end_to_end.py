@@ -10,11 +10,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
 from api.main import create_app
-from runyard.auth import create_api_key
-from runyard.docker.runner import DockerRunner
+from runyard.platform.settings import Settings
 from runyard.queue import JobQueue
-from runyard.settings import Settings
-from runyard.tools import ToolRegistry
+from runyard.registry.tools import ToolRegistry
+from runyard.runners.docker.runner import DockerRunner
+from runyard.tenancy.auth import create_api_key
 from worker.service import Worker, WorkerConfig
 
 pytestmark = pytest.mark.docker

@@ -8,11 +8,12 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
 
-from runyard.metrics import Metrics
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import RunStatus
 from runyard.queue import JobQueue, NewRun
-from runyard.runner import AttemptControl, AttemptResult, AttemptSpec
-from runyard.testing import FakeRunner
+from runyard.reads.metrics import Metrics
+from runyard.runner import AttemptControl
+from runyard.runners.fake import FakeRunner
 from worker.service import Worker, WorkerConfig
 
 

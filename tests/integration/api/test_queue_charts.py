@@ -11,10 +11,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
 from api.ui.context import CONTENT_SECURITY_POLICY
-from runyard.auth import create_api_key
-from runyard.dashboard import QueueMinute, queue_activity
 from runyard.queue import JobQueue, NewRun
-from runyard.tools import ToolRegistry
+from runyard.reads.dashboard import QueueMinute, queue_activity
+from runyard.registry.tools import ToolRegistry
+from runyard.tenancy.auth import create_api_key
 from tests.integration.api.test_api_helpers import make_app
 
 NOW = datetime(2026, 11, 26, 10, 30, 20, tzinfo=UTC)

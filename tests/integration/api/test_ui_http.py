@@ -13,10 +13,10 @@ from sqlalchemy import Engine, text
 
 from api.ui.context import CONTENT_SECURITY_POLICY
 from api.ui.session import COOKIE_NAME
-from runyard.auth import create_api_key
 from runyard.queue import JobQueue
-from runyard.tools import ToolRegistry
-from runyard.workers import WorkerRegistry
+from runyard.queue.workers import WorkerRegistry
+from runyard.registry.tools import ToolRegistry
+from runyard.tenancy.auth import create_api_key
 from tests.integration.api.test_api_helpers import bearer, count, make_app, run_status
 
 MISSING = "00000000-0000-4000-8000-000000000000"

@@ -14,12 +14,12 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
-from runyard.auth import create_api_key
-from runyard.dashboard_workflows import batch_summaries, scheduled_runs
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult
+from runyard.domain.states import ErrorCode, RunStatus
 from runyard.queue import JobQueue
-from runyard.runner import AttemptResult, ErrorCode
-from runyard.tools import ToolRegistry
+from runyard.reads.dashboard_workflows import batch_summaries, scheduled_runs
+from runyard.registry.tools import ToolRegistry
+from runyard.tenancy.auth import create_api_key
 from tests.integration.api.test_api_helpers import bearer, count, make_app, run_status
 from tests.integration.api.test_ui_http import csrf, log_in
 

@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, text
 
-from runyard.artifacts.local_dir import LocalDirArtifactStore
-from runyard.artifacts.postgres import PostgresArtifactStore
+from runyard.artifact_store import ArtifactStore
+from runyard.artifact_stores.local_dir import LocalDirArtifactStore
+from runyard.artifact_stores.postgres import PostgresArtifactStore
 from runyard.artifacts.publish import drop_unpublished
 from runyard.artifacts.reads import ArtifactReads, Found
-from runyard.artifacts.store import ArtifactStore
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult
+from runyard.domain.states import RunStatus
+from runyard.maintenance.retention import Deleted, delete_run, prune_expired
 from runyard.queue import JobQueue
-from runyard.retention import Deleted, delete_run, prune_expired
-from runyard.runner import AttemptResult
 from tests.integration.queue.test_queue import LEASE, T0, new_run
 
 SMALL_CHUNK = 7

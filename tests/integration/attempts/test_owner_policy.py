@@ -16,17 +16,12 @@ from sqlalchemy import exc as sa
 from runyard.attempts.flight import Flight, LeaseClock
 from runyard.attempts.owner import AttemptOwner
 from runyard.attempts.policy import OwnerPolicy
-from runyard.metrics import Metrics
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import ContainerState, RunStatus
 from runyard.queue import ClaimedJob, JobQueue
-from runyard.runner import (
-    AttemptAbandoned,
-    AttemptControl,
-    AttemptResult,
-    AttemptSpec,
-    ContainerState,
-)
-from runyard.testing import FakeRunner
+from runyard.reads.metrics import Metrics
+from runyard.runner import AttemptAbandoned, AttemptControl
+from runyard.runners.fake import FakeRunner
 from tests.integration.worker.test_worker_loop import enqueue
 
 LEASE = 30.0

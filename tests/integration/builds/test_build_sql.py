@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine, text
 
-from runyard.builds.context import BuildRef
+from runyard.domain.build_ref import BuildRef
 from runyard.queue import JobQueue, NewRun
 from runyard.queue.build_sql import statements
 from runyard.queue.builds import BuildQueue

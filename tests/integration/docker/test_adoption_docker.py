@@ -11,11 +11,13 @@ import docker
 import pytest
 from sqlalchemy import Engine, text
 
-from runyard.docker.runner import DockerRunner
+from runyard.domain.attempt import AttemptSpec
+from runyard.domain.states import ContainerState
 from runyard.queue import ClaimedJob, JobQueue
-from runyard.runner import AttemptControl, AttemptSpec, ContainerState, RunnerUnavailable
-from runyard.submit import prepare_run
-from runyard.tools import ToolRegistry, ToolSpec
+from runyard.registry.tools import ToolRegistry, ToolSpec
+from runyard.runner import AttemptControl, RunnerUnavailable
+from runyard.runners.docker.runner import DockerRunner
+from runyard.submission.request import prepare_run
 from worker.service import Worker, WorkerConfig
 
 pytestmark = pytest.mark.docker

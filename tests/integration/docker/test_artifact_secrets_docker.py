@@ -12,14 +12,15 @@ import docker
 import pytest
 from sqlalchemy import Engine
 
-from runyard.artifacts.postgres import PostgresArtifactStore
-from runyard.docker.host_workdirs import HostWorkdirs
-from runyard.docker.runner import DockerRunner
-from runyard.models import RunStatus
+from runyard.artifact_stores.postgres import PostgresArtifactStore
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import RunStatus
 from runyard.queue import JobQueue
-from runyard.runner import AttemptControl, AttemptResult, AttemptSpec
-from runyard.tool_secrets import SecretSource
-from runyard.tools import ToolRegistry
+from runyard.registry.secrets import SecretSource
+from runyard.registry.tools import ToolRegistry
+from runyard.runner import AttemptControl
+from runyard.runners.docker.host_workdirs import HostWorkdirs
+from runyard.runners.docker.runner import DockerRunner
 from tests.integration.docker.test_artifacts_docker import stored
 from tests.integration.docker.test_docker_runner import spec_for
 from tests.integration.queue.test_queue import new_run

@@ -12,14 +12,15 @@ import docker
 import pytest
 from sqlalchemy import Engine, text
 
-from runyard.artifacts.postgres import PostgresArtifactStore
+from runyard.artifact_stores.postgres import PostgresArtifactStore
 from runyard.artifacts.reads import ArtifactReads, Found
-from runyard.docker.host_workdirs import HostWorkdirs
-from runyard.docker.runner import DockerRunner
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import RunStatus
 from runyard.queue import JobQueue
-from runyard.runner import AttemptControl, AttemptResult, AttemptSpec
-from runyard.tools import ToolRegistry
+from runyard.registry.tools import ToolRegistry
+from runyard.runner import AttemptControl
+from runyard.runners.docker.host_workdirs import HostWorkdirs
+from runyard.runners.docker.runner import DockerRunner
 from tests.integration.docker.test_adoption_docker import orphan, release, spec_of
 from tests.integration.docker.test_docker_runner import shell
 from tests.integration.queue.test_queue import new_run

@@ -16,14 +16,14 @@ import docker
 import pytest
 from sqlalchemy import Engine, text
 
+from runyard.builders.docker import DockerBuilder
 from runyard.builds.setup import with_builds
-from runyard.docker.builder import DockerBuilder
-from runyard.docker.runner import DockerRunner
+from runyard.platform.settings import Settings
 from runyard.queue import JobQueue
 from runyard.queue.builds import BuildQueue
-from runyard.settings import Settings
-from runyard.submit import prepare_run
-from runyard.tools import ToolRegistry, load_registry
+from runyard.registry.tools import ToolRegistry, load_registry
+from runyard.runners.docker.runner import DockerRunner
+from runyard.submission.request import prepare_run
 from worker.builds import BuildAgent, BuildConfig
 from worker.service import Worker, WorkerConfig
 

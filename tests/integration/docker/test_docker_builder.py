@@ -17,10 +17,10 @@ from typing import Any
 import docker
 import pytest
 
+from runyard.builder import BuildRequest
+from runyard.builders.docker import LABEL_BUILD_TOOL, DockerBuilder
 from runyard.builds.context import context_tar
 from runyard.builds.digest import ContextFile
-from runyard.builds.port import BuildRequest
-from runyard.docker.builder import LABEL_BUILD_TOOL, DockerBuilder
 
 
 def request(dockerfile: str, *, timeout: float = 120, files: dict[str, str] | None = None):

@@ -13,18 +13,12 @@ from typing import Any
 import docker
 import pytest
 
-from runyard.docker.host_workdirs import HostWorkdirs
-from runyard.docker.runner import DockerLimits, DockerRunner
-from runyard.models import RunStatus
-from runyard.runner import (
-    AttemptAbandoned,
-    AttemptControl,
-    AttemptSpec,
-    ContainerState,
-    RunnerUnavailable,
-    container_name,
-)
-from runyard.tools import ToolRegistry
+from runyard.domain.attempt import AttemptSpec, container_name
+from runyard.domain.states import ContainerState, RunStatus
+from runyard.registry.tools import ToolRegistry
+from runyard.runner import AttemptAbandoned, AttemptControl, RunnerUnavailable
+from runyard.runners.docker.host_workdirs import HostWorkdirs
+from runyard.runners.docker.runner import DockerLimits, DockerRunner
 
 pytestmark = pytest.mark.docker
 

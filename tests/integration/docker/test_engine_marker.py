@@ -14,7 +14,7 @@ import docker.errors
 import pytest
 from docker.types import Mount
 
-from runyard.docker.engine_marker import (
+from runyard.runners.docker.engine_marker import (
     LABEL_ENGINE_ID,
     LABEL_FINGERPRINT,
     LABEL_MARKER,
@@ -24,7 +24,7 @@ from runyard.docker.engine_marker import (
     engine_fingerprint,
     resolve_engine_id,
 )
-from runyard.docker.runner import DockerRunner
+from runyard.runners.docker.runner import DockerRunner
 
 pytestmark = pytest.mark.docker
 

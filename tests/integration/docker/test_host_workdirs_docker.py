@@ -11,11 +11,12 @@ from typing import Any
 import docker
 import pytest
 
-from runyard.docker.host_workdirs import HostWorkdirs
-from runyard.docker.runner import DockerRunner
-from runyard.models import RunStatus
-from runyard.runner import AttemptControl, ContainerState, container_name
-from runyard.tools import ToolRegistry
+from runyard.domain.attempt import container_name
+from runyard.domain.states import ContainerState, RunStatus
+from runyard.registry.tools import ToolRegistry
+from runyard.runner import AttemptControl
+from runyard.runners.docker.host_workdirs import HostWorkdirs
+from runyard.runners.docker.runner import DockerRunner
 from tests.integration.docker.test_docker_runner import shell, spec_for
 
 pytestmark = pytest.mark.docker

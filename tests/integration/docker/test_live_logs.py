@@ -8,12 +8,12 @@ import docker
 import pytest
 from sqlalchemy import Engine, text
 
-from runyard.docker.outputs import ContainerLogs
-from runyard.docker.runner import DockerRunner
 from runyard.queue import JobQueue
+from runyard.registry.tools import ToolRegistry
 from runyard.runner import AttemptControl
-from runyard.submit import prepare_run
-from runyard.tools import ToolRegistry
+from runyard.runners.docker.outputs import ContainerLogs
+from runyard.runners.docker.runner import DockerRunner
+from runyard.submission.request import prepare_run
 from tests.integration.docker.test_docker_runner import shell
 from worker.service import Worker, WorkerConfig
 

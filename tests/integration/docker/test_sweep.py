@@ -12,20 +12,15 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
-from runyard.docker.runner import DockerRunner
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import ContainerState, RunStatus
+from runyard.maintenance.retention import Deleted, delete_run, prune_expired
+from runyard.maintenance.sweep import Sweeper
 from runyard.queue import JobQueue, NewRun
-from runyard.retention import Deleted, delete_run, prune_expired
-from runyard.runner import (
-    AttemptControl,
-    AttemptResult,
-    AttemptSpec,
-    ContainerState,
-    RunnerUnavailable,
-)
-from runyard.sweep import Sweeper
-from runyard.testing import FakeRunner
-from runyard.tools import ToolRegistry
+from runyard.registry.tools import ToolRegistry
+from runyard.runner import AttemptControl, RunnerUnavailable
+from runyard.runners.docker.runner import DockerRunner
+from runyard.runners.fake import FakeRunner
 from tests.integration.api.test_api_helpers import bearer, make_app
 from worker.service import Worker, WorkerConfig
 

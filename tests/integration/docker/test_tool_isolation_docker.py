@@ -12,12 +12,13 @@ import docker
 import docker.errors
 import pytest
 
-from runyard.docker.runner import DockerRunner
-from runyard.models import RunStatus
-from runyard.runner import AttemptAbandoned, AttemptControl, ContainerState, container_name
-from runyard.settings import Settings
-from runyard.tool_secrets import SecretSource
-from runyard.tools import ToolRegistry, parse_registry
+from runyard.domain.attempt import container_name
+from runyard.domain.states import ContainerState, RunStatus
+from runyard.platform.settings import Settings
+from runyard.registry.secrets import SecretSource
+from runyard.registry.tools import ToolRegistry, parse_registry
+from runyard.runner import AttemptAbandoned, AttemptControl
+from runyard.runners.docker.runner import DockerRunner
 from tests.integration.docker.test_docker_runner import shell, spec_for
 
 pytestmark = pytest.mark.docker

@@ -10,12 +10,12 @@ from typing import Any
 import docker
 import pytest
 
-from runyard.docker.host_workdirs import HostWorkdirs
-from runyard.docker.runner import DockerLimits, DockerRunner
-from runyard.models import RunStatus
+from runyard.domain.states import RunStatus
+from runyard.platform.settings import Settings
+from runyard.registry.tools import ToolRegistry, load_registry
 from runyard.runner import AttemptControl
-from runyard.settings import Settings
-from runyard.tools import ToolRegistry, load_registry
+from runyard.runners.docker.host_workdirs import HostWorkdirs
+from runyard.runners.docker.runner import DockerLimits, DockerRunner
 from tests.integration.conftest import ROOT
 from tests.integration.docker.test_docker_runner import shell, spec_for
 

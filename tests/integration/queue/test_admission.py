@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, Row, text
 
-from runyard.db import make_engine
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult
+from runyard.domain.states import RunStatus
+from runyard.platform.db import make_engine
 from runyard.queue import (
     AdmissionCaps,
     AdmissionRefused,
@@ -23,7 +24,6 @@ from runyard.queue import (
     EnqueueResult,
     InlineClaim,
 )
-from runyard.runner import AttemptResult
 from tests.integration.queue.test_queue import new_run
 from tests.integration.queue.test_sync_jobs import adopt
 

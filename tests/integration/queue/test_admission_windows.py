@@ -12,12 +12,12 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import Engine, text
 
-from runyard.db import make_engine
-from runyard.graph import Node
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult
+from runyard.domain.graph import Node
+from runyard.domain.states import RunStatus
+from runyard.platform.db import make_engine
 from runyard.queue import AdmissionCaps, AdmissionRefused, ApiQueue
 from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
-from runyard.runner import AttemptResult
 from tests.integration.queue.test_admission import INLINE, claim
 from tests.integration.queue.test_queue import T0, new_run
 

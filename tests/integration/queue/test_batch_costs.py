@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, TextClause, text
 
-import runyard.batches
-from runyard.batches import Batches, ListedBatch
-from runyard.db import autocommit
-from runyard.graph import Node
+import runyard.submission.batches
+from runyard.domain.graph import Node
+from runyard.platform.db import autocommit
 from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
 from runyard.queue.graph_sql import LOCK_BATCH_FOR_RETRY
-from runyard.tools import ToolRegistry
+from runyard.registry.tools import ToolRegistry
+from runyard.submission.batches import Batches, ListedBatch
 from tests.integration.queue.test_queue import T0, new_run
 
 RUNS_PER_BATCH = 40
@@ -35,7 +35,8 @@ def dense_batch(writer: GraphWriter) -> None:
 
 @contextmanager
 def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int]]]:
-    """The statements ``runyard.batches`` runs meanwhile, each with the rows it returned."""
+    """The statements ``runyard.submission.batches`` runs meanwhile, each with the rows it
+    returned."""
     seen: list[tuple[str, int]] = []
 
     def recording(engine: Engine, statement: TextClause, params: Mapping[str, Any]) -> list[Any]:
@@ -44,7 +45,7 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int]
         return rows
 
     with monkeypatch.context() as patch:
-        patch.setattr(runyard.batches, "autocommit", recording)
+        patch.setattr(runyard.submission.batches, "autocommit", recording)
         yield seen
 
 

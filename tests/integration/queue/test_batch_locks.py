@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from sqlalchemy import Connection, Engine, TextClause, text
 from sqlalchemy.exc import DBAPIError
 
-from runyard.graph import Node
+from runyard.domain.graph import Node
 from runyard.queue import AdmissionCaps, JobQueue
 from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
 from runyard.queue.sql import CANCEL_BATCH, CANCEL_BATCH_QUEUED, CANCEL_BATCH_RUNNING, FINALIZE

@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import Engine, make_url, text
 from sqlalchemy.exc import OperationalError
 
-from runyard.db import DbTimeouts, autocommit, make_engine
+from runyard.platform.db import DbTimeouts, autocommit, make_engine
 from runyard.queue import JobQueue, NewRun
-from runyard.workers import WorkerRegistry
+from runyard.queue.workers import WorkerRegistry
 from worker.__main__ import HEARTBEAT_POOL_SIZE, worker_engines
 
 SLEEP = text("SELECT pg_sleep(30)")

@@ -1,4 +1,4 @@
-"""Readers of a run's events never pass a row that commits late (runyard.events_sql).
+"""Readers of a run's events never pass a row that commits late (runyard.reads.events_sql).
 
 Two connections insert events and commit them out of id order, the way a worker's log
 follower, the API's cancel and the reaper do; the readers must deliver each row once, in one
@@ -13,9 +13,9 @@ import uuid
 
 from sqlalchemy import Connection, Engine, text
 
-from runyard.dashboard import log_snapshot, run_timeline
 from runyard.queue import JobQueue
-from runyard.runs import RunReader
+from runyard.reads.dashboard import log_snapshot, run_timeline
+from runyard.reads.runs import RunReader
 from tests.integration.queue.test_queue import T0, new_run
 
 INSERT = text(

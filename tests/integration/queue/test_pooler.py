@@ -10,11 +10,11 @@ from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy.exc import OperationalError
 
 from bench.pgbouncer import PgBouncer, find_pgbouncer, start_pgbouncer
-from runyard.db import DbTimeouts, make_engine
-from runyard.models import RunStatus
-from runyard.pooling import connection_plan
+from runyard.domain.attempt import AttemptResult
+from runyard.domain.states import RunStatus
+from runyard.platform.db import DbTimeouts, make_engine
+from runyard.platform.pooling import connection_plan
 from runyard.queue import JobQueue, NewRun
-from runyard.runner import AttemptResult
 
 pytestmark = pytest.mark.skipif(
     find_pgbouncer() is None, reason="no pgbouncer (scripts/ensure-pgbouncer installs it)"

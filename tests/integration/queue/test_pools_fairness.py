@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult
+from runyard.domain.states import RunStatus
 from runyard.queue import JobQueue
 from runyard.queue.sql import CLAIM, CLAIM_ANY_QUEUE, FINALIZE_AND_CLAIM
 from runyard.queue.values import outcome_params
-from runyard.runner import AttemptResult
 from tests.integration.queue.test_queue import ENGINE, LEASE, T0, new_run
 
 

@@ -10,11 +10,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine, text
 
-from runyard.db import make_engine
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult
+from runyard.domain.states import RunStatus
+from runyard.platform.db import make_engine
 from runyard.queue import JobQueue, NewRun
 from runyard.queue.sql import CLAIM, CLAIM_ANY_QUEUE
-from runyard.runner import AttemptResult
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = 30.0
@@ -131,7 +131,7 @@ def test_claim__race_500_jobs_16_threads_each_claimed_once(database_url: str, pl
     options = "" if planner == "default" else "-c enable_hashjoin=off -c enable_mergejoin=off"
     from sqlalchemy import create_engine
 
-    from runyard.settings import normalize_database_url
+    from runyard.platform.settings import normalize_database_url
 
     eng = create_engine(
         normalize_database_url(database_url),
@@ -538,7 +538,7 @@ def test_orphans_on_dead_engine__requeued_or_failed(queue: JobQueue, engine: Eng
 
 
 def test_orphans__not_while_a_worker_of_that_engine_lives(queue: JobQueue, engine: Engine):
-    from runyard.workers import WorkerRegistry
+    from runyard.queue.workers import WorkerRegistry
 
     enqueue_many(queue, 1)
     claim(queue)
@@ -550,7 +550,7 @@ def test_orphans__not_while_a_worker_of_that_engine_lives(queue: JobQueue, engin
 
 
 def test_worker_registry__re_registration_takes_the_new_engine(queue: JobQueue, engine: Engine):
-    from runyard.workers import WorkerRegistry
+    from runyard.queue.workers import WorkerRegistry
 
     enqueue_many(queue, 1)
     claim(queue)
@@ -752,7 +752,7 @@ def test_autocommit__killed_connection_fails_once_then_the_pool_heals(database_u
     import psycopg
     from sqlalchemy.exc import OperationalError
 
-    from runyard.db import autocommit
+    from runyard.platform.db import autocommit
 
     eng = make_engine(database_url, pool_size=1, max_overflow=0, pre_ping=False)
     queue = JobQueue(eng)
@@ -770,7 +770,7 @@ def test_autocommit__killed_connection_fails_once_then_the_pool_heals(database_u
 
 
 def test_autocommit__the_pooled_connection_goes_back_transactional(database_url: str):
-    from runyard.db import autocommit
+    from runyard.platform.db import autocommit
 
     eng = make_engine(database_url, pool_size=1, max_overflow=0, pre_ping=False)
     try:

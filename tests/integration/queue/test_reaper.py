@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import Engine, text
 
 from reaper.service import Reaper, ReaperConfig, ReapResult
-from runyard.db import DbTimeouts, make_engine
-from runyard.metrics import Metrics
+from runyard.platform.db import DbTimeouts, make_engine
 from runyard.queue import JobQueue, NewRun
+from runyard.reads.metrics import Metrics
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 

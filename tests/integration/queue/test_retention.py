@@ -9,11 +9,11 @@ from datetime import timedelta
 
 from sqlalchemy import Engine, text
 
-from runyard.db import autocommit
+from runyard.maintenance.retention import Deleted, delete_run, prune_expired, retention_seconds
+from runyard.platform.db import autocommit
 from runyard.queue import JobQueue
-from runyard.retention import Deleted, delete_run, prune_expired, retention_seconds
-from runyard.tenant_webhooks import TenantWebhooks
-from runyard.webhook_sql import SETTLE_DELIVERY
+from runyard.webhooks.sql import SETTLE_DELIVERY
+from runyard.webhooks.tenant import TenantWebhooks
 from tests.integration.queue.test_admission import counted, real
 from tests.integration.queue.test_queue import T0, claim, new_run
 from tests.integration.queue.test_webhooks import claim_deliveries, finish

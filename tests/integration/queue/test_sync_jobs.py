@@ -7,9 +7,9 @@ from datetime import timedelta
 
 from sqlalchemy import Engine, text
 
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult
+from runyard.domain.states import RunStatus
 from runyard.queue import AdmissionCaps, ApiQueue, ClaimedJob, InlineClaim
-from runyard.runner import AttemptResult
 from tests.integration.queue.test_queue import (
     ENGINE,
     LEASE,

@@ -70,7 +70,7 @@ def test_wakeups__reconnect_after_the_connection_is_killed(
 def test_every_event_row__notifies_runyard_events(database_url: str, queue: JobQueue):
     import psycopg
 
-    from runyard.settings import libpq_url
+    from runyard.platform.settings import libpq_url
 
     with psycopg.connect(libpq_url(database_url), autocommit=True) as listener:
         listener.execute("LISTEN runyard_events")
@@ -85,10 +85,10 @@ def test_events_of_many_runs_in_one_statement__notify_their_ids_200_a_payload(
 ):
     import psycopg
 
-    from runyard.graph import Node
+    from runyard.domain.graph import Node
+    from runyard.platform.settings import libpq_url
     from runyard.queue import AdmissionCaps
     from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
-    from runyard.settings import libpq_url
 
     runs = [GraphRun(new_run(), Node(f"r{i}")) for i in range(450)]
     with psycopg.connect(libpq_url(database_url), autocommit=True) as listener:

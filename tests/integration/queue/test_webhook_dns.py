@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import URL, Engine, make_url, text
 
 from runyard.queue import JobQueue
-from runyard.tenant_webhooks import TenantWebhooks
+from runyard.webhooks.tenant import TenantWebhooks
 from tests.integration.queue.test_webhooks import deliveries, finish, webhook_events
 from tests.netns import NETNS_ETC, Namespace, UnixBridge, can_make_namespaces, network_namespace
 from tests.netns_webhooks import CONFIG, RECEIVER_PORT

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
-from runyard.db import autocommit
+from runyard.domain.webhook_fairness import BreakerPolicy, Caps
+from runyard.platform.db import autocommit
 from runyard.queue import JobQueue
-from runyard.tenant_webhooks import TenantWebhooks
-from runyard.webhook_fairness import BreakerPolicy, Caps
-from runyard.webhook_sql import (
+from runyard.webhooks.delivery import HELD_PAST_WINDOW, WebhookConfig, WebhookDeliverer
+from runyard.webhooks.sql import (
     CLAIM_DELIVERIES,
     CLOSE_DESTINATION,
     DEFER_DELIVERIES,
@@ -29,7 +29,7 @@ from runyard.webhook_sql import (
     PRUNE_DESTINATIONS,
     SAVE_DESTINATION,
 )
-from runyard.webhooks import HELD_PAST_WINDOW, WebhookConfig, WebhookDeliverer
+from runyard.webhooks.tenant import TenantWebhooks
 from tests.integration.queue.test_queue import T0
 from tests.integration.queue.test_webhooks import (
     FAST,

@@ -16,14 +16,14 @@ import pytest
 from sqlalchemy import Engine, text
 
 from api.routes.runs import RUN_JSON
-from runyard.db import autocommit
+from runyard.platform.db import autocommit
 from runyard.queue import JobQueue
-from runyard.runs import RunReader
-from runyard.tenant_webhooks import TenantWebhooks
-from runyard.webhook_http import post
-from runyard.webhook_sql import CLAIM_DELIVERIES, DELIVERY_OFFERS, SETTLE_DELIVERY
-from runyard.webhook_urls import DestinationPolicy
-from runyard.webhooks import WebhookConfig, WebhookDeliverer
+from runyard.reads.runs import RunReader
+from runyard.webhooks.delivery import WebhookConfig, WebhookDeliverer
+from runyard.webhooks.http import post
+from runyard.webhooks.sql import CLAIM_DELIVERIES, DELIVERY_OFFERS, SETTLE_DELIVERY
+from runyard.webhooks.tenant import TenantWebhooks
+from runyard.webhooks.urls import DestinationPolicy
 from tests.integration.queue.test_queue import LEASE, SUCCESS, T0, events, new_run
 from tests.webhook_receiver import Receiver, receiver_on
 

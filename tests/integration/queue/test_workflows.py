@@ -9,12 +9,12 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import Engine, text
 
-from runyard.graph import GraphProblem, Node
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult
+from runyard.domain.graph import GraphProblem, Node
+from runyard.domain.states import ErrorCode, RunStatus
+from runyard.maintenance.retention import prune_expired
 from runyard.queue import AdmissionCaps, AdmissionRefused, IdempotencyConflict, JobQueue
 from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter, UnknownDependency
-from runyard.retention import prune_expired
-from runyard.runner import AttemptResult, ErrorCode
 from tests.integration.queue.test_queue import SUCCESS, T0, claim, events, new_run, row
 
 NO_CAPS = AdmissionCaps()

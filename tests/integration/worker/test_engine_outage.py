@@ -10,12 +10,13 @@ from collections.abc import Callable
 from sqlalchemy import Engine, text
 
 from reaper.service import Reaper, ReaperConfig
-from runyard.metrics import Metrics
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import RunStatus
 from runyard.queue import JobQueue, NewRun
-from runyard.runner import AttemptControl, AttemptResult, AttemptSpec, RunnerUnavailable
-from runyard.testing import FakeRunner
-from runyard.workers import WorkerRegistry
+from runyard.queue.workers import WorkerRegistry
+from runyard.reads.metrics import Metrics
+from runyard.runner import AttemptControl, RunnerUnavailable
+from runyard.runners.fake import FakeRunner
 from worker.service import ClaimRound, Worker, WorkerConfig
 
 

@@ -7,12 +7,13 @@ import uuid
 
 from sqlalchemy import Engine, text
 
-from runyard.artifacts.postgres import PostgresArtifactStore
+from runyard.artifact_stores.postgres import PostgresArtifactStore
 from runyard.artifacts.reads import ArtifactReads, Found
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import RunStatus
 from runyard.queue import JobQueue
-from runyard.runner import AttemptControl, AttemptResult, AttemptSpec
-from runyard.testing import FakeRunner
+from runyard.runner import AttemptControl
+from runyard.runners.fake import FakeRunner
 from tests.integration.worker.test_worker_loop import enqueue, status
 from worker.service import Worker, WorkerConfig
 

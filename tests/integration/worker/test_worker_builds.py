@@ -11,14 +11,14 @@ from pathlib import Path
 
 from sqlalchemy import Engine, text
 
-from runyard.builds.fake import FakeBuilder
+from runyard.builders.fake import FakeBuilder
 from runyard.builds.setup import with_builds
+from runyard.platform.settings import Settings
 from runyard.queue import JobQueue
 from runyard.queue.builds import BuildQueue
-from runyard.settings import Settings
-from runyard.submit import prepare_run
-from runyard.testing import FakeRunner
-from runyard.tools import ToolRegistry, load_registry
+from runyard.registry.tools import ToolRegistry, load_registry
+from runyard.runners.fake import FakeRunner
+from runyard.submission.request import prepare_run
 from worker.builds import BuildAgent, BuildConfig
 from worker.service import Worker, WorkerConfig
 

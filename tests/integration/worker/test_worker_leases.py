@@ -14,12 +14,13 @@ from sqlalchemy import Engine, text
 from sqlalchemy import exc as sa
 from sqlalchemy.engine import make_url
 
-from runyard.db import autocommit, make_engine
-from runyard.metrics import Metrics
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import RunStatus
+from runyard.platform.db import autocommit, make_engine
 from runyard.queue import Heartbeat, JobQueue
-from runyard.runner import AttemptAbandoned, AttemptControl, AttemptResult, AttemptSpec
-from runyard.testing import FakeRunner
+from runyard.reads.metrics import Metrics
+from runyard.runner import AttemptAbandoned, AttemptControl
+from runyard.runners.fake import FakeRunner
 from tests.integration.api.test_api_helpers import run_status, wait_until
 from tests.integration.worker.test_worker_loop import enqueue
 from tests.tcp_proxy import BlackHoleProxy

@@ -10,10 +10,11 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import ContainerState, RunStatus
 from runyard.queue import ClaimedJob, JobQueue, NewRun
-from runyard.runner import AttemptControl, AttemptResult, AttemptSpec, ContainerState
-from runyard.testing import FakeRunner
+from runyard.runner import AttemptControl
+from runyard.runners.fake import FakeRunner
 from worker.service import Worker, WorkerConfig
 
 
@@ -231,7 +232,7 @@ def test_worker__heartbeat_after_finalize_is_not_a_lost_lease(queue: JobQueue, e
             release.wait(10)
             super().discard(run_id, attempt)
 
-    from runyard.metrics import Metrics
+    from runyard.reads.metrics import Metrics
 
     metrics = Metrics()
     worker = Worker(
@@ -302,7 +303,7 @@ def test_worker__heartbeat_racing_the_finalize_commit_is_not_a_lost_lease(
             worker.heartbeat_once()  # committed, but the slot has not heard back yet
             return done
 
-    from runyard.metrics import Metrics
+    from runyard.reads.metrics import Metrics
 
     metrics = Metrics()
     worker = Worker(

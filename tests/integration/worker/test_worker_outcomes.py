@@ -11,11 +11,12 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy import exc as sa
 
-from runyard.metrics import Metrics
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import ContainerState, RunStatus
 from runyard.queue import ClaimedJob, JobQueue
-from runyard.runner import AttemptControl, AttemptResult, AttemptSpec, ContainerState
-from runyard.testing import FakeRunner
+from runyard.reads.metrics import Metrics
+from runyard.runner import AttemptControl
+from runyard.runners.fake import FakeRunner
 from tests.integration.api.test_api_helpers import wait_until
 from tests.integration.worker.test_worker_loop import enqueue
 from worker.service import Worker, WorkerConfig

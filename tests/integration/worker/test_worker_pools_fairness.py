@@ -9,10 +9,11 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import Engine, text
 
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import RunStatus
 from runyard.queue import JobQueue, NewRun
-from runyard.runner import AttemptControl, AttemptResult, AttemptSpec
-from runyard.testing import FakeRunner
+from runyard.runner import AttemptControl
+from runyard.runners.fake import FakeRunner
 from tests.integration.api.test_api_helpers import wait_until
 from tests.integration.worker.test_worker_loop import enqueue, make_worker, status
 

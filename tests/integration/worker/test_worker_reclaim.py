@@ -7,12 +7,13 @@ import uuid
 
 from sqlalchemy import Engine, text
 
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import RunStatus
 from runyard.queue import JobQueue
-from runyard.runner import AttemptAbandoned, AttemptControl, AttemptResult, AttemptSpec
-from runyard.submit import prepare_run
-from runyard.testing import FakeRunner
-from runyard.tools import ToolRegistry
+from runyard.registry.tools import ToolRegistry
+from runyard.runner import AttemptAbandoned, AttemptControl
+from runyard.runners.fake import FakeRunner
+from runyard.submission.request import prepare_run
 from tests.integration.api.test_api_helpers import run_status
 from worker.service import InFlight, Worker, WorkerConfig
 

@@ -12,11 +12,12 @@ import docker
 import pytest
 from sqlalchemy import Engine, text
 
-from runyard.docker.runner import DockerRunner
-from runyard.models import RunStatus
+from runyard.domain.attempt import AttemptSpec
+from runyard.domain.states import ContainerState, ErrorCode, RunStatus
 from runyard.queue import JobQueue, NewRun
-from runyard.runner import AttemptControl, AttemptSpec, ContainerState, ErrorCode
-from runyard.tools import ToolRegistry
+from runyard.registry.tools import ToolRegistry
+from runyard.runner import AttemptControl
+from runyard.runners.docker.runner import DockerRunner
 from worker.service import Worker, WorkerConfig
 
 pytestmark = pytest.mark.docker

@@ -1,0 +1,174 @@
+"""A run's actions: load or show it for a caller, submit (watching the client), cancel,
+rerun; and the problem document of a refused submit."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import anyio
+from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
+
+from api.deps import Services, visible_tenant
+from api.problems import Problem
+from runyard.domain.graph import GraphProblem
+from runyard.platform.models import ToolRun
+from runyard.queue import AdmissionRefused, IdempotencyConflict
+from runyard.queue.graph import UnknownDependency
+from runyard.reads.runs import RunReader, RunView
+from runyard.submission.batches import TooManyDependencies
+from runyard.submission.request import (
+    AboveMaximum,
+    BuildUnavailable,
+    InvalidInput,
+    RunRequest,
+    UnknownTool,
+)
+from runyard.submission.runs import Caller, QueueModeOnly, Submitted
+from runyard.tenancy.auth import Principal, priority_ceiling
+
+T = TypeVar("T")
+
+
+def load_run(services: Services, principal: Principal, run_id: uuid.UUID) -> ToolRun:
+    """The run if the caller may see it; 404 otherwise (another tenant's run included)."""
+    run = RunReader(services.engine).get(run_id, visible_tenant(principal))
+    if run is None:
+        raise Problem(404, "run_not_found", f"no run {run_id}")
+    return run
+
+
+def view_run(services: Services, principal: Principal, run_id: uuid.UUID) -> RunView:
+    """The run's public fields if the caller may see it (one round trip); 404 otherwise."""
+    run = RunReader(services.engine).view(run_id, visible_tenant(principal))
+    if run is None:
+        raise Problem(404, "run_not_found", f"no run {run_id}")
+    return run
+
+
+def submit_problem(services: Services, exc: Exception) -> Problem | None:
+    """The problem document of a submit the core refused; None for any other error."""
+    if isinstance(exc, AboveMaximum):
+        return Problem(422, "above_maximum", str(exc), field=exc.path)
+    if isinstance(exc, UnknownTool):
+        return Problem(422, "unknown_tool", str(exc), field="tool")
+    if isinstance(exc, InvalidInput):
+        return Problem(422, "invalid_input", str(exc), field=exc.path)
+    if isinstance(exc, UnknownDependency):
+        return Problem(422, "unknown_dependency", str(exc), field=graph_field(exc))
+    if isinstance(exc, TooManyDependencies):
+        return Problem(422, "too_many_dependencies", str(exc), field=graph_field(exc))
+    if isinstance(exc, GraphProblem):
+        return Problem(422, "invalid_graph", str(exc), field=graph_field(exc))
+    if isinstance(exc, QueueModeOnly):
+        return Problem(422, "queue_mode_only", str(exc))
+    if isinstance(exc, BuildUnavailable):
+        return Problem(409, "build_unavailable", str(exc), field="tool")
+    if isinstance(exc, IdempotencyConflict):
+        return Problem(409, "idempotency_conflict", str(exc), field="Idempotency-Key")
+    if not isinstance(exc, AdmissionRefused):
+        return None
+    seconds = exc.retry_after or services.settings.retry_after_seconds
+    retry_after = {"Retry-After": str(seconds)}
+    if exc.reason == "queue_full":
+        return Problem(503, "queue_full", str(exc), headers=retry_after)
+    code = {
+        "tenant_queued": "tenant_queued_limit",
+        "tenant_running": "tenant_running_limit",
+        "tenant_created": "tenant_created_limit",
+        "tenant_stored": "tenant_stored_limit",
+    }.get(exc.reason, exc.reason)
+    return Problem(429, code, str(exc), headers=retry_after, limit=exc.limit)
+
+
+def graph_field(exc: GraphProblem) -> str:
+    """Where a graph problem is: the field of a single run, or of a batch's item."""
+    return exc.field if exc.index is None else f"runs[{exc.index}].{exc.field}"
+
+
+async def _watch_disconnect(request: Request, on_gone: Callable[[], None]) -> None:
+    """Call ``on_gone`` when the client closes the connection (the body is already read)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            on_gone()
+            return
+
+
+async def _watching_disconnect(
+    request: Request, on_gone: Callable[[], None], work: Callable[[], Awaitable[T]]
+) -> T:
+    """Await ``work()`` while watching for the client to leave.
+
+    An error of ``work`` comes out as itself, not wrapped in an exception group, so the
+    problem handlers still see it (a database outage stays a 503).
+    """
+    outcome: list[T] = []
+    failure: list[Exception] = []
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(_watch_disconnect, request, on_gone)
+        try:
+            outcome.append(await work())
+        except Exception as exc:
+            failure.append(exc)
+        tasks.cancel_scope.cancel()
+    if failure:
+        raise failure[0]
+    return outcome[0]
+
+
+async def submit(
+    request: Request, services: Services, run_request: RunRequest, wait: float = 0.0
+) -> Submitted:
+    """The submit use case, watching for the client to leave (which cancels its inline run
+    and ends its wait); a refusal comes out as its problem document."""
+    caller = Caller()
+    try:
+        return await _watching_disconnect(
+            request,
+            caller.leave,
+            lambda: services.submissions.submit(run_request, wait=wait, caller=caller),
+        )
+    except Exception as exc:
+        problem_ = submit_problem(services, exc)
+        if problem_ is None:
+            raise
+        raise problem_ from exc
+
+
+def cancel_run(services: Services, principal: Principal, run_id: uuid.UUID) -> RunView:
+    """Cancel a queued run at once, or ask whoever runs it to stop it; 409 ``run_finished``
+    (with ``run_status``) if it had already ended."""
+    view_run(services, principal, run_id)
+    result = services.queue.cancel(run_id)
+    if services.sync is not None:
+        services.sync.cancel_local(run_id)  # here at once; elsewhere at its next renewal
+    if result.status is not None and result.status.is_terminal and not result.cancelled_now:
+        raise Problem(
+            409,
+            "run_finished",
+            f"the run is already {result.status.value}",
+            run_status=result.status.value,
+        )
+    return view_run(services, principal, run_id)
+
+
+async def rerun(
+    request: Request, services: Services, principal: Principal, run_id: uuid.UUID
+) -> Submitted:
+    """A new run of the same tool and input (``rerun_of`` names this one), with the tool's
+    definition as the registry has it now; its priority and callback are kept."""
+    old = await run_in_threadpool(load_run, services, principal, run_id)
+    priority = int(await run_in_threadpool(services.queue.priority_of, run_id))
+    run_request = RunRequest(
+        old.tenant,
+        old.tool,
+        old.input,
+        priority,
+        callback_url=old.callback_url,
+        max_priority=priority_ceiling(principal),
+        rerun_of=old.id,
+    )
+    return await submit(request, services, run_request)

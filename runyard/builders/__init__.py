@@ -1,0 +1,1 @@
+"""Adapters of the builder port (`runyard.builder`): Docker, and a fake for tests."""

@@ -1,0 +1,162 @@
+"""The Docker adapter of the builder port: the context is streamed to the engine's build API
+as a tar (no file system shared with the engine), the output is followed, the deadline is
+kept by cutting the connection, which ends the build on the engine."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import socket
+import threading
+from typing import Any
+
+import docker
+import docker.errors
+import requests
+import urllib3.exceptions
+
+from runyard.builder import (
+    BuilderUnavailable,
+    BuildRequest,
+    BuildResult,
+    LogWriter,
+)
+
+logger = logging.getLogger(__name__)
+
+LABEL_BUILD = "io.runyard.build"
+LABEL_BUILD_TOOL = "io.runyard.build.tool"
+LABEL_BUILD_DIGEST = "io.runyard.build.digest"
+
+_TRANSPORT_ERRORS = (
+    docker.errors.DockerException,
+    requests.exceptions.RequestException,
+    urllib3.exceptions.HTTPError,
+    http.client.HTTPException,
+    OSError,
+)
+
+
+class DockerBuilder:
+    """Builds tool images on the engine ``api`` talks to."""
+
+    def __init__(self, api: docker.APIClient, *, memory_mb: int = 1024) -> None:
+        self._api = api
+        self._memory = memory_mb * 1024 * 1024
+
+    @classmethod
+    def from_env(cls, *, timeout_seconds: float, memory_mb: int) -> DockerBuilder:
+        """Connect the standard way (``DOCKER_HOST`` or the local socket)."""
+        try:
+            api = docker.APIClient(timeout=int(timeout_seconds), **docker.utils.kwargs_from_env())
+        except docker.errors.DockerException as exc:
+            raise BuilderUnavailable(f"cannot reach the Docker engine: {exc}") from exc
+        return cls(api, memory_mb=memory_mb)
+
+    def image_id(self, tag: str) -> str | None:
+        """The id of the image tagged ``tag``, or None."""
+        try:
+            return str(self._api.inspect_image(tag)["Id"])
+        except docker.errors.ImageNotFound:
+            return None
+        except _TRANSPORT_ERRORS as exc:
+            raise BuilderUnavailable(f"cannot inspect image {tag}: {exc}") from exc
+
+    def _params(self, request: BuildRequest) -> dict[str, Any]:
+        """The build API's query: no pull, intermediate containers always removed, the
+        build's own network, memory without swap, the platform's labels."""
+        return {
+            "t": request.tag,
+            "dockerfile": request.dockerfile,
+            "rm": True,
+            "forcerm": True,
+            "pull": False,
+            "networkmode": request.network,
+            "memory": self._memory,
+            "memswap": self._memory,
+            "buildargs": json.dumps(dict(request.args)),
+            "labels": json.dumps(
+                {
+                    LABEL_BUILD: "true",
+                    LABEL_BUILD_TOOL: request.tool,
+                    LABEL_BUILD_DIGEST: request.digest,
+                }
+            ),
+        }
+
+    def build(self, request: BuildRequest, log: LogWriter, stop: threading.Event) -> BuildResult:
+        """Build and tag; ``stop`` set (or the deadline) cuts the connection."""
+        try:
+            response = self._api._post(
+                self._api._url("/build"),
+                data=request.context,
+                params=self._params(request),
+                headers={"Content-Type": "application/tar"},
+                stream=True,
+                timeout=request.timeout_seconds + 60,
+            )
+            self._api._raise_for_status(response)
+        except docker.errors.APIError as exc:
+            return BuildResult(error=f"the engine refused the build: {exc.explanation or exc}")
+        except _TRANSPORT_ERRORS as exc:
+            raise BuilderUnavailable(f"cannot start the build: {exc}") from exc
+        timed_out = threading.Event()
+        cut = threading.Event()
+
+        def watchdog() -> None:
+            if not stop.wait(request.timeout_seconds):
+                timed_out.set()
+            if not cut.is_set():
+                _shut(self._api, response)
+
+        guard = threading.Thread(target=watchdog, name="runyard-build-deadline", daemon=True)
+        guard.start()
+        error: str | None = None
+        try:
+            for item in self._api._stream_helper(response, decode=True):
+                text = _text_of(item)
+                if text and not log(text):
+                    stop.set()
+                    break
+                if "error" in item:
+                    error = str(item.get("error") or "build failed").strip()
+        except _TRANSPORT_ERRORS as exc:
+            if not (timed_out.is_set() or stop.is_set()):
+                raise BuilderUnavailable(f"the build's connection broke: {exc}") from exc
+        finally:
+            cut.set()
+            stop.set()  # ends the watchdog
+            guard.join()
+            response.close()
+        if timed_out.is_set():
+            return BuildResult(error="timed out", timed_out=True)
+        if error is not None:
+            return BuildResult(error=error)
+        image = self.image_id(request.tag)
+        if image is None:
+            return BuildResult(error="the build stopped before its image was tagged")
+        return BuildResult(image_id=image)
+
+
+def _text_of(item: Any) -> str:
+    """The human part of one build-stream item."""
+    if not isinstance(item, dict):
+        return str(item)
+    if "stream" in item:
+        return str(item["stream"])
+    if "error" in item:
+        return f"ERROR: {item['error']}\n"
+    if "status" in item:
+        return f"{item['status']}\n"
+    return ""
+
+
+def _shut(api: docker.APIClient, response: requests.Response) -> None:
+    """Cut the build's connection: the engine stops the build, the reader wakes up."""
+    try:
+        sock = api._get_raw_response_socket(response)
+        # A SocketIO over the connection's socket (a plain socket on some transports).
+        getattr(sock, "_sock", sock).shutdown(socket.SHUT_RDWR)
+    except (OSError, AttributeError, docker.errors.DockerException) as exc:
+        logger.debug("could not cut the build connection", extra={"error": str(exc)})

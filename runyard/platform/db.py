@@ -1,0 +1,207 @@
+"""Engine construction, autocommit statements and the migration entry point.
+
+Nothing is connected at import.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import psycopg
+from sqlalchemy import Engine, TextClause, create_engine, make_url
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+
+from runyard.domain.tool_json import load_stored_json
+from runyard.platform.pooling import ConnectionPlan, connection_plan
+from runyard.platform.settings import Settings, normalize_database_url
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+
+@dataclass(frozen=True)
+class DbTimeouts:
+    """How long a connection may take to open, go silent, run a statement or wait for one.
+
+    ``statement_seconds``/``lock_seconds`` of None leave the server's own (usually none).
+    """
+
+    connect_seconds: int = 5
+    keepalives_idle_seconds: int = 10
+    keepalives_interval_seconds: int = 5
+    keepalives_count: int = 3
+    statement_seconds: float | None = None
+    lock_seconds: float | None = None
+    pool_seconds: float = 30.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, statements: bool = True) -> DbTimeouts:
+        """The ``RUNYARD_DB_*`` settings; without ``statements`` no statement or lock timeout."""
+        return cls(
+            connect_seconds=settings.db_connect_timeout_seconds,
+            keepalives_idle_seconds=settings.db_keepalives_idle_seconds,
+            keepalives_interval_seconds=settings.db_keepalives_interval_seconds,
+            keepalives_count=settings.db_keepalives_count,
+            statement_seconds=settings.db_statement_timeout_seconds if statements else None,
+            lock_seconds=settings.db_lock_timeout_seconds if statements else None,
+            pool_seconds=settings.db_pool_timeout_seconds,
+        )
+
+
+def libpq_params(
+    timeouts: DbTimeouts, url_options: str | None = None, *, session_timeouts: bool = True
+) -> dict[str, Any]:
+    """The libpq connection parameters that carry ``timeouts``.
+
+    ``tcp_user_timeout`` matches the keepalive budget, so a request sent into a dead link
+    fails as soon as an idle one would (instead of after the kernel's ~15 minutes of
+    retransmissions). Session timeouts travel in ``options``, after any the URL sets, unless
+    ``session_timeouts`` is off (a transaction pooler refuses that startup parameter, and a
+    session setting would not follow the client from one server connection to the next).
+    """
+    silent = timeouts.keepalives_idle_seconds + (
+        timeouts.keepalives_interval_seconds * timeouts.keepalives_count
+    )
+    params: dict[str, Any] = {
+        "connect_timeout": timeouts.connect_seconds,
+        "keepalives": 1,
+        "keepalives_idle": timeouts.keepalives_idle_seconds,
+        "keepalives_interval": timeouts.keepalives_interval_seconds,
+        "keepalives_count": timeouts.keepalives_count,
+        "tcp_user_timeout": silent * 1000,
+    }
+    options = [url_options] if url_options else []
+    for name, seconds in (
+        ("statement_timeout", timeouts.statement_seconds if session_timeouts else None),
+        ("lock_timeout", timeouts.lock_seconds if session_timeouts else None),
+    ):
+        if seconds is not None:
+            options.append(f"-c {name}={max(1, round(seconds * 1000))}")
+    if options:
+        params["options"] = " ".join(options)
+    return params
+
+
+def make_engine(
+    database_url: str,
+    *,
+    pool_size: int = 5,
+    max_overflow: int = 10,
+    pre_ping: bool = True,
+    timeouts: DbTimeouts | None = None,
+    plan: ConnectionPlan | None = None,
+) -> Engine:
+    """A pooled psycopg 3 engine; with ``pre_ping`` connections are checked before use.
+
+    Without it a connection broken by a database restart fails once, invalidates the pool and
+    the caller's retry gets a fresh one (the worker retries every database error). Every
+    connection gets ``timeouts`` (by default a connect timeout and keepalives only), and
+    follows ``plan`` (by default a direct connection to Postgres).
+    """
+    url = normalize_database_url(database_url)
+    timeouts = timeouts or DbTimeouts()
+    plan = plan or connection_plan("none", database_url, "")
+    url_options = make_url(url).query.get("options")
+    connect_args = libpq_params(
+        timeouts,
+        url_options if isinstance(url_options, str) else None,
+        session_timeouts=plan.session_timeouts,
+    )
+    connect_args["prepare_threshold"] = plan.prepare_threshold
+    return create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        pool_pre_ping=pre_ping,
+        pool_recycle=1800,
+        pool_timeout=timeouts.pool_seconds,
+        connect_args=connect_args,
+        # Every jsonb value read passes the read-side gate: a stored row is always servable.
+        json_deserializer=load_stored_json,
+    )
+
+
+_COMPILED: dict[TextClause, str] = {}
+_ROW_TYPES: dict[str, Callable[[Sequence[Any]], Any]] = {}
+_CURSOR = "runyard.cursor"
+
+
+def _rows(sql: str, cursor: psycopg.Cursor[Any]) -> list[Any]:
+    """The result as named tuples, their type made once per statement."""
+    make = _ROW_TYPES.get(sql)
+    if make is None:
+        if cursor.description is None:
+            return []
+        names = [column.name for column in cursor.description]
+        row_type: Any = namedtuple("Row", names, rename=True)  # type: ignore[misc]
+        make = _ROW_TYPES[sql] = row_type._make
+    return [make(row) for row in cursor.fetchall()]
+
+
+def autocommit(engine: Engine, statement: TextClause, params: Mapping[str, Any]) -> list[Any]:
+    """Run one statement as its own transaction on a pooled connection; its rows.
+
+    One round trip: no BEGIN/COMMIT, no SQLAlchemy execution layer. Errors are raised as
+    SQLAlchemy's ``DBAPIError`` family (``OperationalError`` for a lost connection, and for a
+    pool that had no connection to give within its timeout, so callers that retry database
+    errors retry that too), and a broken connection invalidates the pool as SQLAlchemy
+    itself would.
+    """
+    sql = _COMPILED.get(statement)
+    if sql is None:
+        sql = _COMPILED[statement] = str(statement.compile(dialect=engine.dialect))
+    try:
+        fairy = engine.raw_connection()
+    except psycopg.Error as exc:
+        raise DBAPIError.instance(sql, dict(params), exc, psycopg.Error) from exc
+    except PoolTimeoutError as exc:
+        raise OperationalError(sql, dict(params), exc) from exc
+    conn = cast(psycopg.Connection[Any], fairy.driver_connection)
+    try:
+        conn.autocommit = True
+        try:
+            # One cursor per connection, kept in the pool record's info (dropped with it).
+            cursor = fairy.info.get(_CURSOR)
+            if cursor is None or cursor.closed or cursor.connection is not conn:
+                cursor = fairy.info[_CURSOR] = conn.cursor()
+            cursor.execute(sql, params)
+            rows = _rows(sql, cursor)
+        finally:
+            if not (conn.closed or conn.broken):
+                conn.autocommit = False
+    except psycopg.Error as exc:
+        lost = conn.closed or conn.broken
+        if lost:
+            engine.pool._invalidate(fairy, exc)
+        elif conn.autocommit:
+            fairy.invalidate(exc)  # never hand an autocommit connection to a transaction
+        raise DBAPIError.instance(
+            sql, dict(params), exc, psycopg.Error, connection_invalidated=lost
+        ) from exc
+    finally:
+        fairy.close()
+    return rows
+
+
+def alembic_config(database_url: str) -> object:
+    """An Alembic ``Config`` pointing at the packaged migrations and the given database."""
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("sqlalchemy.url", normalize_database_url(database_url))
+    return config
+
+
+def migrate(database_url: str, revision: str = "head") -> None:
+    """Upgrade the database to ``revision`` (``alembic upgrade head``)."""
+    from alembic import command
+    from alembic.config import Config
+
+    config = alembic_config(database_url)
+    assert isinstance(config, Config)
+    command.upgrade(config, revision)

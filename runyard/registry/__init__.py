@@ -1,0 +1,1 @@
+"""The tool registry: entries and their limits, secret references, and masking secrets."""

@@ -1,0 +1,44 @@
+"""Whether the engine has what the registry's tools ask for: their runtimes and networks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import docker.errors
+
+from runyard.registry.tools import BRIDGE_NETWORK, NO_NETWORK, ToolSpec
+
+
+def engine_problems(api: Any, tools: Iterable[ToolSpec]) -> list[str]:
+    """One line per tool whose runtime or network this engine lacks (empty: all there)."""
+    tools = list(tools)
+    problems: list[str] = []
+    wanted = {tool.runtime for tool in tools if tool.runtime is not None}
+    known: set[str] = set()
+    if wanted:
+        known = set((api.info().get("Runtimes") or {}).keys())
+    networks: dict[str, bool] = {}
+    for tool in sorted(tools, key=lambda t: t.name):
+        if tool.runtime is not None and tool.runtime not in known:
+            problems.append(
+                f"tools.{tool.name}: runtime {tool.runtime!r} is not one of the engine's "
+                f"({', '.join(sorted(known)) or 'none listed'})"
+            )
+        network = tool.network
+        if network in (NO_NETWORK, BRIDGE_NETWORK):
+            continue
+        if network not in networks:
+            networks[network] = _network_exists(api, network)
+        if not networks[network]:
+            problems.append(f"tools.{tool.name}: the engine has no network {network!r}")
+    return problems
+
+
+def _network_exists(api: Any, name: str) -> bool:
+    try:
+        found = api.inspect_network(name)
+    except docker.errors.NotFound:
+        return False
+    # The engine also finds a network by a prefix of its id: only the name counts.
+    return bool(found.get("Name") == name)

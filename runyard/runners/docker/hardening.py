@@ -1,0 +1,81 @@
+"""What every container gets, as pure functions: its limits from the run's tool snapshot, and
+the check that the create arguments really hold them and the hardening flags.
+
+The check is defence in depth behind the bounds of the API and the registry
+(``runyard.domain.limit_bounds``): a snapshot that slipped past them (stored before a bound
+existed, or written by hand) fails its run with ``container_refused``; runyard never asks the
+engine for a container without a CPU, memory or pids limit. Docker reads a missing or 0
+``NanoCpus`` and ``PidsLimit`` as "no limit", and rounds less than 0.01 CPU down to none.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from runyard.domain.limit_bounds import MIN_CPUS, MIN_MEMORY_MB
+
+DEFAULT_DISK_MB = 1024
+DEFAULT_TMPFS_MB = 16
+DEFAULT_NOFILE = 1024
+MIN_NANO_CPUS = round(MIN_CPUS * 1e9)
+MIN_MEMORY_BYTES = MIN_MEMORY_MB << 20
+
+
+@dataclass(frozen=True)
+class ContainerLimits:
+    """The resource limits of one container, in the engine's units."""
+
+    nano_cpus: int
+    memory_bytes: int
+    pids: int
+    nofile: int
+    tmpfs_mb: int
+    # The ``fsize`` ulimit: no single file may pass the disk limit (nor the /tmp size, if
+    # larger); the kernel enforces it exactly, between two polls of the disk watch.
+    fsize_bytes: int
+
+    @classmethod
+    def of(cls, tool: Mapping[str, Any]) -> ContainerLimits:
+        """The limits of a run's tool snapshot (a value that is no number gives no limit,
+        which ``create_problems`` then refuses)."""
+        cpus = float(tool["cpus"])
+        tmpfs_mb = int(tool.get("tmpfs_mb") or DEFAULT_TMPFS_MB)
+        disk_mb = int(tool.get("disk_mb") or DEFAULT_DISK_MB)
+        return cls(
+            nano_cpus=round(cpus * 1e9) if math.isfinite(cpus) else 0,
+            memory_bytes=int(tool["memory_mb"]) << 20,
+            pids=int(tool["pids_limit"]),
+            nofile=int(tool.get("nofile_limit") or DEFAULT_NOFILE),
+            tmpfs_mb=tmpfs_mb,
+            fsize_bytes=max(disk_mb, tmpfs_mb) << 20,
+        )
+
+
+def create_problems(host_config: Mapping[str, Any]) -> list[str]:
+    """What would leave a container made with ``host_config`` (the engine's ``HostConfig``)
+    without a limit or a hardening flag, one phrase each; empty when it holds them all."""
+    problems = []
+    nano_cpus = int(host_config.get("NanoCpus") or 0)
+    if nano_cpus < MIN_NANO_CPUS:
+        problems.append(f"no CPU limit ({nano_cpus / 1e9:g} CPUs asked, {MIN_CPUS} at least)")
+    memory = int(host_config.get("Memory") or 0)
+    if memory < MIN_MEMORY_BYTES:
+        problems.append(f"no memory limit ({memory} bytes asked, {MIN_MEMORY_MB} MB at least)")
+    elif host_config.get("MemorySwap") != memory:
+        problems.append("swap beyond the memory limit")
+    if int(host_config.get("PidsLimit") or 0) < 1:
+        problems.append("no pids limit")
+    if host_config.get("Privileged"):
+        problems.append("privileged mode")
+    if host_config.get("CapAdd") or "ALL" not in (host_config.get("CapDrop") or []):
+        problems.append("capabilities left")
+    if "no-new-privileges" not in (host_config.get("SecurityOpt") or []):
+        problems.append("no no-new-privileges")
+    if not host_config.get("ReadonlyRootfs"):
+        problems.append("a writable root filesystem")
+    if str(host_config.get("NetworkMode") or "") in ("", "host", "default"):
+        problems.append("the host's or the default network")
+    return problems

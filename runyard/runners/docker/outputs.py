@@ -1,0 +1,181 @@
+"""Reading an attempt's outputs from the engine: the multiplexed log stream and result.json.
+
+These talk to docker-py's low-level client without the inspect it makes before every log
+request (to learn whether the container has a TTY: runyard's never do).
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from docker.types import CancellableStream
+
+from runyard.domain.tool_json import DEFAULT_MAX_DEPTH, decode_result
+from runyard.platform.capture import HeadTailBuffer
+from runyard.registry.redact import Redactor, StreamRedactor
+
+STDOUT_FRAME = 1
+STDERR_FRAME = 2
+_READ_PIECE = 64 * 1024
+
+
+def _log_params(
+    *, stdout: bool, stderr: bool, follow: bool, timestamps: bool, since: int | None
+) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "stdout": int(stdout),
+        "stderr": int(stderr),
+        "follow": int(follow),
+        "timestamps": int(timestamps),
+        "tail": "all",
+    }
+    if since is not None and since > 0:
+        params["since"] = since
+    return params
+
+
+class ContainerLogs:
+    """The log endpoint of one container, shaped like docker-py's ``Container.logs``."""
+
+    def __init__(self, api: Any, container_id: str) -> None:
+        self._api = api
+        self._id = container_id
+
+    def logs(
+        self,
+        *,
+        stdout: bool = True,
+        stderr: bool = True,
+        stream: bool = True,
+        follow: bool = False,
+        timestamps: bool = False,
+        since: int | None = None,
+    ) -> CancellableStream:
+        """A stream of one or both demultiplexed streams' payloads (docker-py's helpers)."""
+        assert stream, "only streaming reads are supported"
+        url = self._api._url("/containers/{0}/logs", self._id)
+        params = _log_params(
+            stdout=stdout, stderr=stderr, follow=follow, timestamps=timestamps, since=since
+        )
+        response = self._api._get(url, params=params, stream=True)
+        self._api._raise_for_status(response)
+        # The same reader docker-py uses for a non-TTY container (no socket timeout: a quiet
+        # tool must not end its follow stream).
+        return CancellableStream(self._api._multiplexed_response_stream_helper(response), response)
+
+
+def _read_exactly(raw: Any, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        piece = raw.read(size - len(data))
+        if not piece:
+            break
+        data += piece
+    return data
+
+
+def frames(raw: Any) -> Iterator[tuple[int, bytes]]:
+    """``(stream id, payload piece)`` from Docker's multiplexed stream format."""
+    while True:
+        header = _read_exactly(raw, 8)
+        if len(header) < 8:
+            return
+        stream_id = header[0]
+        left = int.from_bytes(header[4:8], "big")
+        while left > 0:
+            piece = raw.read(min(left, _READ_PIECE))
+            if not piece:
+                return
+            left -= len(piece)
+            yield stream_id, piece
+
+
+def stored_logs(
+    api: Any, container_id: str, cap: int, redactor: Redactor | None = None
+) -> tuple[HeadTailBuffer, HeadTailBuffer]:
+    """stdout and stderr of a container as kept by its log driver, each capped and with the
+    tool's secrets masked before they are kept, one request."""
+    out, err = HeadTailBuffer(cap), HeadTailBuffer(cap)
+    masks = {
+        STDOUT_FRAME: StreamRedactor(redactor or Redactor(())),
+        STDERR_FRAME: StreamRedactor(redactor or Redactor(())),
+    }
+    buffers = {STDOUT_FRAME: out, STDERR_FRAME: err}
+    url = api._url("/containers/{0}/logs", container_id)
+    params = _log_params(stdout=True, stderr=True, follow=False, timestamps=False, since=None)
+    response = api._get(url, params=params, stream=True)
+    try:
+        api._raise_for_status(response)
+        for stream_id, piece in frames(response.raw):
+            if stream_id in buffers:
+                buffers[stream_id].write(masks[stream_id].feed(piece))
+    finally:
+        response.close()
+    for stream_id, buffer in buffers.items():
+        buffer.write(masks[stream_id].finish())
+    return out, err
+
+
+def parse_result_archive(
+    stat: dict[str, Any], chunks: Any, cap: int, max_depth: int = DEFAULT_MAX_DEPTH
+) -> tuple[Any, str | None]:
+    """``out/result.json`` from its tar stream; anything but one small regular file fails."""
+    if stat.get("linkTarget"):
+        return None, "result.json is a link; only a regular file is accepted"
+    if int(stat.get("size", 0)) > cap:
+        return None, f"result.json is larger than {cap} bytes"
+    raw = bytearray()
+    for chunk in chunks:
+        raw += chunk
+        if len(raw) > cap + 64 * 1024:
+            return None, f"result.json is larger than {cap} bytes"
+    try:
+        with tarfile.open(fileobj=io.BytesIO(bytes(raw)), mode="r:") as tar:
+            members = tar.getmembers()
+            if len(members) != 1:
+                return None, "result.json must be a single regular file"
+            member = members[0]
+            if (
+                not member.isreg()
+                or member.name != "result.json"
+                or member.name.startswith("/")
+                or ".." in member.name.split("/")
+            ):
+                return None, "result.json must be a single regular file"
+            if member.size > cap:
+                return None, f"result.json is larger than {cap} bytes"
+            handle = tar.extractfile(member)
+            data = handle.read(cap + 1) if handle is not None else b""
+    except tarfile.TarError as exc:
+        return None, f"result.json could not be read: {exc}"
+    return decode_result(data, max_depth=max_depth)
+
+
+def tool_ids(user: str) -> tuple[int, int]:
+    """The numeric ``uid[:gid]`` a tool runs as (the registry only allows numeric users)."""
+    uid_text, _, gid_text = user.partition(":")
+    return int(uid_text), int(gid_text or uid_text)
+
+
+def workdir_archive(files: Mapping[str, bytes], user: str, now: float) -> bytes:
+    """The attempt's files (``input.json``, ``deps.json``: root-owned, read-only) and
+    ``out/`` (owned by the tool user)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        add_workdir(tar, files, user, now)
+    return buffer.getvalue()
+
+
+def add_workdir(tar: tarfile.TarFile, files: Mapping[str, bytes], user: str, now: float) -> None:
+    """Add ``workdir_archive``'s members to an archive being written."""
+    uid, gid = tool_ids(user)
+    for name, payload in files.items():
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime = len(payload), 0o444, now
+        tar.addfile(info, io.BytesIO(payload))
+    out = tarfile.TarInfo("out")
+    out.type, out.mode, out.uid, out.gid, out.mtime = tarfile.DIRTYPE, 0o755, uid, gid, now
+    tar.addfile(out)

@@ -1,0 +1,1 @@
+"""Sync mode: an API process that runs tools inline, as jobs it claims at the insert."""

@@ -1,0 +1,1 @@
+"""Tenancy: API keys and who a request acts for."""

@@ -1,0 +1,486 @@
+"""Completion webhooks: deliver the outbox that a trigger fills when runs become terminal.
+
+Each delivery is POSTed with the run as ``GET /v1/runs/{id}`` shows it, signed the Standard
+Webhooks way (``webhook-id``, ``webhook-timestamp``, ``webhook-signature``: HMAC-SHA256 with
+the tenant's secret), at least once: rows are claimed with FOR UPDATE SKIP LOCKED under a
+lease, so several delivering processes share the work, and one that dies leaves its
+deliveries due again when their lease runs out. A failed attempt (an error, a timeout, or
+any status but 2xx, a redirect included) is retried after a doubling backoff until the
+retry window after the run's end has passed. Claims take turns between tenants under caps
+per tenant and per destination, and a destination that keeps failing is held back by its
+circuit breaker (``runyard.domain.webhook_fairness``), so a dead receiver costs its own tenant.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pydantic
+from sqlalchemy import Engine
+from standardwebhooks.webhooks import Webhook
+
+import runyard
+from runyard.domain.webhook_fairness import (
+    Breaker,
+    BreakerPolicy,
+    Caps,
+    Offer,
+    Picks,
+    after_attempt,
+    pick_deliveries,
+)
+from runyard.platform.db import autocommit
+from runyard.platform.settings import Settings
+from runyard.reads.metrics import Metrics
+from runyard.reads.runs import RunReader, RunView
+from runyard.webhooks.http import HttpAttempt, post
+from runyard.webhooks.resolver import BoundedResolver
+from runyard.webhooks.sql import (
+    CLAIM_DELIVERIES,
+    CLOSE_DESTINATION,
+    DEFER_DELIVERIES,
+    DELIVERY_OFFERS,
+    DESTINATION_STATES,
+    LOCK_DESTINATION,
+    PRUNE_DESTINATIONS,
+    SAVE_DESTINATION,
+    SETTLE_DELIVERY,
+)
+from runyard.webhooks.urls import (
+    STRICT,
+    BadCallbackUrl,
+    CallbackUrl,
+    DestinationPolicy,
+    destination_key,
+    parse_callback_url,
+)
+
+logger = logging.getLogger(__name__)
+
+# The API's serializer of a run, without the API: the same fields and types give the same JSON.
+_RUN_JSON: pydantic.TypeAdapter[RunView] = pydantic.TypeAdapter(RunView)
+
+Sender = Callable[..., HttpAttempt]
+
+
+def run_json(view: RunView) -> bytes:
+    """The run as ``GET /v1/runs/{id}`` shows it, as JSON bytes."""
+    return _RUN_JSON.dump_json(view)
+
+
+def retry_delay(attempt: int, *, base_seconds: float, max_seconds: float) -> float:
+    """Seconds before the attempt after ``attempt`` (1-based): base, 2 base, 4 base, … max."""
+    return float(min(max_seconds, base_seconds * 2 ** min(max(attempt - 1, 0), 62)))
+
+
+def signed_headers(secret: str, msg_id: str, body: bytes, sent_at: datetime) -> dict[str, str]:
+    """The Standard Webhooks headers of one attempt (signed by the library itself)."""
+    signature = Webhook(secret).sign(msg_id, sent_at.astimezone(UTC), body.decode())
+    return {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(sent_at.timestamp())),
+        "webhook-signature": signature,
+    }
+
+
+@dataclass(frozen=True)
+class WebhookConfig:
+    """Timing, concurrency, fairness and destination policy of the delivery loop."""
+
+    timeout_seconds: float = 10.0
+    lease_seconds: float = 60.0
+    retry_seconds: float = 24 * 3600.0
+    backoff_base_seconds: float = 5.0
+    backoff_max_seconds: float = 3600.0
+    concurrency: int = 8
+    poll_seconds: float = 1.0
+    caps: Caps = field(default_factory=Caps)
+    breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
+    resolver_threads: int = 16
+    policy: DestinationPolicy = STRICT
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WebhookConfig:
+        """The ``RUNYARD_WEBHOOK_*`` settings."""
+        return cls(
+            timeout_seconds=settings.webhook_timeout_seconds,
+            lease_seconds=settings.webhook_lease_seconds,
+            retry_seconds=settings.webhook_retry_hours * 3600,
+            backoff_base_seconds=settings.webhook_backoff_base_seconds,
+            backoff_max_seconds=settings.webhook_backoff_max_seconds,
+            concurrency=settings.webhook_concurrency,
+            poll_seconds=settings.webhook_poll_seconds,
+            caps=Caps(
+                per_tenant=settings.webhook_tenant_concurrency,
+                per_destination=settings.webhook_destination_concurrency,
+            ),
+            breaker=BreakerPolicy(
+                failures=settings.webhook_breaker_failures,
+                cooldown_seconds=settings.webhook_breaker_cooldown_seconds,
+                cooldown_max_seconds=settings.webhook_breaker_cooldown_max_seconds,
+            ),
+            resolver_threads=settings.webhook_resolver_threads,
+            policy=destination_policy(settings),
+        )
+
+
+def destination_policy(settings: Settings) -> DestinationPolicy:
+    """Which non-public destinations the settings open."""
+    return DestinationPolicy(
+        allow_private=settings.webhook_allow_private,
+        allow_loopback=settings.webhook_allow_loopback,
+    )
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A delivery this process holds the lease of."""
+
+    id: uuid.UUID
+    run_id: uuid.UUID
+    tenant: str
+    url: str
+    attempt: int
+    lease_token: uuid.UUID
+    secret: str | None
+
+    @property
+    def destination(self) -> str:
+        """Its ``host:port``."""
+        return destination_key(self.url)
+
+
+@dataclass(frozen=True)
+class DeliveryPass:
+    """What one ``run_once`` did."""
+
+    claimed: int = 0
+    delivered: int = 0
+    retrying: int = 0
+    gave_up: int = 0
+    fenced: int = 0  # settled by no one: the lease was lost (or the run deleted) meanwhile
+    deferred: int = 0  # held back, not attempted: their destination's breaker was open
+    errors: int = 0  # attempts whose outcome could not be recorded (the lease runs out)
+
+
+@dataclass(frozen=True)
+class _Claim:
+    claimed: list[Claimed]
+    deferred: int = 0
+    gave_up: int = 0
+
+
+# Each tenant offers this many due deliveries beyond its cap to a claim, so offers skipped
+# for a full or open destination still leave it some to send.
+OFFER_SPARE = 16
+# How often breaker states untouched for a retry window are pruned.
+PRUNE_EVERY_SECONDS = 600.0
+HELD_PAST_WINDOW = (
+    "not attempted again: its destination kept failing and was held back past the retry window"
+)
+
+
+class WebhookDeliverer:
+    """Keeps up to ``concurrency`` attempts in flight, fair between tenants, and records each.
+
+    A slot that frees is filled by the next claim at once: a receiver that never answers holds
+    one slot for its timeout, never a whole batch.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        config: WebhookConfig,
+        *,
+        owner: str | None = None,
+        metrics: Metrics | None = None,
+        send: Sender | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._engine = engine
+        self._config = config
+        self._owner = owner or f"{socket.gethostname()}-{os.getpid()}-webhooks"
+        self._metrics = metrics or Metrics()
+        self._resolver = BoundedResolver(
+            threads=config.resolver_threads,
+            timeout_seconds=config.timeout_seconds,
+            per_key=config.caps.per_tenant,
+        )
+        self._send = send
+        # The signature's timestamp is checked against the receiver's clock, so it is this
+        # host's wall clock, not the database's.
+        self._clock = clock
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="runyard-webhook")
+        self._next_prune = 0.0
+
+    def run_once(self, *, now: datetime | None = None) -> DeliveryPass:
+        """Deliver what is due, claiming again whenever a slot frees (and every
+        ``poll_seconds`` while attempts are in flight); return when nothing is in flight and
+        a claim came back short."""
+        totals: Counter[str] = Counter()
+        in_flight: set[Future[str]] = set()
+        claim_more = True
+        while True:
+            self._prune(now)
+            free = self._config.concurrency - len(in_flight)
+            if claim_more and free > 0 and not self._stop.is_set():
+                try:
+                    claim = self._claim(free, now)
+                except Exception:
+                    if not in_flight:
+                        raise
+                    logger.exception("webhook claim failed; attempts in flight go on")
+                    claim = _Claim([])
+                totals.update(
+                    claimed=len(claim.claimed), deferred=claim.deferred, gave_up=claim.gave_up
+                )
+                in_flight |= {self._pool.submit(self._deliver, c, now) for c in claim.claimed}
+                # A short claim: nothing more is due now, or what is due waits for its
+                # tenant's or destination's attempts in flight. Claim again when one ends.
+                claim_more = len(claim.claimed) == free
+            if not in_flight:
+                break
+            done, in_flight = wait(
+                in_flight, timeout=self._config.poll_seconds, return_when=FIRST_COMPLETED
+            )
+            for future in done:
+                totals[self._outcome(future)] += 1
+            claim_more = True
+        return DeliveryPass(**totals)
+
+    def run_forever(self) -> None:
+        """Pass every ``poll_seconds`` until ``stop()``; errors are logged, not fatal."""
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except Exception:
+                logger.exception("webhook delivery pass failed")
+            self._stop.wait(self._config.poll_seconds)
+        self._pool.shutdown(wait=True)
+
+    def stop(self) -> None:
+        """Ask ``run_forever`` to return after the attempts in progress."""
+        self._stop.set()
+
+    def close(self) -> None:
+        """Release the delivery threads (for callers that only used ``run_once``)."""
+        self._pool.shutdown(wait=True)
+
+    def _outcome(self, future: Future[str]) -> str:
+        try:
+            return future.result()
+        except Exception:
+            # Sent or not, its lease runs out and it is attempted again (at least once).
+            logger.exception("webhook attempt could not be recorded")
+            return "errors"
+
+    def _claim(self, slots: int, now: datetime | None) -> _Claim:
+        """Offers, turns (``pick_deliveries``), held-back deliveries, then the claim."""
+        config = self._config
+        rows = autocommit(
+            self._engine,
+            DELIVERY_OFFERS,
+            {"per_tenant": config.caps.per_tenant + OFFER_SPARE, "now": now},
+        )
+        offers = [
+            Offer(r.id, r.tenant, destination_key(r.url), r.next_attempt_at)
+            for r in rows
+            if not r.in_flight
+        ]
+        if not offers:
+            return _Claim([])
+        busy = [(r.tenant, destination_key(r.url)) for r in rows if r.in_flight]
+        destinations = sorted({o.destination for o in offers})
+        states = {
+            r.destination: Breaker(r.failures, r.open_until)
+            for r in autocommit(self._engine, DESTINATION_STATES, {"destinations": destinations})
+        }
+        picks = pick_deliveries(
+            offers,
+            busy,
+            states,
+            slots=slots,
+            caps=config.caps,
+            policy=config.breaker,
+            now=rows[0].now,
+        )
+        held = self._defer(picks, now) if picks.defer else []
+        claimed: list[Claimed] = []
+        if picks.claim:
+            claimed = [
+                Claimed(r.id, r.run_id, r.tenant, r.url, r.attempts, r.lease_token, r.secret)
+                for r in autocommit(
+                    self._engine,
+                    CLAIM_DELIVERIES,
+                    {
+                        "ids": list(picks.claim),
+                        "probe_ids": list(picks.probes.values()),
+                        "probe_destinations": list(picks.probes),
+                        "owner": self._owner,
+                        "lease": config.lease_seconds,
+                        "now": now,
+                    },
+                )
+            ]
+        return _Claim(
+            claimed,
+            deferred=sum(1 for status in held if status == "pending"),
+            gave_up=sum(1 for status in held if status == "failed"),
+        )
+
+    def _defer(self, picks: Picks, now: datetime | None) -> list[str]:
+        """Hold back the deliveries of open destinations; their new statuses."""
+        ids = list(picks.defer)
+        rows = autocommit(
+            self._engine,
+            DEFER_DELIVERIES,
+            {
+                "ids": ids,
+                "untils": [picks.defer[i] for i in ids],
+                "window": self._config.retry_seconds,
+                "error": HELD_PAST_WINDOW,
+                "now": now,
+            },
+        )
+        gave_up = sum(1 for r in rows if r.status == "failed")
+        if rows:
+            logger.info(
+                "webhook deliveries held back: their destinations' breakers are open",
+                extra={"deferred": len(rows) - gave_up, "gave_up": gave_up},
+            )
+        if gave_up:
+            self._metrics.webhook_attempts.labels(outcome="gave_up").inc(gave_up)
+        return [str(r.status) for r in rows]
+
+    def _deliver(self, claimed: Claimed, now: datetime | None) -> str:
+        """One attempt and its record; the outcome's name (a DeliveryPass field)."""
+        view = RunReader(self._engine).view(claimed.run_id, None)
+        if view is None:
+            return "fenced"  # the run was deleted, and its delivery with it
+        attempt, reached = self._attempt(claimed, view)
+        delay = retry_delay(
+            claimed.attempt,
+            base_seconds=self._config.backoff_base_seconds,
+            max_seconds=self._config.backoff_max_seconds,
+        )
+        rows = autocommit(
+            self._engine,
+            SETTLE_DELIVERY,
+            {
+                "id": claimed.id,
+                "token": claimed.lease_token,
+                "delivered": attempt.delivered,
+                "delay": delay,
+                "window": self._config.retry_seconds,
+                "status_code": attempt.status_code,
+                "error": attempt.error,
+                "now": now,
+            },
+        )
+        extra = {
+            "run_id": str(claimed.run_id),
+            "attempt": claimed.attempt,
+            "delivery_id": str(claimed.id),
+            "destination": claimed.destination,
+            "status_code": attempt.status_code,
+            "error": attempt.error,
+            "refused_address": attempt.refused_address,
+        }
+        if reached:
+            try:
+                self._record_destination(claimed.destination, attempt, now)
+            except Exception:
+                # The breaker only spares slots; the delivery's own record is what counts.
+                logger.exception("webhook destination state not recorded", extra=extra)
+        if not rows:
+            logger.warning("webhook attempt not recorded: its lease was lost", extra=extra)
+            return "fenced"
+        outcome = {"delivered": "delivered", "failed": "gave_up"}.get(rows[0].status, "retrying")
+        self._metrics.webhook_attempts.labels(outcome=outcome).inc()
+        if outcome == "delivered":
+            logger.info("webhook delivered", extra=extra)
+        else:
+            logger.warning(
+                "webhook attempt failed" + ("; giving up" if outcome == "gave_up" else ""),
+                extra=extra,
+            )
+        return outcome
+
+    def _record_destination(
+        self, destination: str, attempt: HttpAttempt, now: datetime | None
+    ) -> None:
+        """Move the destination's breaker (``after_attempt``): an answer closes it at once;
+        a failure is counted under the row's lock."""
+        policy = self._config.breaker
+        if attempt.status_code is not None:
+            autocommit(self._engine, CLOSE_DESTINATION, {"destination": destination})
+            return
+        with self._engine.begin() as conn:
+            row = conn.execute(LOCK_DESTINATION, {"destination": destination, "now": now}).one()
+            before = Breaker(row.failures, row.open_until)
+            after = after_attempt(before, answered=False, now=row.now, policy=policy)
+            conn.execute(
+                SAVE_DESTINATION,
+                {
+                    "destination": destination,
+                    "failures": after.failures,
+                    "open_until": after.open_until,
+                    "now": now,
+                },
+            )
+        if after.open_until is not None and before.failures < policy.failures:
+            logger.warning(
+                "webhook destination failing: its deliveries are held back",
+                extra={
+                    "destination": destination,
+                    "failures": after.failures,
+                    "open_until": after.open_until.isoformat(),
+                },
+            )
+
+    def _prune(self, now: datetime | None) -> None:
+        """Forget breaker states untouched for a retry window, every ``PRUNE_EVERY_SECONDS``."""
+        if time.monotonic() < self._next_prune:
+            return
+        self._next_prune = time.monotonic() + PRUNE_EVERY_SECONDS
+        try:
+            autocommit(
+                self._engine, PRUNE_DESTINATIONS, {"age": self._config.retry_seconds, "now": now}
+            )
+        except Exception:
+            logger.exception("pruning webhook destination states failed; tried again later")
+
+    def _attempt(self, claimed: Claimed, view: RunView) -> tuple[HttpAttempt, bool]:
+        """The attempt, and whether it tried the destination (a delivery that cannot be
+        sent says nothing of its destination)."""
+        if not claimed.secret:
+            return HttpAttempt(error="the tenant has no webhook secret to sign with"), False
+        try:
+            url: CallbackUrl = parse_callback_url(claimed.url)
+        except BadCallbackUrl as exc:
+            return HttpAttempt(error=f"bad URL: {exc}"), False
+        body = run_json(view)
+        headers: Mapping[str, Any] = {
+            "Content-Type": "application/json",
+            "User-Agent": f"runyard/{runyard.__version__}",
+            **signed_headers(claimed.secret, str(claimed.id), body, self._clock()),
+        }
+        # Name lookups count against the tenant's share of the resolver.
+        send = self._send or functools.partial(post, resolve=self._resolver.for_key(claimed.tenant))
+        attempt = send(
+            url, body, headers, timeout=self._config.timeout_seconds, policy=self._config.policy
+        )
+        return attempt, True
