@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -140,7 +141,12 @@ def test_worker__run_on_a_dying_engine_is_released_once_and_resumed_when_it_answ
     run_id = enqueue(queue)
     runner = dying_engine()
     metrics = Metrics()
-    worker = Worker(queue, runner, config("w1"), metrics=metrics)
+    # Backoff steps long enough that a claim round which found the engine healthy just before
+    # the failure cannot reach the released run within one step, however slow the machine.
+    steady = dataclasses.replace(
+        config("w1"), engine_backoff_base_seconds=0.5, engine_backoff_max_seconds=0.5
+    )
+    worker = Worker(queue, runner, steady, metrics=metrics)
     thread = threading.Thread(target=worker.run_forever, daemon=True)
     thread.start()
     try:
@@ -149,7 +155,9 @@ def test_worker__run_on_a_dying_engine_is_released_once_and_resumed_when_it_answ
         for _ in range(20):
             worker.notify_job()
             time.sleep(0.005)
-        wait_until(lambda: metrics.engine_probe_failures._value.get() >= 10, "ten probes")
+        wait_until(
+            lambda: metrics.engine_probe_failures._value.get() >= 10, "ten probes", timeout=30
+        )
         # ... and the run is neither adopted again nor charged meanwhile.
         assert event_types(engine, run_id) == ["status", "claimed", "status", "released"]
         assert job(engine, run_id) == ("running", 1)

@@ -18,6 +18,7 @@ from runyard.domain.attempt import AttemptResult, AttemptSpec
 from runyard.domain.states import RunStatus
 from runyard.platform.db import autocommit, make_engine
 from runyard.queue import Heartbeat, JobQueue
+from runyard.queue.workers import WorkerRegistry
 from runyard.reads.metrics import Metrics
 from runyard.runner import AttemptAbandoned, AttemptControl
 from runyard.runners.fake import FakeRunner
@@ -67,6 +68,20 @@ class FailingHeartbeats(JobQueue):
         return super().heartbeat(*args, **kw)
 
 
+class FailingRegistry(WorkerRegistry):
+    """A worker's liveness writes, failing with the heartbeats: a database that cannot renew a
+    lease cannot record liveness either (every deployed worker has a registry)."""
+
+    def __init__(self, engine: Engine, heartbeats: FailingHeartbeats) -> None:
+        super().__init__(engine)
+        self._heartbeats = heartbeats
+
+    def seen(self, worker_id: str, *, now: datetime | None = None) -> datetime | None:
+        if self._heartbeats.failing.is_set():
+            raise self._heartbeats.error
+        return super().seen(worker_id, now=now)
+
+
 def event_types(engine: Engine, run_id: uuid.UUID) -> list[str]:
     with engine.connect() as conn:
         return list(
@@ -99,8 +114,15 @@ def test_worker__a_heartbeat_that_keeps_failing_hands_over_and_pauses_claims(
     heartbeats = FailingHeartbeats(engine, error)
     attempts, metrics = Attempts(), Metrics()
     config = WorkerConfig(worker_id="w", lease_seconds=LEASE, heartbeat_seconds=BEAT)
+    # Without a registry a round with no lease left to renew asks the database nothing, so it
+    # would count as answered and resume claims at once, whatever the database does.
     worker = Worker(
-        queue, FakeRunner(attempts), config, heartbeat_queue=heartbeats, metrics=metrics
+        queue,
+        FakeRunner(attempts),
+        config,
+        FailingRegistry(engine, heartbeats),
+        heartbeat_queue=heartbeats,
+        metrics=metrics,
     )
     run_id = enqueue(queue)
     try:
