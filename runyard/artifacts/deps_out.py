@@ -54,15 +54,17 @@ class DepsRoom:
 
 def deps_room(files: Mapping[str, Iterable[ArtifactFile]]) -> DepsRoom:
     """The room for every dependency's files (by run id) under ``deps/<run id>/``: each file
-    rounded up to whole blocks plus one for the file system's own records, one block per
-    directory. An upper bound of what the disk watch measures for them."""
+    rounded up to whole blocks plus one for the file system's own records (none for an empty
+    file, which has no block), one block per directory. An upper bound of what the disk
+    watch measures for them; it measures them once too, and allows the less of the two."""
     allocated = entries = 0
     directories = {PurePosixPath(DEPS_DIR)}
     for run_id, artifacts in files.items():
         top = PurePosixPath(DEPS_DIR, run_id)
         directories.add(top)
         for artifact in artifacts:
-            allocated += (-(-artifact.size // BLOCK) + 1) * BLOCK
+            if artifact.size > 0:
+                allocated += (-(-artifact.size // BLOCK) + 1) * BLOCK
             entries += 1
             directories.update((top / artifact.path).parents)
     directories = {d for d in directories if d != PurePosixPath(".")}
