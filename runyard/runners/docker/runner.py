@@ -44,7 +44,7 @@ from runyard.runner import AttemptAbandoned, AttemptControl, LogSink, RunnerUnav
 from runyard.runners.docker.connection import skip_environment_lookups
 from runyard.runners.docker.engine_check import engine_problems
 from runyard.runners.docker.engine_marker import EngineMarker
-from runyard.runners.docker.hardening import ContainerLimits, create_problems
+from runyard.runners.docker.hardening import WORKDIR, ContainerLimits, create_problems
 from runyard.runners.docker.host_workdirs import HostWorkdirs
 from runyard.runners.docker.inputs import InputsChoice
 from runyard.runners.docker.inputs import choose as choose_input_mode
@@ -68,7 +68,6 @@ LABEL_TOOL = "io.runyard.tool"
 LABEL_DEADLINE = "io.runyard.deadline"
 # "host": /runyard is the attempt's host work directory, so its outputs can be read there.
 LABEL_WORKDIR = "io.runyard.workdir"
-WORKDIR = "/runyard"
 SIGKILL_EXIT = 137
 # How long an unexplained SIGKILL exit waits for the engine's OOM record (seconds, in steps).
 OOM_EVENT_WAITS = (0.1, 0.2, 0.3, 0.4)
