@@ -49,6 +49,7 @@ def test_container_limits__in_the_engines_units(changes: dict[str, Any], expecte
     assert ContainerLimits.of(snapshot(**changes)) == expected
 
 
+VOLUME = {"Target": "/runyard", "Source": "runyard-x-1", "Type": "volume"}
 GOOD = {
     "NanoCpus": 500_000_000,
     "Memory": 64 << 20,
@@ -60,7 +61,7 @@ GOOD = {
     "ReadonlyRootfs": True,
     "NetworkMode": "none",
     "Tmpfs": {"/tmp": "rw,noexec,nosuid,nodev,size=16m"},
-    "Mounts": [{"Target": "/runyard", "Source": "runyard-x-1", "Type": "volume"}],
+    "Mounts": [VOLUME],
 }
 BIND = {"Target": "/host", "Source": "/", "Type": "bind"}
 
@@ -117,9 +118,9 @@ BIND = {"Target": "/host", "Source": "/", "Type": "bind"}
         ({"Devices": [{"PathOnHost": "/dev/kmsg"}]}, "host devices"),
         ({"DeviceRequests": [{"Count": -1}]}, "host devices"),
         ({"DeviceCgroupRules": ["c 1:3 mr"]}, "host devices"),
-        ({"Mounts": [*GOOD["Mounts"], BIND]}, "a mount beyond the work directory (bind"),
+        ({"Mounts": [VOLUME, BIND]}, "a mount beyond the work directory (bind"),
         ({"Mounts": [{**BIND, "Target": "/runyard"}]}, "a mount beyond the work directory"),
-        ({"Mounts": [GOOD["Mounts"][0]] * 2}, "more than one mount at /runyard"),
+        ({"Mounts": [VOLUME, VOLUME]}, "more than one mount at /runyard"),
         ({"Mounts": None}, None),
     ],
 )
