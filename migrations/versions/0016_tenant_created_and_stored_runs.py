@@ -14,6 +14,16 @@ The backfill of ``stored`` runs with ``tool_runs`` locked against writes (reads 
 the new function is in place, in the same transaction: no insert or delete is counted twice
 or lost. It counts the whole table once.
 
+Both tables are locked before anything else, ``tenant_run_counts`` first (``ACCESS
+EXCLUSIVE``, for its new columns), then ``tool_runs`` (``SHARE ROW EXCLUSIVE``: writes wait,
+reads go on), each wait bounded by a short ``lock_timeout``. Live transactions take the two in
+both orders (a submit locks its tenant's counts and then inserts its run; a finalize updates
+its run and its trigger then writes the counts), so no order alone rules out a deadlock with
+them: a wait that runs out gives back what this migration took (a savepoint) and it tries
+again after a pause, never holding one table while others queue behind it for longer than
+Postgres waits before it looks for deadlocks (1 s by default). Past ``LOCK_GIVE_UP_SECONDS`` it
+stops with an error saying so, and nothing has changed.
+
 A batch's retry asks whether any run re-runs the runs it replaces
 (``LOCK_BATCH_FOR_RETRY``): without an index on ``rerun_of`` that read every run. Partial
 (only re-runs have one), built CONCURRENTLY after the rest has committed.
@@ -25,6 +35,9 @@ Create Date: 2026-11-27 00:00:00
 
 from __future__ import annotations
 
+import logging
+import time
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -34,6 +47,21 @@ branch_labels = None
 depends_on = None
 
 SHARDS = 16
+
+logger = logging.getLogger(__name__)
+
+# How long each lock may be waited for, per try (well under Postgres's deadlock_timeout, 1 s by
+# default, so a wait this migration is part of ends before anyone reports a deadlock), the
+# pause between tries, and when to give up.
+LOCK_WAIT_MS = 200
+LOCK_PAUSE_SECONDS = 0.5
+LOCK_GIVE_UP_SECONDS = 60.0
+_LOCKS = (
+    "LOCK TABLE tenant_run_counts IN ACCESS EXCLUSIVE MODE",
+    "LOCK TABLE tool_runs IN SHARE ROW EXCLUSIVE MODE",
+)
+# lock_not_available (a lock_timeout ran out), deadlock_detected.
+_LOCK_FAILURES = frozenset({"55P03", "40P01"})
 
 _COUNT_RUNS = """
 CREATE OR REPLACE FUNCTION runyard_count_runs() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -102,8 +130,53 @@ COUNT_ACTIVE_RUNS = _COUNT_RUNS.format(
 )
 
 
+class LocksUnavailable(RuntimeError):
+    """The two tables could not be locked before ``LOCK_GIVE_UP_SECONDS``."""
+
+
+def lock_counts_and_runs() -> None:
+    """Lock ``tenant_run_counts`` and then ``tool_runs`` for the rest of the transaction,
+    trying again while live transactions hold them (see the module's docstring)."""
+    if op.get_context().as_sql:
+        for statement in _LOCKS:
+            op.execute(statement)
+        return
+    conn = op.get_bind()
+    previous = conn.execute(sa.text("SELECT current_setting('lock_timeout')")).scalar_one()
+    give_up_at = time.monotonic() + LOCK_GIVE_UP_SECONDS
+    tries = 0
+    while True:
+        tries += 1
+        savepoint = conn.begin_nested()
+        try:
+            conn.execute(sa.text(f"SET LOCAL lock_timeout = '{LOCK_WAIT_MS}ms'"))
+            for statement in _LOCKS:
+                conn.execute(sa.text(statement))
+        except sa.exc.DBAPIError as exc:
+            if getattr(exc.orig, "sqlstate", None) not in _LOCK_FAILURES:
+                raise
+            savepoint.rollback()
+            if time.monotonic() + LOCK_PAUSE_SECONDS >= give_up_at:
+                raise LocksUnavailable(
+                    f"could not lock tenant_run_counts and tool_runs in {LOCK_GIVE_UP_SECONDS:g} s"
+                    f" ({tries} tries): runs kept being submitted or finished; nothing was"
+                    " changed. Run the upgrade again at a quieter moment, or with the API"
+                    " processes and workers stopped."
+                ) from exc
+            logger.info(
+                "tables busy, trying again",
+                extra={"migration": revision, "tries": tries, "error": str(exc.orig)},
+            )
+            time.sleep(LOCK_PAUSE_SECONDS)
+            continue
+        savepoint.commit()
+        # The locks are held until the commit; later statements wait as they did before.
+        conn.execute(sa.text("SELECT set_config('lock_timeout', :v, true)"), {"v": previous})
+        return
+
+
 def upgrade() -> None:
-    op.execute("LOCK TABLE tool_runs IN SHARE ROW EXCLUSIVE MODE")
+    lock_counts_and_runs()
     op.add_column(
         "tenant_run_counts",
         sa.Column("window_started_at", sa.DateTime(timezone=True), nullable=True),
@@ -141,7 +214,7 @@ def downgrade() -> None:
             postgresql_concurrently=True,
             if_exists=True,
         )
-    op.execute("LOCK TABLE tool_runs IN SHARE ROW EXCLUSIVE MODE")
+    lock_counts_and_runs()
     op.execute(COUNT_ACTIVE_RUNS)
     for column in ("stored", "window_created", "window_started_at"):
         op.drop_column("tenant_run_counts", column)

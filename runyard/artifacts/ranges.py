@@ -5,7 +5,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_ONE_RANGE = re.compile(r"^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*$", re.IGNORECASE)
+# Each part can match in one way only (no two runs of spaces meet around an empty position),
+# so a failed match costs one pass, not one per split of a run of spaces.
+_ONE_RANGE = re.compile(
+    r"^\s*bytes\s*=\s*(?:(\d+)\s*)?-\s*(?:(\d+)\s*)?$", re.IGNORECASE | re.ASCII
+)
+# A header longer than this is no single range anyone sends (two 18-digit positions take 43
+# characters): ignored before it is matched.
+MAX_HEADER_CHARS = 200
 # A position of more digits than this is past the end of any file: it is never converted
 # (``int`` refuses strings of thousands of digits, and would spend time on long ones).
 _MAX_DIGITS = 18
@@ -42,12 +49,12 @@ def parse_range(header: str | None, size: int) -> ByteRange | None:
     as HTTP allows, and the whole file is sent; a well-formed range past the end raises
     ``Unsatisfiable``.
     """
-    if header is None:
+    if header is None or len(header) > MAX_HEADER_CHARS:
         return None
     match = _ONE_RANGE.match(header)
     if match is None:
         return None
-    first, last = match.group(1), match.group(2)
+    first, last = match.group(1) or "", match.group(2) or ""
     if not first and not last:
         return None
     if not first:
@@ -55,10 +62,10 @@ def parse_range(header: str | None, size: int) -> ByteRange | None:
         if suffix == 0 or size == 0:
             raise Unsatisfiable(header)
         return ByteRange(max(size - suffix, 0), size, size)
+    if last and _before(last, first):
+        return None  # "bytes=5-2" is invalid syntax: ignored, however long the positions
     start = _position(first)
     stop = size if not last else _position(last) + 1
-    if last and stop <= start:
-        return None  # "bytes=5-2" is invalid syntax: ignored
     if start >= size:
         raise Unsatisfiable(header)
     return ByteRange(start, min(stop, size), size)
@@ -68,3 +75,10 @@ def _position(digits: str) -> int:
     """A byte position as written, or ``_BEYOND_ANY_FILE`` for one too long to be a file's."""
     significant = digits.lstrip("0") or "0"
     return int(significant) if len(significant) <= _MAX_DIGITS else _BEYOND_ANY_FILE
+
+
+def _before(digits: str, other: str) -> bool:
+    """Whether the position ``digits`` is less than ``other``, both as written (compared as
+    numbers of any length, before either is converted or clipped)."""
+    a, b = digits.lstrip("0"), other.lstrip("0")
+    return (len(a), a) < (len(b), b)

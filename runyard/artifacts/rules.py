@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,6 +96,58 @@ def is_result(path: str) -> bool:
 
 
 @dataclass
+class Layout:
+    """The paths of a set of files and the directories they need: each path must name one
+    file, never a second one nor a directory another file is in (``deps/`` could not hold
+    them, nor could a tar be unpacked). Only masking makes such paths out of a directory
+    (``a-<value>`` and ``a-***``), or a set stored before this rule."""
+
+    files: set[str] = dataclasses.field(default_factory=set)
+    directories: set[str] = dataclasses.field(default_factory=set)
+
+    def add(self, path: str) -> str | None:
+        """Take the file ``path``, or say why it cannot be one of these files."""
+        if path in self.files:
+            return f"{_show(path)} names two files once secret values are masked"
+        if path in self.directories:
+            return (
+                f"{_show(path)} names a file and a directory of other files once secret "
+                "values are masked"
+            )
+        parents = _parents(path)
+        clash = next((parent for parent in parents if parent in self.files), None)
+        if clash is not None:
+            return (
+                f"{_show(path)} lies in {_show(clash)}, which is a file once secret values "
+                "are masked"
+            )
+        self.files.add(path)
+        self.directories.update(parents)
+        return None
+
+
+def layout_problem(paths: Iterable[str]) -> str | None:
+    """Why ``paths`` cannot all be files of one directory tree (``Layout``), or None."""
+    layout = Layout()
+    for path in paths:
+        problem = layout.add(path)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _parents(path: str) -> list[str]:
+    """``a/b/c`` → ``a/b``, ``a``."""
+    parents = []
+    cut = path.rfind("/")
+    while cut > 0:
+        path = path[:cut]
+        parents.append(path)
+        cut = path.rfind("/")
+    return parents
+
+
+@dataclass
 class Tally:
     """What a collection has kept so far, checked against the limits before each member."""
 
@@ -102,15 +155,14 @@ class Tally:
     files: int = 0
     bytes: int = 0
     directories: int = 0
-    # The (masked) paths of the files kept: two files must not end up with one path.
-    paths: set[str] = dataclasses.field(default_factory=set)
+    # The (masked) paths of the files kept, and the directories they are in.
+    layout: Layout = dataclasses.field(default_factory=Layout)
 
     def admit(self, path: str, kind: Kind, size: int) -> None:
         """Count one member, or raise ``ArtifactRefused`` naming the rule or limit it breaks."""
         problem = member_problem(path, kind)
-        if problem is None and kind is Kind.FILE and path in self.paths:
-            # Only masking makes two members one path (``a-<value>`` and ``a-***``).
-            problem = f"{_show(path)} names two files once secret values are masked"
+        if problem is None and kind is Kind.FILE:
+            problem = self.layout.add(path)
         if problem is not None:
             raise ArtifactRefused(ErrorCode.INVALID_ARTIFACT, f"artifact refused: {problem}")
         if kind is Kind.DIRECTORY:
@@ -125,7 +177,6 @@ class Tally:
             raise _over("size", f"more than {mb} MB in all (artifacts_max_mb = {mb})")
         self.files += 1
         self.bytes += size
-        self.paths.add(path)
 
     def grow(self, extra: int, *, settled: bool = False) -> None:
         """The file being kept is ``extra`` bytes longer than admitted (masking a value

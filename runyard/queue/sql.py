@@ -96,18 +96,28 @@ ENQUEUE = _sql(
 # key that commits first leaves ``id`` NULL.
 # The tenant's queued, running and stored runs, and the runs it created in the current window
 # (``active``), its row 0 locked until the commit; shared by every admission (``SUBMIT``,
-# ``ADMIT_MANY``). The window is row 0's: ``gate`` starts a new one, from nothing created,
-# when the last one has passed (or the clock went back before its start); the insert triggers
-# add every run inserted to it, failed and cancelled ones too. ``window_ends_at`` is when the
-# runs created now stop counting.
-TENANT_COUNTS_CTES: LiteralString = """
+# ``ADMIT_MANY``). The window is row 0's; the insert triggers add every run inserted to it,
+# failed and cancelled ones too. ``window_ends_at`` is when the runs created now stop counting.
+# ``gate`` starts a new window, from nothing created, only once the stored one has passed
+# (``{NOW} >= start + window``), so a window never moves back: ``{NOW}`` is the transaction's
+# start, and a transaction that began before another one started the window (a batch locks its
+# dependencies before it is admitted) sees that start in its future; the window is current for
+# it, and the runs counted in it stay counted. Only a clock that went back past the start
+# (read as the statement runs, ``{CLOCK}``, which a committed start can never be after
+# otherwise) restarts the window at ``{NOW}``, keeping its count.
+TENANT_COUNTS_CTES: LiteralString = (
+    """
     gate AS MATERIALIZED (
         INSERT INTO tenant_run_counts AS c (tenant, shard, window_started_at)
         SELECT :tenant, 0, {NOW}
         WHERE :queued_cap > 0 OR :running_cap > 0 OR :created_cap > 0 OR :stored_cap > 0
         ON CONFLICT (tenant, shard) DO UPDATE
-        SET window_started_at = CASE WHEN {IN_WINDOW} THEN c.window_started_at ELSE {NOW} END,
-            window_created = CASE WHEN {IN_WINDOW} THEN c.window_created ELSE 0 END
+        SET window_started_at = CASE WHEN {CLOCK_WENT_BACK} THEN {NOW}
+                                     WHEN {PASSED} THEN {NOW}
+                                     ELSE c.window_started_at END,
+            window_created = CASE WHEN {CLOCK_WENT_BACK} THEN c.window_created
+                                  WHEN {PASSED} THEN 0
+                                  ELSE c.window_created END
         RETURNING queued, running, stored, window_created, window_started_at
     ), active AS MATERIALIZED (
         SELECT coalesce(sum(queued), 0) AS queued, coalesce(sum(running), 0) AS running,
@@ -118,9 +128,12 @@ TENANT_COUNTS_CTES: LiteralString = """
               UNION ALL
               SELECT queued, running, stored FROM tenant_run_counts
               WHERE tenant = :tenant AND shard <> 0 AND EXISTS (SELECT 1 FROM gate)) rows
-    )""".replace(
-    "{IN_WINDOW}", "c.window_started_at <= {NOW} AND {NOW} < c.window_started_at + {WINDOW}"
-).replace("{WINDOW}", "make_interval(secs => CAST(:window_seconds AS double precision))")
+    )""".replace("{CLOCK_WENT_BACK}", "{CLOCK} < c.window_started_at")
+    # No window yet (a row the triggers made, its start NULL) has passed.
+    .replace("{PASSED}", "NOT coalesce({NOW} < c.window_started_at + {WINDOW}, false)")
+    .replace("{WINDOW}", "make_interval(secs => CAST(:window_seconds AS double precision))")
+    .replace("{CLOCK}", "coalesce(CAST(:now AS timestamptz), clock_timestamp())")
+)
 
 # Whole seconds until the window's runs stop counting (1 at least): a created cap's Retry-After.
 WINDOW_RETRY_AFTER: LiteralString = (

@@ -143,3 +143,28 @@ def test_collect_dir__masks_names_and_refusals_show_masked_paths(tmp_path: Path)
     with pytest.raises(ArtifactRefused) as caught:
         collect_dir(out, MemoryWriter(), LIMITS, REDACTOR)
     assert "'link-***' is a symbolic link" in caught.value.message
+
+
+@pytest.mark.parametrize("file_first", [True, False])
+def test_collect_tar__a_file_and_a_directory_masked_into_one_path_are_refused(file_first: bool):
+    members = [("a-***", b"x"), (f"a-{SECRET}/f", b"y")]
+    with pytest.raises(ArtifactRefused) as caught:
+        collect_tar(
+            _tar(members if file_first else members[::-1]),
+            MemoryWriter(),
+            LIMITS,
+            redactor=REDACTOR,
+        )
+    assert caught.value.code is ErrorCode.INVALID_ARTIFACT
+    assert "'a-***" in caught.value.message and SECRET not in caught.value.message
+
+
+def test_collect_dir__a_file_and_a_directory_masked_into_one_path_are_refused(tmp_path: Path):
+    out = tmp_path / "out"
+    (out / f"a-{SECRET}").mkdir(parents=True)
+    (out / f"a-{SECRET}" / "f").write_text("y")
+    (out / "a-***").write_text("x")  # a file named like the masked directory
+    with pytest.raises(ArtifactRefused) as caught:
+        collect_dir(out, MemoryWriter(), LIMITS, REDACTOR)
+    assert caught.value.code is ErrorCode.INVALID_ARTIFACT
+    assert "'a-***/f' lies in 'a-***'" in caught.value.message

@@ -10,6 +10,7 @@ from runyard.artifacts.rules import (
     Kind,
     Tally,
     decide_artifacts,
+    layout_problem,
     member_problem,
     path_problem,
 )
@@ -101,6 +102,38 @@ def test_tally__directories_are_bounded_but_not_files():
     tally.admit("d/e/f", Kind.FILE, 10)
     with pytest.raises(ArtifactRefused, match="directory limit"):
         tally.admit("g", Kind.DIRECTORY, 4096)
+
+
+@pytest.mark.parametrize(
+    ("paths", "problem"),
+    [
+        (["a", "b", "c/d", "c/e/f"], None),
+        (["a/b", "a/bc", "ab/c", "a-b"], None),  # a prefix that is no directory of another
+        (["x", "x"], "'x' names two files"),
+        (["a-***", "a-***/f"], "'a-***/f' lies in 'a-***', which is a file"),
+        (["a-***/f", "a-***"], "'a-***' names a file and a directory of other files"),
+        (["d/e/f/g", "d/e"], "'d/e' names a file and a directory"),
+        (["d/e", "d/e/f/g"], "'d/e/f/g' lies in 'd/e'"),
+    ],
+)
+def test_layout_problem__a_path_names_one_file_never_a_directory_too(
+    paths: list[str], problem: str | None
+):
+    found = layout_problem(paths)
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and found.startswith(problem), found
+
+
+def test_tally__a_file_where_another_files_directory_is_is_refused():
+    tally = Tally(ArtifactLimits(max_bytes=1 << 20))
+    tally.admit("a-***", Kind.DIRECTORY, 0)  # an empty directory is not kept: no clash
+    tally.admit("a-***", Kind.FILE, 1)
+    with pytest.raises(ArtifactRefused) as caught:
+        tally.admit("a-***/f", Kind.FILE, 1)
+    assert caught.value.code is ErrorCode.INVALID_ARTIFACT
+    assert "once secret values are masked" in caught.value.message
 
 
 def test_tally__a_link_is_invalid_not_a_limit():

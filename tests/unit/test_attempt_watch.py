@@ -8,7 +8,13 @@ from pathlib import Path
 from runyard.artifact_store import ArtifactFile
 from runyard.artifacts.deps_out import DepsRoom, deps_room
 from runyard.domain.outcomes import StopReason, ToolLimits
-from runyard.runners.docker.watch import AttemptWatch, IdleAction, IdleClock, measure
+from runyard.runners.docker.watch import (
+    AttemptWatch,
+    IdleAction,
+    IdleClock,
+    deps_use,
+    measure,
+)
 
 
 def test_measure__counts_allocated_bytes_without_following_links(tmp_path: Path):
@@ -94,10 +100,48 @@ def test_deps_room__whole_blocks_per_file_and_per_directory():
         "r2": [ArtifactFile("c", 4096, "")],
     }
     room = deps_room(files)
-    # Files: (0+1) + (2+1) + (1+1) blocks; directories: deps, deps/r1, deps/r1/sub,
-    # deps/r1/sub/deeper, deps/r2.
-    assert room == DepsRoom(bytes=(6 + 5) * 4096, entries=3 + 5)
+    # Files: 0 (empty: no block) + (2+1) + (1+1) blocks; directories: deps, deps/r1,
+    # deps/r1/sub, deps/r1/sub/deeper, deps/r2.
+    assert room == DepsRoom(bytes=(5 + 5) * 4096, entries=3 + 5)
     assert deps_room({}) == DepsRoom(bytes=4096, entries=1)
+
+
+def test_deps_room__empty_files_take_no_room():
+    files = {f"r{n}": [ArtifactFile(f"f{i}", 0, "") for i in range(1000)] for n in range(100)}
+    # 100 dependencies of 1,000 empty files: their directories only, not 400 MB more.
+    assert deps_room(files) == DepsRoom(bytes=101 * 4096, entries=100_000 + 101)
+
+
+def test_attempt_watch__dependencies_get_the_room_they_take_not_what_their_sizes_allow_for(
+    tmp_path: Path,
+):
+    made = [_write(tmp_path / "deps" / "r1" / f"f{i}", 1) for i in range(300)]
+    bound = deps_room({"r1": made})  # two blocks a file: twice what they take
+    watch = AttemptWatch(
+        ToolLimits(timeout_seconds=60, memory_mb=64, disk_mb=1),
+        workdir=lambda: tmp_path,
+        output_marker=lambda: None,
+        note=lambda kind, data: None,
+        log_extra={},
+        deps_room=lambda: bound,
+    )
+    _write(tmp_path / "out" / "mine", 900 << 10)
+    assert watch.check() is None
+    # 1.2 MB of its own is past its 1 MB, however much room the bound would have left.
+    _write(tmp_path / "out" / "more", 300 << 10)
+    assert watch.check() is StopReason.DISK
+
+
+def test_deps_use__measured_never_past_the_bound_and_nothing_without_deps(tmp_path: Path):
+    made = [_write(tmp_path / "deps" / "r1" / f"f{i}", 5000) for i in range(10)]
+    bound = deps_room({"r1": made})
+    use = deps_use(tmp_path, bound)
+    assert 0 < use.bytes <= bound.bytes and use.entries == bound.entries == 10 + 2
+    # A tool that wrote there itself (as root) gains at most the bound.
+    _write(tmp_path / "deps" / "r1" / "extra", 1 << 20)
+    assert deps_use(tmp_path, bound) == bound
+    assert deps_use(tmp_path / "elsewhere", bound) == DepsRoom()
+    assert deps_use(tmp_path, DepsRoom()) == DepsRoom()
 
 
 def test_attempt_watch__dependencies_artifacts_are_not_charged_to_the_tool(tmp_path: Path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -16,6 +17,7 @@ from runyard.platform.settings import Settings
 from runyard.registry.tools import parse_registry
 from runyard.runner import AttemptControl
 from runyard.runners.docker.hardening import ContainerLimits, create_problems
+from runyard.runners.docker.host_workdirs import HostWorkdirs
 from runyard.runners.docker.runner import DockerRunner
 
 TOOL = {"image": "img", "command": ["true"], "cpus": 0.5, "memory_mb": 64, "pids_limit": 32}
@@ -47,6 +49,7 @@ def test_container_limits__in_the_engines_units(changes: dict[str, Any], expecte
     assert ContainerLimits.of(snapshot(**changes)) == expected
 
 
+VOLUME = {"Target": "/runyard", "Source": "runyard-x-1", "Type": "volume"}
 GOOD = {
     "NanoCpus": 500_000_000,
     "Memory": 64 << 20,
@@ -57,7 +60,10 @@ GOOD = {
     "SecurityOpt": ["no-new-privileges"],
     "ReadonlyRootfs": True,
     "NetworkMode": "none",
+    "Tmpfs": {"/tmp": "rw,noexec,nosuid,nodev,size=16m"},
+    "Mounts": [VOLUME],
 }
+BIND = {"Target": "/host", "Source": "/", "Type": "bind"}
 
 
 @pytest.mark.parametrize(
@@ -81,6 +87,41 @@ GOOD = {
         ({"SecurityOpt": []}, "no no-new-privileges"),
         ({"ReadonlyRootfs": False}, "a writable root filesystem"),
         ({"NetworkMode": "host"}, "the host's or the default network"),
+        ({"NetworkMode": "default"}, "the host's or the default network"),
+        ({"NetworkMode": None}, "the host's or the default network"),
+        ({"NetworkMode": "bridge"}, None),
+        ({"NetworkMode": "tools-net"}, None),
+        ({"NetworkMode": "container:0123abcd"}, "another container's network"),
+        # Confinement loosened: only no-new-privileges is ever set.
+        ({"SecurityOpt": ["no-new-privileges", "seccomp=unconfined"]}, "the security option"),
+        ({"SecurityOpt": ["no-new-privileges", "seccomp:unconfined"]}, "the security option"),
+        ({"SecurityOpt": ["no-new-privileges", "apparmor=unconfined"]}, "the security option"),
+        ({"SecurityOpt": ["no-new-privileges", "label=disable"]}, "the security option"),
+        ({"SecurityOpt": ["no-new-privileges", "systempaths=unconfined"]}, "the security option"),
+        (
+            {"SecurityOpt": ["no-new-privileges", "no-new-privileges=false"]},
+            "the security option 'no-new-privileges=false'",
+        ),
+        # Namespaces of the host's or another container's.
+        ({"PidMode": "host"}, "the host's process namespace"),
+        ({"PidMode": "container:0123abcd"}, "another container's process namespace"),
+        ({"IpcMode": "host"}, "the host's IPC namespace"),
+        ({"IpcMode": "container:0123abcd"}, "another container's IPC namespace"),
+        ({"IpcMode": "private"}, None),
+        ({"UTSMode": "host"}, "the host's UTS namespace"),
+        ({"UsernsMode": "host"}, "the host's user namespace"),
+        ({"CgroupnsMode": "host"}, "the host's cgroup namespace"),
+        ({"CgroupnsMode": "private"}, None),
+        # Host files and devices.
+        ({"Binds": ["/:/host"]}, "host paths bound in"),
+        ({"VolumesFrom": ["other"]}, "another container's volumes"),
+        ({"Devices": [{"PathOnHost": "/dev/kmsg"}]}, "host devices"),
+        ({"DeviceRequests": [{"Count": -1}]}, "host devices"),
+        ({"DeviceCgroupRules": ["c 1:3 mr"]}, "host devices"),
+        ({"Mounts": [VOLUME, BIND]}, "a mount beyond the work directory (bind"),
+        ({"Mounts": [{**BIND, "Target": "/runyard"}]}, "a mount beyond the work directory"),
+        ({"Mounts": [VOLUME, VOLUME]}, "more than one mount at /runyard"),
+        ({"Mounts": None}, None),
     ],
 )
 def test_create_problems__a_missing_limit_or_flag_is_named(
@@ -118,3 +159,18 @@ def test_runner__the_create_arguments_of_a_valid_tool_hold_every_limit():
     client.close()
     assert create_problems(args["host_config"]) == []
     assert args["host_config"]["NanoCpus"] == 500_000_000
+
+
+@pytest.mark.parametrize("network", ["none", "bridge", "tools-net"])
+@pytest.mark.parametrize("host_workdir", [False, True])
+def test_runner__create_arguments_pass_the_check_for_every_network_and_input_mode(
+    network: str, host_workdir: bool, tmp_path: Path
+):
+    client = docker.DockerClient(base_url="unix:///nonexistent/docker.sock", version="1.41")
+    workdirs = HostWorkdirs.open(str(tmp_path)) if host_workdir else None
+    tool = snapshot(network=network, runtime="runc")
+    spec = AttemptSpec(uuid.uuid4(), 1, tool, {}, datetime.now(UTC) + timedelta(seconds=30))
+    args = DockerRunner(client, workdirs=workdirs)._create_args(spec, {})
+    client.close()
+    assert create_problems(args["host_config"]) == []
+    assert args["host_config"]["NetworkMode"] == network

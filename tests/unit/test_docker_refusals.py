@@ -57,6 +57,10 @@ DISK_FULL = (
         (409, 'Conflict. The container name "/runyard-x-1" is already in use', False),
         (408, "request timed out", False),
         (429, "too many requests", False),
+        # A socket proxy in front of the engine refusing the worker: its configuration.
+        (403, "Request forbidden by administrative rules.", False),
+        (403, "authorization denied by plugin authz-broker: no policy allows this", False),
+        (401, "Unauthorized", False),
         # Engine trouble: stays as it was (release, pause the claims, retry).
         (500, DISK_FULL, False),
         (500, "failed to create shim task: context deadline exceeded: unknown", False),

@@ -11,8 +11,9 @@ until the engine answers (docs/workers.md). The messages are Docker's own; the t
 from __future__ import annotations
 
 # Client errors that say nothing about the container's settings: a container gone or one
-# already there (adopted instead), a slow or busy engine.
-_NOT_REFUSALS = frozenset({404, 408, 409, 429})
+# already there (adopted instead), a slow or busy engine, and a socket proxy in front of the
+# engine that refuses the worker (401, 403: its configuration, not the run's).
+_NOT_REFUSALS = frozenset({401, 403, 404, 408, 409, 429})
 
 # A 5xx that still is the settings' fault: the runtime or the daemon's checks refusing a value
 # of the container (every phrase of one entry must be in the message).

@@ -22,6 +22,7 @@ from runyard.artifact_store import CHUNK_SIZE, ArtifactStore, ArtifactWriter
 from runyard.artifacts.collect import CollectError, collect_dir, collect_tar
 from runyard.artifacts.deps_out import (
     DepsRoom,
+    DepsUnusable,
     deps_archive,
     deps_files,
     deps_room,
@@ -43,7 +44,7 @@ from runyard.runner import AttemptAbandoned, AttemptControl, LogSink, RunnerUnav
 from runyard.runners.docker.connection import skip_environment_lookups
 from runyard.runners.docker.engine_check import engine_problems
 from runyard.runners.docker.engine_marker import EngineMarker
-from runyard.runners.docker.hardening import ContainerLimits, create_problems
+from runyard.runners.docker.hardening import WORKDIR, ContainerLimits, create_problems
 from runyard.runners.docker.host_workdirs import HostWorkdirs
 from runyard.runners.docker.inputs import InputsChoice
 from runyard.runners.docker.inputs import choose as choose_input_mode
@@ -67,7 +68,6 @@ LABEL_TOOL = "io.runyard.tool"
 LABEL_DEADLINE = "io.runyard.deadline"
 # "host": /runyard is the attempt's host work directory, so its outputs can be read there.
 LABEL_WORKDIR = "io.runyard.workdir"
-WORKDIR = "/runyard"
 SIGKILL_EXIT = 137
 # How long an unexplained SIGKILL exit waits for the engine's OOM record (seconds, in steps).
 OOM_EVENT_WAITS = (0.1, 0.2, 0.3, 0.4)
@@ -430,7 +430,11 @@ class DockerRunner:
             )
         fresh_dir = host_dir.prepare(name, spec.files(), user) if host_dir is not None else False
         if fresh_dir and host_dir is not None:
-            self._deps_into_dir(host_dir.path(name), spec, store)
+            try:
+                self._deps_into_dir(host_dir.path(name), spec, store)
+            except DepsUnusable as exc:
+                self._not_ours(name, fresh_dir)
+                return _deps_unusable(spec, exc)
         pulled = False
         while True:
             try:
@@ -465,16 +469,20 @@ class DockerRunner:
                 raise RunnerUnavailable(f"cannot create container {name}: {exc}") from exc
             except _TRANSPORT_ERRORS as exc:
                 raise RunnerUnavailable(f"cannot create container {name}: {exc}") from exc
-        if host_dir is not None:
-            if not fresh_dir:
-                # Left by an attempt whose container is gone (a crash before its create).
-                host_dir.reset(name, spec.files(), user)
-                self._deps_into_dir(host_dir.path(name), spec, store)
-            return container_id
+        # Past here the container exists, unstarted: a failed run's is removed with it.
         try:
-            self._upload(container_id, spec, store, user)
-        except _TRANSPORT_ERRORS as exc:
-            raise RunnerUnavailable(f"cannot write the input of {name}: {exc}") from exc
+            if host_dir is not None:
+                if not fresh_dir:
+                    # Left by an attempt whose container is gone (a crash before its create).
+                    host_dir.reset(name, spec.files(), user)
+                    self._deps_into_dir(host_dir.path(name), spec, store)
+                return container_id
+            try:
+                self._upload(container_id, spec, store, user)
+            except _TRANSPORT_ERRORS as exc:
+                raise RunnerUnavailable(f"cannot write the input of {name}: {exc}") from exc
+        except DepsUnusable as exc:
+            return _deps_unusable(spec, exc)
         return container_id
 
     def _upload(
@@ -494,8 +502,8 @@ class DockerRunner:
                 now,
                 head=lambda tar: add_workdir(tar, spec.files(), user, now),
             )
-        except DBAPIError:
-            raise  # the database's trouble, not the engine's: the worker classifies it
+        except (DBAPIError, DepsUnusable):
+            raise  # the database's trouble (the worker classifies it), or the run's own
         except Exception as exc:  # the store's disk
             raise RunnerUnavailable(f"cannot read the dependencies' artifacts: {exc}") from exc
         assert archive is not None  # it holds the attempt's own files at least
@@ -508,7 +516,7 @@ class DockerRunner:
             return
         try:
             write_deps_dir(path, store, spec.dep_artifacts)
-        except DBAPIError:
+        except (DBAPIError, DepsUnusable):
             raise
         except Exception as exc:
             raise RunnerUnavailable(f"cannot write the dependencies' artifacts: {exc}") from exc
@@ -1025,6 +1033,18 @@ def _refused(spec: AttemptSpec, error: str) -> AttemptResult:
     )
     return AttemptResult(
         status=RunStatus.FAILED, error_code=ErrorCode.CONTAINER_REFUSED, error=error
+    )
+
+
+def _deps_unusable(spec: AttemptSpec, exc: DepsUnusable) -> AttemptResult:
+    """The run's end when its dependencies' artifacts cannot be copied in: final, at once (a
+    set whose paths clash clashes on every engine; the engine is not in trouble)."""
+    logger.warning(
+        "dependencies' artifacts cannot be copied in",
+        extra={"run_id": str(spec.run_id), "attempt": spec.attempt, "error": str(exc)},
+    )
+    return AttemptResult(
+        status=RunStatus.FAILED, error_code=ErrorCode.INVALID_ARTIFACT, error=str(exc)
     )
 
 

@@ -6,7 +6,9 @@ watch: every poll the owner measures the attempt's ``/runyard`` directory on the
 host (its host work directory, or the named volume's mount point) and stops the container
 once it holds more than ``disk_mb``. Each single file is also capped at ``disk_mb`` by the
 ``fsize`` ulimit, which the kernel enforces exactly. The dependencies' artifacts the platform
-copied in are not the tool's: the watch allows room for them on top of ``disk_mb``.
+copied in are not the tool's: the watch allows room for them on top of ``disk_mb``, what
+it measures under ``deps/`` at its first poll (they are all there before the container
+starts) and never more than their recorded sizes allow for (``deps_room``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runyard.artifacts.deps_out import DepsRoom
+from runyard.artifacts.deps_out import DEPS_DIR, DepsRoom
 from runyard.domain.outcomes import StopReason, ToolLimits
 
 logger = logging.getLogger(__name__)
@@ -72,6 +74,30 @@ def measure(root: Path, max_entries: int = MAX_ENTRIES) -> DiskUse | None:
         except (FileNotFoundError, NotADirectoryError, PermissionError):
             continue
     return DiskUse(total, entries)
+
+
+def deps_use(workdir: Path, bound: DepsRoom) -> DepsRoom:
+    """What the dependencies' artifacts under ``workdir/deps`` take as measured now, at most
+    ``bound`` (what their sizes allow for, which a tool that writes there cannot pass): a file
+    system that stores them in less gives the tool nothing more."""
+    if bound == DepsRoom():
+        return bound
+    top = workdir / DEPS_DIR
+    try:
+        info = os.lstat(top)
+    except FileNotFoundError:
+        return DepsRoom()
+    except OSError:
+        return bound
+    if not stat.S_ISDIR(info.st_mode):
+        return DepsRoom()  # not what the platform made: nothing to allow for
+    use = measure(top, bound.entries)
+    if use is None or use.too_many_entries:
+        return DepsRoom() if use is None else bound
+    # ``measure`` counts what is in the directory; the directory itself is an entry too.
+    return DepsRoom(
+        min(bound.bytes, use.bytes + info.st_blocks * 512), min(bound.entries, use.entries + 1)
+    )
 
 
 class IdleAction(enum.Enum):
@@ -159,7 +185,7 @@ class AttemptWatch:
         if path is None:
             return None
         if self._deps_room is None:
-            self._deps_room = self._find_deps_room()
+            self._deps_room = deps_use(path, self._find_deps_room())
         room = self._deps_room
         use = measure(path, MAX_ENTRIES + room.entries)
         if use is None:

@@ -267,3 +267,43 @@ def test_deps__the_dependencys_artifacts_are_not_charged_to_the_dependents_disk_
     spec = dataclasses.replace(spec, run_id=run_id, tool=over.tool, input=over.input)
     outcome = runner.run(spec, AttemptControl(artifacts=store))
     assert (outcome.status, outcome.error_code) == (RunStatus.FAILED, "disk_limit_exceeded")
+
+
+@pytest.mark.parametrize("mode", ["upload", "host_workdir"])
+def test_deps__a_set_whose_paths_clash_fails_the_dependent_not_the_engine(
+    docker_client: docker.DockerClient,
+    store,
+    queue: JobQueue,
+    registry: ToolRegistry,
+    tmp_path: Path,
+    mode: str,
+):
+    workdirs = HostWorkdirs.open(str(tmp_path / "attempts")) if mode == "host_workdir" else None
+    runner = DockerRunner(docker_client, workdirs=workdirs)
+    # A set kept before such paths were refused: a file, and a directory of the same name.
+    first = queue.enqueue(new_run()).run_id
+    writer = store.writer(first)
+    writer.add("a-***", [b"x"])
+    writer.add("a-***/f", [b"y"])
+    writer.done()
+    run_id = queue.enqueue(new_run()).run_id
+    base = shell(registry, "echo 1 > /runyard/out/result.json")
+    spec = AttemptSpec(
+        run_id,
+        1,
+        base.tool,
+        base.input,
+        base.deadline_at,
+        dep_artifacts={str(first): writer.set_id},
+    )
+    try:
+        outcome = runner.run(spec, AttemptControl(artifacts=store))
+        # Nothing of the attempt's is left on the host (its container goes with the run).
+        left = list((tmp_path / "attempts").iterdir()) if workdirs is not None else []
+    finally:
+        runner.discard(run_id, 1)
+    assert (outcome.status, outcome.error_code) == (RunStatus.FAILED, "invalid_artifact")
+    assert outcome.error is not None
+    assert f"cannot be copied to /runyard/deps/{first}" in outcome.error
+    assert "'a-***/f' lies in 'a-***'" in outcome.error
+    assert left == []

@@ -7,10 +7,10 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 
 from runyard.domain.attempt import AttemptResult
 from runyard.domain.graph import Node
@@ -18,6 +18,7 @@ from runyard.domain.states import RunStatus
 from runyard.platform.db import make_engine
 from runyard.queue import AdmissionCaps, AdmissionRefused, ApiQueue
 from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
+from runyard.queue.graph_sql import ADMIT_MANY
 from tests.integration.queue.test_admission import INLINE, claim
 from tests.integration.queue.test_queue import T0, new_run
 
@@ -222,6 +223,64 @@ def test_created_cap__singles_from_two_processes_reach_it_exactly(
     for t in threads:
         t.join()
     assert admitted == window_created(engine) == 40
+
+
+def admit_two(conn: Connection, caps: AdmissionCaps, now: datetime | None = None) -> str | None:
+    """What ``ADMIT_MANY`` decides for two more runs of acme's, in ``conn``'s transaction."""
+    params = {"tenant": "acme", "n": 2, "now": now, **caps.tenant_params()}
+    refused: str | None = conn.execute(ADMIT_MANY, params).one().refused
+    return refused
+
+
+def window_start(engine: Engine) -> datetime:
+    with engine.connect() as conn:
+        started: datetime = conn.execute(
+            text("SELECT window_started_at FROM tenant_run_counts WHERE shard = 0")
+        ).scalar_one()
+    return started
+
+
+def test_created_window__a_transaction_begun_before_another_started_it_keeps_its_runs_counted(
+    engine: Engine,
+):
+    caps = created_cap(3)
+    with engine.begin() as conn:  # a window of long ago, full
+        conn.execute(
+            text(
+                "INSERT INTO tenant_run_counts (tenant, shard, window_started_at, window_created)"
+                " VALUES ('acme', 0, now() - interval '1 day', 3)"
+            )
+        )
+    api = ApiQueue(engine)
+    with engine.connect() as late:
+        with late.begin():
+            # This transaction begins now (a batch locking its dependencies before it is
+            # admitted): its clock stays at this moment.
+            began = late.execute(text("SELECT now()")).scalar_one()
+            # Meanwhile another admission starts a new window and creates two runs in it.
+            api.submit(new_run(), caps)
+            api.submit(new_run(), caps)
+            started = window_start(engine)
+            assert started > began
+            # To the late transaction the window is current: two more would pass the cap.
+            assert admit_two(late, caps) == "tenant_created"
+    assert (window_start(engine), window_created(engine)) == (started, 2)
+    assert api.submit(new_run(), caps).created
+    assert refusal(lambda: api.submit(new_run(), caps)).reason == "tenant_created"
+
+
+def test_created_window__an_earlier_clock_keeps_the_windows_runs_counted(engine: Engine):
+    api = ApiQueue(engine)
+    caps = created_cap(3)
+    later = T0 + timedelta(seconds=WINDOW + 100)
+    api.submit(new_run(), caps, now=T0)
+    api.submit(new_run(), caps, now=later)  # a new window, from ``later``
+    api.submit(new_run(), caps, now=later)
+    with engine.begin() as conn:
+        # A clock behind the window's start (a transaction's, or the database's own that
+        # went back) never forgets the runs counted in it.
+        assert admit_two(conn, caps, now=later - timedelta(seconds=50)) == "tenant_created"
+    assert window_created(engine) == 2
 
 
 # --- runs stored -------------------------------------------------------------------------
