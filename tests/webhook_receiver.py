@@ -42,7 +42,8 @@ class Received:
 @dataclass
 class Receiver:
     """Records requests; ``status`` (and ``location``) say how to answer; while ``hold`` is
-    clear, requests wait for it (``held`` counts them)."""
+    clear, requests wait for it (``held`` counts them); requests to a path in ``silent`` are
+    never answered while the receiver is open."""
 
     url: str
     port: int
@@ -52,6 +53,8 @@ class Receiver:
     hold: threading.Event = field(default_factory=threading.Event)
     held: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    silent: set[str] = field(default_factory=set)
+    closing: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.hold.set()
@@ -74,6 +77,8 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
                 receiver.received.append(seen)
                 receiver.held += 0 if receiver.hold.is_set() else 1
             receiver.hold.wait(60)
+            if self.path in receiver.silent:
+                receiver.closing.wait(60)
             self.send_response(receiver.status)
             if receiver.location is not None:
                 self.send_header("Location", receiver.location)
@@ -108,6 +113,7 @@ def receiver_on(port: int = 0, path: str = "/hook") -> Iterator[Receiver]:
     try:
         yield receiver
     finally:
+        receiver.closing.set()
         receiver.hold.set()
         server.shutdown()
         server.server_close()

@@ -1,18 +1,25 @@
-"""Who is sent to next, and each destination's circuit breaker: the pure rules of delivery.
+"""Who is sent to next, and each tenant's circuit breaker per destination: the pure rules of
+delivery.
 
 **Turns.** A free slot goes to the tenant with the fewest attempts in flight (all delivering
 processes counted), its oldest due delivery first: the running-share rule of the job claim
 (docs/decisions/0012-fair-tenants-by-running-share.md) with attempts in flight for running
 runs. A tenant never has more than ``per_tenant`` attempts in flight, a destination never
 more than ``per_destination``: one tenant's backlog, or one slow receiver, takes a few slots,
-never all of them.
+never all of them. The claim checks both caps again under its locks (``admit``), against
+what every process has in flight by then.
 
-**Breaker.** A destination (``host:port``) that leaves ``failures`` attempts in a row without
-an HTTP answer (a timeout, a refused connection, a name that does not resolve) opens: its
-deliveries are not attempted until a cool-down has passed (doubling from ``cooldown`` to
-``cooldown_max`` with each failure past the threshold), then one of them probes it. Any answer
-closes it. Held deliveries are rescheduled to the end of the cool-down, not counted as
-attempts, and given up like any other once that would be past their retry window.
+**Breaker.** A tenant's destination (``host:port``) to which ``failures`` attempts in a row
+connected and got no HTTP answer (a timeout, a refused or reset connection, a TLS failure)
+opens for that tenant: its deliveries there are not attempted until a cool-down has passed
+(doubling from ``cooldown`` to ``cooldown_max`` with each failure past the threshold), then
+one of them probes it. Any answer closes it. Held deliveries are rescheduled to the end of
+the cool-down, not counted as attempts, and given up like any other once that would be past
+their retry window. An attempt that never connected (its name did not resolve, resolved to a
+refused address, or the tenant's share of lookups was used up) says nothing of the
+destination and is not counted. The breaker is the tenant's own: what one tenant's deliveries
+do to a receiver (a path that never answers, a name server that never answers) holds back
+only that tenant's deliveries there, never another tenant's.
 """
 
 from __future__ import annotations
@@ -96,70 +103,112 @@ def after_attempt(
     return Breaker(failures, now + timedelta(seconds=cooldown(failures, policy)))
 
 
+# A tenant's breaker is kept per destination: (tenant, destination).
+BreakerKey = tuple[str, str]
+
+
 @dataclass(frozen=True)
 class Picks:
     """What one claim should do."""
 
     claim: tuple[uuid.UUID, ...] = ()  # in turn order
-    probes: Mapping[str, uuid.UUID] = field(default_factory=dict)  # destination -> its probe
+    probes: Mapping[BreakerKey, uuid.UUID] = field(default_factory=dict)  # its probe
     defer: Mapping[uuid.UUID, datetime] = field(default_factory=dict)  # held until
+    # Tenants under their cap whose offers left all wait for room at their destinations:
+    # they may have deliveries for other destinations past the ones offered.
+    waiting: frozenset[str] = frozenset()
 
 
 def pick_deliveries(
     offers: Iterable[Offer],
-    in_flight: Iterable[tuple[str, str]],
-    breakers: Mapping[str, Breaker],
+    in_flight: Iterable[BreakerKey],
+    breakers: Mapping[BreakerKey, Breaker],
     *,
     slots: int,
     caps: Caps,
     policy: BreakerPolicy,
     now: datetime,
 ) -> Picks:
-    """Up to ``slots`` offers in turn order; offers for an open destination are deferred.
+    """Up to ``slots`` offers in turn order; offers to a destination whose breaker is open for
+    their tenant are deferred.
 
     ``in_flight`` holds the (tenant, destination) of every attempt in progress. Each turn
     goes to the tenant with the fewest attempts in flight that has an offer it may send
     (under both caps), ties to the oldest offer; a tenant's offers go oldest first, skipping
-    those whose destination is full.
+    those whose destination is full or being probed for the tenant.
     """
-    tenant_busy = Counter(tenant for tenant, _ in in_flight)
-    destination_busy = Counter(destination for _, destination in in_flight)
-    gates: dict[str, Gate] = {}
+    flying = list(in_flight)
+    tenant_busy = Counter(tenant for tenant, _ in flying)
+    destination_busy = Counter(destination for _, destination in flying)
+    pair_busy = Counter(flying)
+    gates: dict[BreakerKey, Gate] = {}
     queues: dict[str, list[Offer]] = {}
     defer: dict[uuid.UUID, datetime] = {}
     for offer in sorted(offers, key=lambda o: (o.due_at, str(o.id))):
-        state = breakers.get(offer.destination, Breaker())
-        gates[offer.destination] = gate(state, now, policy)
-        if gates[offer.destination] is Gate.OPEN and state.open_until is not None:
+        key = (offer.tenant, offer.destination)
+        state = breakers.get(key, Breaker())
+        gates[key] = gate(state, now, policy)
+        if gates[key] is Gate.OPEN and state.open_until is not None:
             defer[offer.id] = state.open_until
         else:
             queues.setdefault(offer.tenant, []).append(offer)
 
-    def room(destination: str) -> bool:
-        if gates[destination] is Gate.PROBE:
-            return destination_busy[destination] == 0
-        return destination_busy[destination] < caps.per_destination
+    def room(offer: Offer) -> bool:
+        key = (offer.tenant, offer.destination)
+        if gates[key] is Gate.PROBE and pair_busy[key]:
+            return False  # one probe at a time
+        return destination_busy[offer.destination] < caps.per_destination
 
     claim: list[uuid.UUID] = []
-    probes: dict[str, uuid.UUID] = {}
+    probes: dict[BreakerKey, uuid.UUID] = {}
+    waiting: frozenset[str] = frozenset()
     while len(claim) < slots:
         best: tuple[tuple[int, datetime, str], Offer] | None = None
         for tenant, queue in queues.items():
             if tenant_busy[tenant] >= caps.per_tenant:
                 continue
-            candidate = next((o for o in queue if room(o.destination)), None)
+            candidate = next((o for o in queue if room(o)), None)
             if candidate is None:
                 continue
-            key = (tenant_busy[tenant], candidate.due_at, tenant)
-            if best is None or key < best[0]:
-                best = (key, candidate)
+            rank = (tenant_busy[tenant], candidate.due_at, tenant)
+            if best is None or rank < best[0]:
+                best = (rank, candidate)
         if best is None:
+            waiting = frozenset(
+                tenant
+                for tenant, queue in queues.items()
+                if queue and tenant_busy[tenant] < caps.per_tenant
+            )
             break
         _, offer = best
+        pair = (offer.tenant, offer.destination)
         queues[offer.tenant].remove(offer)
         claim.append(offer.id)
         tenant_busy[offer.tenant] += 1
         destination_busy[offer.destination] += 1
-        if gates[offer.destination] is Gate.PROBE:
-            probes[offer.destination] = offer.id
-    return Picks(tuple(claim), probes, defer)
+        pair_busy[pair] += 1
+        if gates[pair] is Gate.PROBE:
+            probes[pair] = offer.id
+    return Picks(tuple(claim), probes, defer, waiting)
+
+
+def admit(picked: Iterable[Offer], in_flight: Iterable[BreakerKey], caps: Caps) -> list[Offer]:
+    """The picked offers that still fit both caps, in order, given what is in flight now.
+
+    A claim picks from a read that locks nothing, so another process may have claimed for the
+    same tenant or destination since; the claim calls this again under its locks with the
+    attempts in flight at that moment, so the caps hold across processes.
+    """
+    flying = list(in_flight)
+    tenant_busy = Counter(tenant for tenant, _ in flying)
+    destination_busy = Counter(destination for _, destination in flying)
+    admitted: list[Offer] = []
+    for offer in picked:
+        if tenant_busy[offer.tenant] >= caps.per_tenant:
+            continue
+        if destination_busy[offer.destination] >= caps.per_destination:
+            continue
+        admitted.append(offer)
+        tenant_busy[offer.tenant] += 1
+        destination_busy[offer.destination] += 1
+    return admitted

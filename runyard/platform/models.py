@@ -404,11 +404,12 @@ class WebhookDelivery(Base):
 
 
 class WebhookDestination(Base):
-    """The circuit breaker of a webhook destination (``host:port``) that failed lately
-    (``runyard.domain.webhook_fairness``); a closed destination has no row."""
+    """A tenant's circuit breaker of a webhook destination (``host:port``) that failed lately
+    for it (``runyard.domain.webhook_fairness``); a closed breaker has no row."""
 
     __tablename__ = "webhook_destinations"
 
+    tenant: Mapped[str] = mapped_column(Text, primary_key=True)
     destination: Mapped[str] = mapped_column(Text, primary_key=True)
     # Attempts in a row that got no HTTP answer.
     failures: Mapped[int] = mapped_column(Integer, server_default="0")

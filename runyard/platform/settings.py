@@ -148,19 +148,22 @@ class Settings(BaseSettings):
     # A claimed delivery whose process dies is attempted again after this lease.
     webhook_lease_seconds: float = Field(default=60.0, gt=0)
     # Attempts in flight per delivering process; per tenant and per destination (host:port)
-    # across all of them (runyard.domain.webhook_fairness): one tenant's backlog or one slow
-    # receiver never takes every slot.
+    # across all of them together, checked by each claim under its locks
+    # (runyard.domain.webhook_fairness): one tenant's backlog or one slow receiver never takes
+    # every slot.
     webhook_concurrency: int = Field(default=8, ge=1, le=256)
     webhook_tenant_concurrency: int = Field(default=4, ge=1, le=256)
     webhook_destination_concurrency: int = Field(default=4, ge=1, le=256)
     webhook_poll_seconds: float = Field(default=1.0, gt=0)
-    # A destination whose last breaker_failures attempts got no answer is not attempted for
-    # breaker_cooldown_seconds, doubling up to the max after each failed probe.
+    # A destination to which a tenant's last breaker_failures attempts connected and got no
+    # answer is not attempted for that tenant for breaker_cooldown_seconds, doubling up to the
+    # max after each failed probe (each tenant has its own breaker per destination).
     webhook_breaker_failures: int = Field(default=5, ge=1, le=1000)
     webhook_breaker_cooldown_seconds: float = Field(default=60.0, gt=0, le=86400)
     webhook_breaker_cooldown_max_seconds: float = Field(default=900.0, gt=0, le=86400)
-    # Name lookups of deliveries in progress at once (a stuck one holds its thread until the
-    # system resolver gives up); past that, lookups fail at once.
+    # Name lookups of deliveries in progress at once per delivering process (a stuck one holds
+    # its thread until the system resolver gives up), a tenant's at most its concurrency of
+    # them per process; past that, lookups fail at once.
     webhook_resolver_threads: int = Field(default=16, ge=1, le=1024)
     # Distinct callback URLs one batch may name.
     webhook_batch_max_urls: int = Field(default=10, ge=1, le=1000)

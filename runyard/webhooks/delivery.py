@@ -7,8 +7,9 @@ lease, so several delivering processes share the work, and one that dies leaves 
 deliveries due again when their lease runs out. A failed attempt (an error, a timeout, or
 any status but 2xx, a redirect included) is retried after a doubling backoff until the
 retry window after the run's end has passed. Claims take turns between tenants under caps
-per tenant and per destination, and a destination that keeps failing is held back by its
-circuit breaker (``runyard.domain.webhook_fairness``), so a dead receiver costs its own tenant.
+per tenant and per destination that hold across processes, and a destination that keeps
+failing for a tenant is held back for that tenant by its circuit breaker
+(``runyard.domain.webhook_fairness``), so a dead receiver costs its own tenant.
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ from standardwebhooks.webhooks import Webhook
 import runyard
 from runyard.domain.webhook_fairness import (
     Breaker,
+    BreakerKey,
     BreakerPolicy,
     Caps,
     Offer,
     Picks,
+    admit,
     after_attempt,
     pick_deliveries,
 )
@@ -53,7 +56,10 @@ from runyard.webhooks.sql import (
     DEFER_DELIVERIES,
     DELIVERY_OFFERS,
     DESTINATION_STATES,
+    IN_FLIGHT,
+    LOCK_CLAIM,
     LOCK_DESTINATION,
+    MORE_OFFERS,
     PRUNE_DESTINATIONS,
     SAVE_DESTINATION,
     SETTLE_DELIVERY,
@@ -63,6 +69,7 @@ from runyard.webhooks.urls import (
     BadCallbackUrl,
     CallbackUrl,
     DestinationPolicy,
+    Resolver,
     destination_key,
     parse_callback_url,
 )
@@ -185,6 +192,11 @@ class _Claim:
 # Each tenant offers this many due deliveries beyond its cap to a claim, so offers skipped
 # for a full or open destination still leave it some to send.
 OFFER_SPARE = 16
+# A tenant whose offers all wait for room at full destinations is looked at further, this
+# many due deliveries past them, for deliveries to other destinations; at most as many such
+# tenants as the claim has slots. Past that, its later deliveries wait for those destinations
+# to drain: a bound, so that a claim never reads a tenant's whole backlog.
+LOOK_AHEAD = 200
 # How often breaker states untouched for a retry window are pruned.
 PRUNE_EVERY_SECONDS = 600.0
 HELD_PAST_WINDOW = (
@@ -207,6 +219,7 @@ class WebhookDeliverer:
         owner: str | None = None,
         metrics: Metrics | None = None,
         send: Sender | None = None,
+        getaddrinfo: Resolver = socket.getaddrinfo,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._engine = engine
@@ -217,6 +230,7 @@ class WebhookDeliverer:
             threads=config.resolver_threads,
             timeout_seconds=config.timeout_seconds,
             per_key=config.caps.per_tenant,
+            getaddrinfo=getaddrinfo,
         )
         self._send = send
         # The signature's timestamp is checked against the receiver's clock, so it is this
@@ -290,11 +304,8 @@ class WebhookDeliverer:
     def _claim(self, slots: int, now: datetime | None) -> _Claim:
         """Offers, turns (``pick_deliveries``), held-back deliveries, then the claim."""
         config = self._config
-        rows = autocommit(
-            self._engine,
-            DELIVERY_OFFERS,
-            {"per_tenant": config.caps.per_tenant + OFFER_SPARE, "now": now},
-        )
+        limit = config.caps.per_tenant + OFFER_SPARE
+        rows = autocommit(self._engine, DELIVERY_OFFERS, {"per_tenant": limit, "now": now})
         offers = [
             Offer(r.id, r.tenant, destination_key(r.url), r.next_attempt_at)
             for r in rows
@@ -303,43 +314,108 @@ class WebhookDeliverer:
         if not offers:
             return _Claim([])
         busy = [(r.tenant, destination_key(r.url)) for r in rows if r.in_flight]
-        destinations = sorted({o.destination for o in offers})
-        states = {
-            r.destination: Breaker(r.failures, r.open_until)
-            for r in autocommit(self._engine, DESTINATION_STATES, {"destinations": destinations})
-        }
-        picks = pick_deliveries(
-            offers,
-            busy,
-            states,
-            slots=slots,
-            caps=config.caps,
-            policy=config.breaker,
-            now=rows[0].now,
+        states = self._breakers(offers)
+        turns = functools.partial(
+            pick_deliveries, slots=slots, caps=config.caps, policy=config.breaker, now=rows[0].now
         )
+        picks = turns(offers, busy, states)
+        more = self._more_offers(picks, offers, busy, limit, slots, now)
+        if more:
+            offers += more
+            states.update(self._breakers(more))
+            picks = turns(offers, busy, states)
         held = self._defer(picks, now) if picks.defer else []
-        claimed: list[Claimed] = []
-        if picks.claim:
-            claimed = [
-                Claimed(r.id, r.run_id, r.tenant, r.url, r.attempts, r.lease_token, r.secret)
-                for r in autocommit(
-                    self._engine,
-                    CLAIM_DELIVERIES,
-                    {
-                        "ids": list(picks.claim),
-                        "probe_ids": list(picks.probes.values()),
-                        "probe_destinations": list(picks.probes),
-                        "owner": self._owner,
-                        "lease": config.lease_seconds,
-                        "now": now,
-                    },
-                )
-            ]
+        claimed = self._take(picks, offers, now) if picks.claim else []
         return _Claim(
             claimed,
             deferred=sum(1 for status in held if status == "pending"),
             gave_up=sum(1 for status in held if status == "failed"),
         )
+
+    def _breakers(self, offers: list[Offer]) -> dict[BreakerKey, Breaker]:
+        """The breaker states of the offers' tenants at their destinations (closed: none)."""
+        keys = sorted({(o.tenant, o.destination) for o in offers})
+        rows = autocommit(
+            self._engine,
+            DESTINATION_STATES,
+            {"tenants": [k[0] for k in keys], "destinations": [k[1] for k in keys]},
+        )
+        return {(r.tenant, r.destination): Breaker(r.failures, r.open_until) for r in rows}
+
+    def _more_offers(
+        self,
+        picks: Picks,
+        offers: list[Offer],
+        busy: list[BreakerKey],
+        limit: int,
+        slots: int,
+        now: datetime | None,
+    ) -> list[Offer]:
+        """Offers further on for tenants whose offers all wait for full destinations (and
+        may hold deliveries to others past them): up to ``LOOK_AHEAD`` each, for the
+        ``slots`` of them with the fewest attempts in flight."""
+        if len(picks.claim) >= slots or not picks.waiting:
+            return []
+        offered = Counter(o.tenant for o in offers)
+        in_flight = Counter(tenant for tenant, _ in busy)
+        # Only a tenant offered up to the limit may have more due.
+        tenants = sorted(
+            (t for t in picks.waiting if offered[t] >= limit), key=lambda t: (in_flight[t], t)
+        )[: slots - len(picks.claim)]
+        if not tenants:
+            return []
+        last = {t: max(o.due_at for o in offers if o.tenant == t) for t in tenants}
+        rows = autocommit(
+            self._engine,
+            MORE_OFFERS,
+            {
+                "tenants": tenants,
+                "after": [last[t] for t in tenants],
+                "seen": [o.id for o in offers if o.tenant in last],
+                "limit": LOOK_AHEAD,
+                "now": now,
+            },
+        )
+        return [Offer(r.id, r.tenant, destination_key(r.url), r.next_attempt_at) for r in rows]
+
+    def _take(self, picks: Picks, offers: list[Offer], now: datetime | None) -> list[Claimed]:
+        """Claim the picks that still fit the caps, in one short transaction: lock their
+        tenants and destinations, count what every process has in flight, claim."""
+        config = self._config
+        by_id = {o.id: o for o in offers}
+        picked = [by_id[i] for i in picks.claim]
+        keys = {f"tenant:{o.tenant}" for o in picked} | {
+            f"destination:{o.destination}" for o in picked
+        }
+        with self._engine.begin() as conn:
+            conn.execute(LOCK_CLAIM, {"keys": sorted(keys)})
+            in_flight = [
+                (r.tenant, destination_key(r.url)) for r in conn.execute(IN_FLIGHT, {"now": now})
+            ]
+            admitted = admit(picked, in_flight, config.caps)
+            ids = [o.id for o in admitted]
+            probes = {key: i for key, i in picks.probes.items() if by_id[i] in admitted}
+            rows = conn.execute(
+                CLAIM_DELIVERIES,
+                {
+                    "ids": ids,
+                    "probe_ids": list(probes.values()),
+                    "probe_destinations": [destination for _, destination in probes],
+                    "owner": self._owner,
+                    "lease": config.lease_seconds,
+                    "now": now,
+                },
+            ).all()
+        if len(admitted) < len(picked):
+            logger.info(
+                "webhook claim trimmed: other processes claimed for the same tenants or "
+                "destinations meanwhile",
+                extra={"picked": len(picked), "admitted": len(admitted)},
+            )
+        return [
+            Claimed(r.id, r.run_id, r.tenant, r.url, r.attempts, r.lease_token, r.secret)
+            for r in rows
+        ]
 
     def _defer(self, picks: Picks, now: datetime | None) -> list[str]:
         """Hold back the deliveries of open destinations; their new statuses."""
@@ -370,7 +446,7 @@ class WebhookDeliverer:
         view = RunReader(self._engine).view(claimed.run_id, None)
         if view is None:
             return "fenced"  # the run was deleted, and its delivery with it
-        attempt, reached = self._attempt(claimed, view)
+        attempt = self._attempt(claimed, view)
         delay = retry_delay(
             claimed.attempt,
             base_seconds=self._config.backoff_base_seconds,
@@ -399,12 +475,11 @@ class WebhookDeliverer:
             "error": attempt.error,
             "refused_address": attempt.refused_address,
         }
-        if reached:
-            try:
-                self._record_destination(claimed.destination, attempt, now)
-            except Exception:
-                # The breaker only spares slots; the delivery's own record is what counts.
-                logger.exception("webhook destination state not recorded", extra=extra)
+        try:
+            self._record_destination(claimed.tenant, claimed.destination, attempt, now)
+        except Exception:
+            # The breaker only spares slots; the delivery's own record is what counts.
+            logger.exception("webhook destination state not recorded", extra=extra)
         if not rows:
             logger.warning("webhook attempt not recorded: its lease was lost", extra=extra)
             return "fenced"
@@ -420,22 +495,26 @@ class WebhookDeliverer:
         return outcome
 
     def _record_destination(
-        self, destination: str, attempt: HttpAttempt, now: datetime | None
+        self, tenant: str, destination: str, attempt: HttpAttempt, now: datetime | None
     ) -> None:
-        """Move the destination's breaker (``after_attempt``): an answer closes it at once;
-        a failure is counted under the row's lock."""
+        """Move the tenant's breaker of the destination (``after_attempt``): an answer closes
+        it at once; a connection that got none is counted under the row's lock; an attempt
+        that never connected changes nothing."""
         policy = self._config.breaker
+        key = {"tenant": tenant, "destination": destination}
         if attempt.status_code is not None:
-            autocommit(self._engine, CLOSE_DESTINATION, {"destination": destination})
+            autocommit(self._engine, CLOSE_DESTINATION, key)
             return
+        if not attempt.unanswered:
+            return  # it never connected: the tenant's own failure, not the destination's
         with self._engine.begin() as conn:
-            row = conn.execute(LOCK_DESTINATION, {"destination": destination, "now": now}).one()
+            row = conn.execute(LOCK_DESTINATION, {**key, "now": now}).one()
             before = Breaker(row.failures, row.open_until)
             after = after_attempt(before, answered=False, now=row.now, policy=policy)
             conn.execute(
                 SAVE_DESTINATION,
                 {
-                    "destination": destination,
+                    **key,
                     "failures": after.failures,
                     "open_until": after.open_until,
                     "now": now,
@@ -443,8 +522,9 @@ class WebhookDeliverer:
             )
         if after.open_until is not None and before.failures < policy.failures:
             logger.warning(
-                "webhook destination failing: its deliveries are held back",
+                "webhook destination failing: the tenant's deliveries there are held back",
                 extra={
+                    "tenant": tenant,
                     "destination": destination,
                     "failures": after.failures,
                     "open_until": after.open_until.isoformat(),
@@ -463,15 +543,15 @@ class WebhookDeliverer:
         except Exception:
             logger.exception("pruning webhook destination states failed; tried again later")
 
-    def _attempt(self, claimed: Claimed, view: RunView) -> tuple[HttpAttempt, bool]:
-        """The attempt, and whether it tried the destination (a delivery that cannot be
-        sent says nothing of its destination)."""
+    def _attempt(self, claimed: Claimed, view: RunView) -> HttpAttempt:
+        """The attempt (one that could not be sent never connected: it says nothing of its
+        destination)."""
         if not claimed.secret:
-            return HttpAttempt(error="the tenant has no webhook secret to sign with"), False
+            return HttpAttempt(error="the tenant has no webhook secret to sign with")
         try:
             url: CallbackUrl = parse_callback_url(claimed.url)
         except BadCallbackUrl as exc:
-            return HttpAttempt(error=f"bad URL: {exc}"), False
+            return HttpAttempt(error=f"bad URL: {exc}")
         body = run_json(view)
         headers: Mapping[str, Any] = {
             "Content-Type": "application/json",
@@ -480,7 +560,6 @@ class WebhookDeliverer:
         }
         # Name lookups count against the tenant's share of the resolver.
         send = self._send or functools.partial(post, resolve=self._resolver.for_key(claimed.tenant))
-        attempt = send(
+        return send(
             url, body, headers, timeout=self._config.timeout_seconds, policy=self._config.policy
         )
-        return attempt, True

@@ -31,6 +31,15 @@ class HttpAttempt:
     error: str | None = None
     # The address a destination was refused for: for operators' logs, never for the tenant.
     refused_address: str | None = None
+    # Whether a connection to a checked address was tried. An attempt that failed before (a
+    # name that did not resolve in time, a refused address, no lookup to spare) says nothing
+    # of the destination: only one that tried and got no answer counts against it.
+    connected: bool = False
+
+    @property
+    def unanswered(self) -> bool:
+        """A connection was tried and no HTTP answer came: the destination's failure."""
+        return self.connected and self.status_code is None
 
     @property
     def delivered(self) -> bool:
@@ -63,6 +72,10 @@ class _Watchdog:
         self._timer.cancel()
 
 
+class _NoTimeLeft(TimeoutError):
+    """The lookup took the whole timeout: no connection was tried."""
+
+
 def _connect(url: CallbackUrl, addresses: list[str], deadline: float) -> socket.socket:
     """A connection to the first of the checked addresses that answers (TLS if https)."""
     error: OSError | None = None
@@ -84,7 +97,9 @@ def _connect(url: CallbackUrl, addresses: list[str], deadline: float) -> socket.
         except (OSError, ssl.SSLError):
             sock.close()
             raise
-    raise error or TimeoutError("timed out")
+    if error is None:
+        raise _NoTimeLeft("timed out")
+    raise error
 
 
 def post(
@@ -105,8 +120,10 @@ def post(
         return HttpAttempt(error=f"refused: {exc}"[:ERROR_CHARS], refused_address=exc.address)
     try:
         sock = _connect(url, [str(a) for a in addresses], deadline)
-    except (OSError, ssl.SSLError) as exc:
+    except _NoTimeLeft as exc:
         return HttpAttempt(error=_describe(exc, timeout))
+    except (OSError, ssl.SSLError) as exc:
+        return HttpAttempt(error=_describe(exc, timeout), connected=True)
     conn = http.client.HTTPConnection(url.host, url.port, timeout=timeout)
     conn.sock = sock  # already connected to the checked address: http.client will not resolve
     with _Watchdog(sock, deadline - time.monotonic()) as watchdog:
@@ -117,11 +134,11 @@ def post(
             status = response.status
         except (OSError, http.client.HTTPException) as exc:
             if watchdog.fired:
-                return HttpAttempt(error=f"timed out after {timeout:g} s")
-            return HttpAttempt(error=_describe(exc, timeout))
+                return HttpAttempt(error=f"timed out after {timeout:g} s", connected=True)
+            return HttpAttempt(error=_describe(exc, timeout), connected=True)
         finally:
             conn.close()
-    return HttpAttempt(status_code=status)
+    return HttpAttempt(status_code=status, connected=True)
 
 
 def _describe(exc: BaseException, timeout: float) -> str:

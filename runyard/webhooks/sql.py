@@ -1,9 +1,9 @@
 """The named SQL statements of webhook delivery and tenant webhook settings.
 
 Delivery rows are written by a trigger when a run becomes terminal (migration 0009); these
-statements offer, claim, hold back and settle them, keep each destination's circuit breaker
-(``webhook_destinations``, migration 0018) and configure tenants. ``{NOW}`` is the injected
-clock or ``now()``.
+statements offer, claim, hold back and settle them, keep each tenant's circuit breaker per
+destination (``webhook_destinations``, migrations 0018 and 0019) and configure tenants.
+``{NOW}`` is the injected clock or ``now()``.
 """
 
 from __future__ import annotations
@@ -51,46 +51,92 @@ DELIVERY_OFFERS = _sql(
     """
 )
 
-# The breaker state of the named destinations; a destination without a row is closed.
+# More offers of the named tenants (:tenants and :after side by side): each one's oldest due
+# deliveries from :after on that are not in :seen, at most :limit of them. For tenants whose
+# offers all wait for room at their destinations: their deliveries to other destinations may
+# come later (bounded: a claim looks this far ahead for a few tenants, never the backlog).
+MORE_OFFERS = _sql(
+    """
+    SELECT o.id, o.tenant, o.url, o.next_attempt_at
+    FROM unnest(CAST(:tenants AS text[]), CAST(:after AS timestamptz[])) AS t(tenant, after)
+    CROSS JOIN LATERAL (
+        SELECT id, tenant, url, next_attempt_at FROM webhook_deliveries
+        WHERE status = 'pending' AND tenant = t.tenant
+          AND next_attempt_at >= t.after AND next_attempt_at <= {NOW}
+          AND id <> ALL(CAST(:seen AS uuid[]))
+        ORDER BY next_attempt_at
+        LIMIT :limit
+    ) o
+    """
+)
+
+# The breaker states of the named tenants' destinations (:tenants and :destinations side by
+# side); one without a row is closed.
 DESTINATION_STATES = _sql(
     """
-    SELECT destination, failures, open_until FROM webhook_destinations
-    WHERE destination = ANY(CAST(:destinations AS text[]))
+    SELECT s.tenant, s.destination, s.failures, s.open_until
+    FROM unnest(CAST(:tenants AS text[]), CAST(:destinations AS text[])) AS k(tenant, destination)
+    JOIN webhook_destinations s ON s.tenant = k.tenant AND s.destination = k.destination
+    """
+)
+
+# The claim's transaction-level locks: one per tenant and per destination it claims for
+# (:keys), taken in one order (so two claims never wait for each other in a circle) and held
+# until it commits. A claim counts the attempts in flight (IN_FLIGHT) only once it holds them,
+# so no other process claims for the same tenant or destination between its count and its
+# claim: the caps hold across processes. Two keys with the same hash share a lock, which only
+# makes two claims wait for each other.
+LOCK_CLAIM = _sql(
+    """
+    SELECT count(pg_advisory_xact_lock(hashtext('runyard.webhook_claim'), k)) AS locked
+    FROM (SELECT DISTINCT hashtext(key) AS k FROM unnest(CAST(:keys AS text[])) AS key
+          ORDER BY 1) AS ordered
+    """
+)
+
+# Every attempt in flight (leased, lease not run out), with its tenant and URL.
+IN_FLIGHT = _sql(
+    """
+    SELECT tenant, url FROM webhook_deliveries
+    WHERE status = 'pending' AND lease_token IS NOT NULL AND next_attempt_at > {NOW}
     """
 )
 
 # The picked deliveries, each claimed under a fresh lease_token for :lease seconds, in the
 # order of :ids: the claim moves next_attempt_at a lease ahead, so a delivery whose process
 # dies is due again after it (at least once). Rows taken meanwhile by another claim (locked,
-# or no longer due) are skipped. A probe (:probe_ids, of :probe_destinations) is claimed only
-# if this statement is the one that marks its destination open for the lease (the update
-# waits for a concurrent one and re-checks), so a destination gets one probe at a time. A row
-# still holding a token was claimed by a process that never settled it: its attempt is told
-# in the run's events as interrupted (it may or may not have arrived).
+# or no longer due) are skipped. A probe (:probe_ids, to :probe_destinations) is claimed only
+# if its row was (not skipped) and this statement is the one that marks its tenant's breaker
+# there open for the lease (the update waits for a concurrent one and re-checks), so a breaker
+# gets one probe at a time, and one whose probe was not claimed stays as it was. A row still
+# holding a token was claimed by a process that never settled it: its attempt is told in the
+# run's events as interrupted (it may or may not have arrived).
 CLAIM_DELIVERIES = _sql(
     """
-    WITH probing AS (
+    WITH due AS MATERIALIZED (
+        SELECT id, tenant, lease_token IS NOT NULL AS interrupted
+        FROM webhook_deliveries
+        WHERE id = ANY(CAST(:ids AS uuid[]))
+          AND status = 'pending' AND next_attempt_at <= {NOW}
+        ORDER BY array_position(CAST(:ids AS uuid[]), id)
+        FOR UPDATE SKIP LOCKED
+    ), probing AS (
         UPDATE webhook_destinations s
         SET open_until = {NOW} + make_interval(secs => CAST(:lease AS double precision)),
             updated_at = {NOW}
         FROM unnest(CAST(:probe_ids AS uuid[]), CAST(:probe_destinations AS text[]))
              AS p(id, destination)
-        WHERE s.destination = p.destination
+        JOIN due ON due.id = p.id
+        WHERE s.tenant = due.tenant AND s.destination = p.destination
           AND coalesce(s.open_until, '-infinity') <= {NOW}
         RETURNING p.id
-    ), due AS MATERIALIZED (
-        SELECT id, lease_token IS NOT NULL AS interrupted
-        FROM webhook_deliveries
-        WHERE id = ANY(CAST(:ids AS uuid[]))
-          AND status = 'pending' AND next_attempt_at <= {NOW}
-          AND (id <> ALL(CAST(:probe_ids AS uuid[])) OR id IN (SELECT id FROM probing))
-        ORDER BY array_position(CAST(:ids AS uuid[]), id)
-        FOR UPDATE SKIP LOCKED
     ), claimed AS (
         UPDATE webhook_deliveries d
         SET attempts = d.attempts + 1, lease_token = gen_random_uuid(), locked_by = :owner,
             next_attempt_at = {NOW} + make_interval(secs => CAST(:lease AS double precision))
-        FROM due WHERE d.id = due.id
+        FROM due
+        WHERE d.id = due.id
+          AND (due.id <> ALL(CAST(:probe_ids AS uuid[])) OR due.id IN (SELECT id FROM probing))
         RETURNING d.id, d.run_id, d.tenant, d.url, d.attempts, d.lease_token, due.interrupted
     ), interrupted AS (
         INSERT INTO tool_run_events (run_id, at, type, data)
@@ -149,14 +195,14 @@ DEFER_DELIVERIES = _sql(
     """
 )
 
-# The breaker state of a destination that just failed, its row locked until the commit (made
-# closed if it had none): the caller computes the next state and saves it in the same
-# transaction, so concurrent failures count one after the other.
+# The tenant's breaker state of a destination that just failed for it, its row locked until
+# the commit (made closed if it had none): the caller computes the next state and saves it in
+# the same transaction, so concurrent failures count one after the other.
 LOCK_DESTINATION = _sql(
     """
-    INSERT INTO webhook_destinations AS s (destination, failures, open_until, updated_at)
-    VALUES (:destination, 0, NULL, {NOW})
-    ON CONFLICT (destination) DO UPDATE SET updated_at = s.updated_at
+    INSERT INTO webhook_destinations AS s (tenant, destination, failures, open_until, updated_at)
+    VALUES (:tenant, :destination, 0, NULL, {NOW})
+    ON CONFLICT (tenant, destination) DO UPDATE SET updated_at = s.updated_at
     RETURNING failures, open_until, {NOW} AS now
     """
 )
@@ -165,12 +211,14 @@ SAVE_DESTINATION = _sql(
     """
     UPDATE webhook_destinations
     SET failures = :failures, open_until = CAST(:open_until AS timestamptz), updated_at = {NOW}
-    WHERE destination = :destination
+    WHERE tenant = :tenant AND destination = :destination
     """
 )
 
-# An answer closes the breaker: a closed destination has no row.
-CLOSE_DESTINATION = _sql("DELETE FROM webhook_destinations WHERE destination = :destination")
+# An answer closes the tenant's breaker there: a closed breaker has no row.
+CLOSE_DESTINATION = _sql(
+    "DELETE FROM webhook_destinations WHERE tenant = :tenant AND destination = :destination"
+)
 
 # Breaker states untouched for :age seconds: every delivery they held back has been settled
 # or given up by then, so the destination starts closed again.

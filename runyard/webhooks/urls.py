@@ -121,6 +121,8 @@ METADATA_ADDRESSES = frozenset(
 # IPv6 forms that carry an IPv4 address in their last 32 bits, judged by that address.
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+# IPv4-translated (SIIT, ``::ffff:0:a.b.c.d``): not IPv4-mapped, so ``ipv4_mapped`` misses it.
+_IPV4_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")
 # IPv6 ranges refused whatever they carry: the local-use NAT64 prefix (where the IPv4 address
 # sits depends on the site's prefix length) and Teredo (tunnel endpoints, never a receiver).
 _REFUSED_V6 = {
@@ -130,14 +132,17 @@ _REFUSED_V6 = {
 
 
 def embedded_ipv4(address: IpAddress) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 one stands for (IPv4-mapped, IPv4-compatible, NAT64, 6to4)."""
+    """The IPv4 address an IPv6 one stands for (IPv4-mapped, IPv4-translated,
+    IPv4-compatible, NAT64, 6to4)."""
     if not isinstance(address, ipaddress.IPv6Address):
         return None
     if address.ipv4_mapped is not None:
         return address.ipv4_mapped
     if address.sixtofour is not None:
         return address.sixtofour
-    if address in _NAT64 or (address in _IPV4_COMPATIBLE and int(address) > 1):
+    if address in _NAT64 or address in _IPV4_TRANSLATED:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if address in _IPV4_COMPATIBLE and int(address) > 1:
         return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return None
 

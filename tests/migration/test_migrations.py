@@ -312,3 +312,36 @@ def test_created_and_stored_counts__come_with_the_rerun_of_index_and_go_back(dat
     assert before == after == {"tenant", "shard", "queued", "running"}
     assert tuple(counts) == (2, 1)  # both runs kept (the backfill), one made since
     assert "ix_tool_runs_rerun_of" in indexes and "ix_tool_runs_rerun_of" not in gone
+
+
+def test_webhook_breakers__start_closed_and_each_tenants_own_after_0019(database_url: str):
+    config, engine = _downgraded(database_url, "0018")
+    insert = (
+        "INSERT INTO webhook_destinations (destination, failures, open_until, updated_at) "
+        "VALUES ('hooks.example:443', 7, now() + interval '1 hour', now())"
+    )
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(insert))
+        command.upgrade(config, "head")
+        with engine.begin() as conn:
+            left = conn.execute(text("SELECT count(*) FROM webhook_destinations")).scalar_one()
+            for tenant in ("a", "b"):  # one destination, a breaker for each tenant
+                conn.execute(
+                    text(
+                        "INSERT INTO webhook_destinations "
+                        "(tenant, destination, failures, updated_at) "
+                        "VALUES (:tenant, 'hooks.example:443', 1, now())"
+                    ),
+                    {"tenant": tenant},
+                )
+        command.downgrade(config, "0018")
+        with engine.begin() as conn:
+            after_down = conn.execute(
+                text("SELECT count(*) FROM webhook_destinations")
+            ).scalar_one()
+            conn.execute(text(insert))  # keyed by destination alone again
+        command.upgrade(config, "head")
+    finally:
+        engine.dispose()
+    assert (left, after_down) == (0, 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from runyard.domain.webhook_fairness import (
     Caps,
     Gate,
     Offer,
+    admit,
     after_attempt,
     cooldown,
     gate,
@@ -81,36 +83,71 @@ def test_pick_deliveries__turns_and_caps(
     assert picks.probes == {} and picks.defer == {}
 
 
-def test_pick_deliveries__an_open_destination_is_deferred_to_its_cool_down_end():
-    made = offers("a@dead", "a@dead", "a@live", "b@live")
-    opened = {"dead": Breaker(failures=3, open_until=at(200))}
+def test_pick_deliveries__an_open_breaker_defers_its_tenants_deliveries_there_only():
+    made = offers("a@dead", "a@dead", "a@live", "b@live", "b@dead")
+    opened = {("a", "dead"): Breaker(failures=3, open_until=at(200))}
     picks = pick_deliveries(made, [], opened, slots=8, caps=Caps(4, 4), policy=POLICY, now=at(100))
-    assert names(picks.claim) == [2, 3]
+    assert names(picks.claim) == [2, 3, 4]  # b's breaker there is its own, and closed
     assert picks.defer == {made[0].id: at(200), made[1].id: at(200)}
     assert picks.probes == {}
 
 
-def test_pick_deliveries__a_cooled_down_destination_gets_one_probe():
+def test_pick_deliveries__a_cooled_down_breaker_gets_one_probe_of_its_tenant():
     made = offers("a@dead", "a@dead", "b@dead", "a@live")
-    cooled = {"dead": Breaker(failures=3, open_until=at(50))}
+    cooled = {("a", "dead"): Breaker(failures=3, open_until=at(50))}
     picks = pick_deliveries(made, [], cooled, slots=8, caps=Caps(4, 4), policy=POLICY, now=at(100))
-    assert names(picks.claim) == [0, 3]  # one probe; the other offers wait for its outcome
-    assert picks.probes == {"dead": made[0].id}
+    # One probe for a; a's other offer there waits for its outcome; b's goes as usual.
+    assert names(picks.claim) == [0, 2, 3]
+    assert picks.probes == {("a", "dead"): made[0].id}
     assert picks.defer == {}
 
 
-def test_pick_deliveries__no_probe_while_an_attempt_to_it_is_in_flight():
+def test_pick_deliveries__no_probe_while_an_attempt_of_its_tenant_there_is_in_flight():
     made = offers("a@dead", "b@live")
-    cooled = {"dead": Breaker(failures=3, open_until=at(50))}
-    picks = pick_deliveries(
-        made, [("c", "dead")], cooled, slots=8, caps=Caps(4, 4), policy=POLICY, now=at(100)
-    )
+    cooled = {("a", "dead"): Breaker(failures=3, open_until=at(50))}
+    args: dict[str, Any] = {"slots": 8, "caps": Caps(4, 4), "policy": POLICY, "now": at(100)}
+    picks = pick_deliveries(made, [("a", "dead")], cooled, **args)
     assert names(picks.claim) == [1] and picks.probes == {}
+    # Another tenant's attempt there does not hold back a's probe.
+    picks = pick_deliveries(made, [("c", "dead")], cooled, **args)
+    assert names(picks.claim) == [0, 1] and picks.probes == {("a", "dead"): made[0].id}
+
+
+def test_pick_deliveries__tenants_whose_offers_all_wait_for_room_are_waiting():
+    made = offers("a@full", "a@full", "b@full", "c@x", "c@y")
+    args: dict[str, Any] = {"policy": POLICY, "now": at(100)}
+    picks = pick_deliveries(made, [("d", "full")], {}, slots=8, caps=Caps(2, 1), **args)
+    # a and b wait for room at "full"; c is at its cap (2), so it is not waiting for room.
+    assert names(picks.claim) == [3, 4]
+    assert picks.waiting == {"a", "b"}
+    # Slots used up: nobody is told to look further.
+    picks = pick_deliveries(made, [("d", "full")], {}, slots=1, caps=Caps(2, 1), **args)
+    assert names(picks.claim) == [3] and picks.waiting == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("specs", "in_flight", "caps", "expected"),
+    [
+        # Nothing claimed meanwhile: all of them.
+        (["a@x", "b@x", "a@y"], [], Caps(2, 2), [0, 1, 2]),
+        # Another process took a's room meanwhile: a's are dropped, in order, b's kept.
+        (["a@x", "b@y", "a@z"], [("a", "w"), ("a", "w")], Caps(2, 4), [1]),
+        (["a@x", "b@y", "a@z"], [("a", "w")], Caps(2, 4), [0, 1]),
+        # Another process took the destination's room meanwhile.
+        (["a@x", "b@x", "b@y"], [("c", "x")], Caps(4, 2), [0, 2]),
+        (["a@x", "b@x"], [("c", "x"), ("d", "x")], Caps(4, 2), []),
+        ([], [("c", "x")], Caps(4, 2), []),
+    ],
+)
+def test_admit__keeps_what_still_fits_both_caps(
+    specs: list[str], in_flight: list[tuple[str, str]], caps: Caps, expected: list[int]
+):
+    assert names([o.id for o in admit(offers(*specs), in_flight, caps)]) == expected
 
 
 def test_pick_deliveries__failures_below_the_threshold_change_nothing():
     made = offers("a@flaky", "a@flaky")
-    flaky = {"flaky": Breaker(failures=2)}
+    flaky = {("a", "flaky"): Breaker(failures=2)}
     picks = pick_deliveries(made, [], flaky, slots=8, caps=Caps(4, 4), policy=POLICY, now=at(100))
     assert names(picks.claim) == [0, 1] and picks.probes == {} and picks.defer == {}
 

@@ -112,6 +112,12 @@ BOTH = DestinationPolicy(allow_private=True, allow_loopback=True)
         ("::ffff:10.0.0.1", PRIVATE, None),
         ("::ffff:169.254.169.254", BOTH, "link-local"),
         ("::ffff:93.184.215.14", STRICT, None),
+        # IPv4-translated (SIIT, ::ffff:0:0:0/96): judged by the IPv4 address it carries
+        ("::ffff:0:7f00:1", STRICT, "embeds 127.0.0.1 is a loopback"),
+        ("::ffff:0:a9fe:a9fe", BOTH, "embeds 169.254.169.254"),
+        ("::ffff:0:a00:1", STRICT, "embeds 10.0.0.1 is a private"),
+        ("::ffff:0:a00:1", PRIVATE, None),
+        ("::ffff:0:5db8:d70e", STRICT, None),
         # NAT64 (well-known prefix): judged by the IPv4 address it carries
         ("64:ff9b::7f00:1", STRICT, "embeds 127.0.0.1 is a loopback"),
         ("64:ff9b::a9fe:a9fe", BOTH, "embeds 169.254.169.254"),
@@ -208,6 +214,7 @@ def test_checked_addresses__a_name_that_does_not_resolve_is_refused():
         ("http://localhost:8080/x", LOOPBACK, None),
         ("http://[::ffff:10.0.0.1]/x", STRICT, "10.0.0.1 is a private"),
         ("http://[64:ff9b::a9fe:a9fe]/x", BOTH, "169.254.169.254"),
+        ("http://[::ffff:0:7f00:1]/x", STRICT, "127.0.0.1 is a loopback"),
         ("http://[2002:a00:1::1]/x", STRICT, "10.0.0.1 is a private"),
         ("http://169.254.169.254/latest", BOTH, "never allowed"),
     ],

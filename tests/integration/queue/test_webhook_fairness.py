@@ -25,7 +25,10 @@ from runyard.webhooks.sql import (
     DEFER_DELIVERIES,
     DELIVERY_OFFERS,
     DESTINATION_STATES,
+    IN_FLIGHT,
+    LOCK_CLAIM,
     LOCK_DESTINATION,
+    MORE_OFFERS,
     PRUNE_DESTINATIONS,
     SAVE_DESTINATION,
 )
@@ -67,17 +70,20 @@ def offers(engine: Engine, now: Any, per_tenant: int = 10) -> list[Any]:
     return autocommit(engine, DELIVERY_OFFERS, {"per_tenant": per_tenant, "now": now})
 
 
-def destination(engine: Engine, key: str) -> Any:
-    rows = autocommit(engine, DESTINATION_STATES, {"destinations": [key]})
+def destination(engine: Engine, key: str, tenant: str = "acme") -> Any:
+    """The tenant's breaker state at ``key`` (None: closed)."""
+    rows = autocommit(engine, DESTINATION_STATES, {"tenants": [tenant], "destinations": [key]})
     return rows[0] if rows else None
 
 
-def set_destination(engine: Engine, key: str, failures: int, open_until: Any) -> None:
+def set_destination(
+    engine: Engine, key: str, failures: int, open_until: Any, tenant: str = "acme"
+) -> None:
+    pair = {"tenant": tenant, "destination": key}
     with engine.begin() as conn:
-        conn.execute(LOCK_DESTINATION, {"destination": key, "now": T0})
+        conn.execute(LOCK_DESTINATION, {**pair, "now": T0})
         conn.execute(
-            SAVE_DESTINATION,
-            {"destination": key, "failures": failures, "open_until": open_until, "now": T0},
+            SAVE_DESTINATION, {**pair, "failures": failures, "open_until": open_until, "now": T0}
         )
 
 
@@ -133,6 +139,35 @@ def test_delivery_offers__each_tenant_oldest_due_up_to_the_limit_and_what_is_in_
     assert not any(r.in_flight for r in rows)
 
 
+def test_more_offers__a_tenants_due_deliveries_past_those_offered(queue: JobQueue, engine: Engine):
+    for i in range(6):
+        finish(queue, now=T0 + timedelta(seconds=i), tenant="flood", callback_url=HOOK)
+    finish(queue, now=T0 + timedelta(seconds=2), tenant="quiet", callback_url=HOOK)
+    finish(queue, now=T0 + timedelta(hours=1), tenant="flood", callback_url=HOOK)  # not due
+    now = T0 + timedelta(seconds=10)
+    first = sorted(
+        (r for r in offers(engine, now, per_tenant=2) if r.tenant == "flood"),
+        key=lambda r: r.next_attempt_at,
+    )
+    rows = autocommit(
+        engine,
+        MORE_OFFERS,
+        {
+            "tenants": ["flood"],
+            "after": [first[-1].next_attempt_at],
+            "seen": [r.id for r in first],
+            "limit": 3,
+            "now": now,
+        },
+    )
+    assert [(r.tenant, r.next_attempt_at) for r in rows] == [
+        ("flood", T0 + timedelta(seconds=2)),
+        ("flood", T0 + timedelta(seconds=3)),
+        ("flood", T0 + timedelta(seconds=4)),
+    ]
+    assert not {r.id for r in rows} & {r.id for r in first}
+
+
 def test_claim_deliveries__takes_the_ids_in_the_order_given_and_only_due_ones(
     queue: JobQueue, engine: Engine
 ):
@@ -184,6 +219,95 @@ def test_claim_deliveries__a_destination_gets_one_probe_however_claims_race(
     assert [r.id for r in autocommit(engine, CLAIM_DELIVERIES, claim_params([two], T0))] == [two]
 
 
+def test_claim_deliveries__a_probe_not_claimed_leaves_its_breaker_as_it_was(
+    queue: JobQueue, engine: Engine
+):
+    locked_run, later_run = (finish(queue, callback_url=HOOK) for _ in range(2))
+    locked, later = (deliveries(engine, run)[0]["id"] for run in (locked_run, later_run))
+    key = "hooks.example:443"
+    cooled = T0 - timedelta(seconds=1)
+    set_destination(engine, key, failures=5, open_until=cooled)
+    with engine.connect() as other:  # another claim holds the row
+        other.execute(
+            text("SELECT 1 FROM webhook_deliveries WHERE id = :id FOR UPDATE"), {"id": locked}
+        )
+        rows = autocommit(
+            engine,
+            CLAIM_DELIVERIES,
+            claim_params([locked], T0, probe_ids=[locked], probe_destinations=[key]),
+        )
+        assert rows == []
+        other.rollback()
+    state = destination(engine, key)
+    assert (state.failures, state.open_until) == (5, cooled)  # not marked as being probed
+    # A probe that is no longer due (another claim took it and moved it a lease ahead).
+    autocommit(engine, CLAIM_DELIVERIES, claim_params([later], T0))
+    rows = autocommit(
+        engine,
+        CLAIM_DELIVERIES,
+        claim_params([later], T0, probe_ids=[later], probe_destinations=[key]),
+    )
+    assert rows == []
+    state = destination(engine, key)
+    assert (state.failures, state.open_until) == (5, cooled)
+    # A probe that is claimed marks it for its lease.
+    rows = autocommit(
+        engine,
+        CLAIM_DELIVERIES,
+        claim_params([locked], T0, probe_ids=[locked], probe_destinations=[key]),
+    )
+    assert [r.id for r in rows] == [locked]
+    assert destination(engine, key).open_until == T0 + timedelta(seconds=5)
+
+
+def test_claim_deliveries__a_probe_marks_only_its_own_tenants_breaker(
+    queue: JobQueue, engine: Engine
+):
+    run = finish(queue, callback_url=HOOK, tenant="acme")
+    [probe] = deliveries(engine, run)
+    key = "hooks.example:443"
+    cooled = T0 - timedelta(seconds=1)
+    for tenant in ("acme", "other"):
+        set_destination(engine, key, failures=5, open_until=cooled, tenant=tenant)
+    params = claim_params([probe["id"]], T0, probe_ids=[probe["id"]], probe_destinations=[key])
+    assert [r.id for r in autocommit(engine, CLAIM_DELIVERIES, params)] == [probe["id"]]
+    assert destination(engine, key).open_until == T0 + timedelta(seconds=5)
+    assert destination(engine, key, tenant="other").open_until == cooled
+
+
+def test_lock_claim__a_second_claim_for_the_same_tenant_waits_and_then_sees_the_first(
+    queue: JobQueue, engine: Engine
+):
+    first, second = (finish(queue, callback_url=HOOK) for _ in range(2))
+    one, two = (deliveries(engine, run)[0]["id"] for run in (first, second))
+    outcome: dict[str, Any] = {}
+
+    def second_claim() -> None:
+        with engine.begin() as conn:
+            conn.execute(LOCK_CLAIM, {"keys": ["destination:other:80", "tenant:acme"]})
+            outcome["in_flight"] = conn.execute(IN_FLIGHT, {"now": T0}).all()
+
+    with engine.connect() as held:
+        held.execute(LOCK_CLAIM, {"keys": ["tenant:acme", "destination:hooks.example:443"]})
+        assert held.execute(IN_FLIGHT, {"now": T0}).all() == []
+        held.execute(CLAIM_DELIVERIES, claim_params([one], T0))
+        racer = threading.Thread(target=second_claim)
+        racer.start()
+        time.sleep(0.3)  # it waits for the tenant's lock
+        assert racer.is_alive()
+        held.commit()
+    racer.join(timeout=10)
+    assert [(r.tenant, r.url) for r in outcome["in_flight"]] == [("acme", HOOK)]
+    # Locks of other tenants and destinations do not wait (a wait would fail at the timeout).
+    with engine.connect() as held:
+        held.execute(LOCK_CLAIM, {"keys": ["tenant:acme"]})
+        with engine.begin() as conn:
+            conn.execute(text("SET LOCAL lock_timeout = '5s'"))
+            conn.execute(LOCK_CLAIM, {"keys": ["tenant:other", "destination:x:1"]})
+        held.rollback()
+    assert autocommit(engine, CLAIM_DELIVERIES, claim_params([two], T0))
+
+
 def test_defer_deliveries__holds_back_gives_up_past_the_window_and_releases_dead_leases(
     queue: JobQueue, engine: Engine
 ):
@@ -224,22 +348,33 @@ def test_defer_deliveries__holds_back_gives_up_past_the_window_and_releases_dead
     assert autocommit(engine, DEFER_DELIVERIES, again) == []
 
 
-def test_destination_statements__lock_save_close_and_prune(engine: Engine):
+def test_destination_statements__lock_save_close_and_prune_each_tenants_own(engine: Engine):
+    a80 = {"tenant": "acme", "destination": "a:80"}
     with engine.begin() as conn:
-        [fresh] = conn.execute(LOCK_DESTINATION, {"destination": "a:80", "now": T0}).all()
+        [fresh] = conn.execute(LOCK_DESTINATION, {**a80, "now": T0}).all()
         assert (fresh.failures, fresh.open_until, fresh.now) == (0, None, T0)
-        conn.execute(
-            SAVE_DESTINATION,
-            {"destination": "a:80", "failures": 3, "open_until": T0, "now": T0},
-        )
+        conn.execute(SAVE_DESTINATION, {**a80, "failures": 3, "open_until": T0, "now": T0})
     with engine.begin() as conn:
-        [again] = conn.execute(LOCK_DESTINATION, {"destination": "a:80", "now": T0}).all()
+        [again] = conn.execute(LOCK_DESTINATION, {**a80, "now": T0}).all()
         assert (again.failures, again.open_until) == (3, T0)
     set_destination(engine, "b:80", failures=1, open_until=None)
-    states = autocommit(engine, DESTINATION_STATES, {"destinations": ["a:80", "b:80", "c:80"]})
-    assert sorted((r.destination, r.failures) for r in states) == [("a:80", 3), ("b:80", 1)]
-    autocommit(engine, CLOSE_DESTINATION, {"destination": "a:80"})
+    set_destination(engine, "a:80", failures=2, open_until=None, tenant="other")
+    states = autocommit(
+        engine,
+        DESTINATION_STATES,
+        {
+            "tenants": ["acme", "acme", "acme", "other"],
+            "destinations": ["a:80", "b:80", "c:80", "a:80"],
+        },
+    )
+    assert sorted((r.tenant, r.destination, r.failures) for r in states) == [
+        ("acme", "a:80", 3),
+        ("acme", "b:80", 1),
+        ("other", "a:80", 2),
+    ]
+    autocommit(engine, CLOSE_DESTINATION, a80)
     assert destination(engine, "a:80") is None
+    assert destination(engine, "a:80", tenant="other").failures == 2  # another tenant's own
     autocommit(engine, PRUNE_DESTINATIONS, {"age": 60.0, "now": T0 + timedelta(seconds=59)})
     assert destination(engine, "b:80") is not None
     autocommit(engine, PRUNE_DESTINATIONS, {"age": 60.0, "now": T0 + timedelta(seconds=61)})
