@@ -47,7 +47,13 @@ class Caps:
     """The most attempts in flight at once, per tenant and per destination."""
 
     per_tenant: int = 4
-    per_destination: int = 4
+    per_destination: int = 8
+
+    @property
+    def per_tenant_at_destination(self) -> int:
+        """The most one tenant may hold of one destination: half its room, so a tenant whose
+        attempts to a shared receiver never get an answer leaves the rest to the others."""
+        return max(1, self.per_destination // 2)
 
 
 @dataclass(frozen=True)
@@ -157,6 +163,8 @@ def pick_deliveries(
         key = (offer.tenant, offer.destination)
         if gates[key] is Gate.PROBE and pair_busy[key]:
             return False  # one probe at a time
+        if pair_busy[key] >= caps.per_tenant_at_destination:
+            return False
         return destination_busy[offer.destination] < caps.per_destination
 
     claim: list[uuid.UUID] = []
@@ -202,13 +210,18 @@ def admit(picked: Iterable[Offer], in_flight: Iterable[BreakerKey], caps: Caps) 
     flying = list(in_flight)
     tenant_busy = Counter(tenant for tenant, _ in flying)
     destination_busy = Counter(destination for _, destination in flying)
+    pair_busy = Counter(flying)
     admitted: list[Offer] = []
     for offer in picked:
+        pair = (offer.tenant, offer.destination)
         if tenant_busy[offer.tenant] >= caps.per_tenant:
             continue
         if destination_busy[offer.destination] >= caps.per_destination:
             continue
+        if pair_busy[pair] >= caps.per_tenant_at_destination:
+            continue
         admitted.append(offer)
         tenant_busy[offer.tenant] += 1
         destination_busy[offer.destination] += 1
+        pair_busy[pair] += 1
     return admitted

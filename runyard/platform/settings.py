@@ -153,7 +153,7 @@ class Settings(BaseSettings):
     # every slot.
     webhook_concurrency: int = Field(default=8, ge=1, le=256)
     webhook_tenant_concurrency: int = Field(default=4, ge=1, le=256)
-    webhook_destination_concurrency: int = Field(default=4, ge=1, le=256)
+    webhook_destination_concurrency: int = Field(default=8, ge=1, le=256)
     webhook_poll_seconds: float = Field(default=1.0, gt=0)
     # A destination to which a tenant's last breaker_failures attempts connected and got no
     # answer is not attempted for that tenant for breaker_cooldown_seconds, doubling up to the

@@ -137,12 +137,22 @@ def test_pick_deliveries__tenants_whose_offers_all_wait_for_room_are_waiting():
         (["a@x", "b@x", "b@y"], [("c", "x")], Caps(4, 2), [0, 2]),
         (["a@x", "b@x"], [("c", "x"), ("d", "x")], Caps(4, 2), []),
         ([], [("c", "x")], Caps(4, 2), []),
+        # A tenant holds at most half of a destination's room: the rest stays for others.
+        (["a@x", "a@x", "a@x", "b@x"], [], Caps(4, 4), [0, 1, 3]),
+        (["a@x", "b@x"], [("a", "x"), ("a", "x")], Caps(4, 4), [1]),
+        (["a@x"], [], Caps(4, 1), [0]),  # a room of one is still a room
     ],
 )
 def test_admit__keeps_what_still_fits_both_caps(
     specs: list[str], in_flight: list[tuple[str, str]], caps: Caps, expected: list[int]
 ):
     assert names([o.id for o in admit(offers(*specs), in_flight, caps)]) == expected
+
+
+def test_pick_deliveries__a_tenant_takes_at_most_half_of_a_destination():
+    made = offers("a@x", "a@x", "a@x", "a@x", "a@y")
+    picks = pick_deliveries(made, [], {}, slots=8, caps=Caps(8, 4), policy=POLICY, now=at(100))
+    assert names(picks.claim) == [0, 1, 4]
 
 
 def test_pick_deliveries__failures_below_the_threshold_change_nothing():

@@ -62,7 +62,8 @@ def config(**overrides: Any) -> WebhookConfig:
         "backoff_max_seconds": 0.2,
         "concurrency": 4,
         "poll_seconds": 0.1,
-        "caps": Caps(per_tenant=4, per_destination=4),
+        # Room for 8 at a destination: a tenant may hold half of it, as many as its own cap.
+        "caps": Caps(per_tenant=4, per_destination=8),
         "breaker": BreakerPolicy(failures=2, cooldown_seconds=600, cooldown_max_seconds=600),
         "policy": FAST.policy,
     }
