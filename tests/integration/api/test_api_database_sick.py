@@ -121,6 +121,7 @@ def test_api__a_bug_is_still_a_500_without_retry_after(
     assert "retry-after" not in response.headers
 
 
+@pytest.mark.slow  # a 2.5 s wait and a 2.5 s stream, by design
 def test_api__waits_and_streams_outlive_the_statement_timeout(
     database_url: str, registry: ToolRegistry, engine: Engine
 ):

@@ -80,6 +80,7 @@ def test_health__both_answer_while_every_request_thread_is_busy(client: TestClie
     assert stuck["tools"].status_code == 200
 
 
+@pytest.mark.slow  # sits out the 3 s readiness bound four times
 def test_readyz__a_database_that_never_answers_is_503_within_its_bound(
     database_url: str, registry: ToolRegistry
 ):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
@@ -159,6 +160,7 @@ def test_revoke_key__keeps_the_first_time_and_knows_unknown_keys(engine: Engine)
     assert list_keys(engine) == []
 
 
+@pytest.mark.slow  # starts the CLI twelve times
 def test_cli_keys__create_ls_revoke_against_the_database(database_url: str):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNYARD_")}
     env["RUNYARD_DATABASE_URL"] = database_url

@@ -38,6 +38,7 @@ EXAMPLES_PER_MODE = 12
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow  # fuzzes every operation: hundreds of generated requests
 def test_schemathesis__finds_no_server_error_and_no_schema_violation(
     database_url: str, engine: Engine, registry: ToolRegistry
 ):

@@ -325,6 +325,7 @@ def test_fork_bomb__ends_cleanly_and_host_stays_healthy(
     assert after.status == RunStatus.SUCCEEDED and after.result == {"still": "fine"}
 
 
+@pytest.mark.slow  # 30 MB of output, read under tracemalloc
 def test_stdout_flood__truncated_with_bounded_memory(
     registry: ToolRegistry, docker_client: docker.DockerClient
 ):

@@ -89,7 +89,9 @@ def test_live_logs__a_line_before_a_long_silence_arrives_during_the_silence(
     script = "echo starting; echo warming >&2; sleep 30; echo never-waited-for"
     run = prepare_run(registry, tenant="t", tool_name="shell", input_value={"script": script})
     run_id = queue.enqueue(run).run_id
-    worker = Worker(queue, DockerRunner(docker_client), WorkerConfig(worker_id="w1"))
+    # The cancel at the end reaches the worker with its next heartbeat: one a second.
+    config = WorkerConfig(worker_id="w1", heartbeat_seconds=1)
+    worker = Worker(queue, DockerRunner(docker_client), config)
     worker.run_once()
     deadline = time.monotonic() + 20
     while not (stream_events(engine, run_id, "stdout") and stream_events(engine, run_id, "stderr")):

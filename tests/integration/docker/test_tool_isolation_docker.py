@@ -112,6 +112,7 @@ def test_network__a_bridge_tool_reaches_a_listener_a_none_tool_cannot(
     )
 
 
+@pytest.mark.slow  # sits out the fetch's 5 s timeout on a dropped connection
 def test_network__a_named_network_is_joined_and_the_bridge_is_not(
     docker_runner: DockerRunner,
     docker_client: docker.DockerClient,

@@ -78,6 +78,7 @@ def test_idle_timeout__a_silent_tool_is_warned_then_stopped(
     assert [kind for kind, _ in notes] == ["stale"]
 
 
+@pytest.mark.slow  # the tool prints for 6 s by design
 def test_idle_timeout__a_tool_that_keeps_printing_runs_to_its_end(
     docker_client: docker.DockerClient, registry: ToolRegistry
 ):
