@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 
 from sqlalchemy import Engine, text
 
@@ -78,6 +79,20 @@ def age(engine: Engine, seconds: int) -> None:
             text("UPDATE tool_run_jobs SET updated_at = now() - make_interval(secs => :s)"),
             {"s": seconds},
         )
+
+
+class SeenRecorded(WorkerRegistry):
+    """A registry that tells when a worker's liveness has been recorded."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        self.recorded = threading.Event()
+
+    def seen(self, worker_id: str, *, now: datetime | None = None) -> datetime | None:
+        try:
+            return super().seen(worker_id, now=now)
+        finally:
+            self.recorded.set()
 
 
 def make(queue: JobQueue, runner: FakeRunner, worker_id: str = "w1") -> Worker:
@@ -215,7 +230,12 @@ def test_reaper__a_sick_workers_runs_go_to_a_healthy_engine_charged_only_if_begu
     # Running on engine A when A stops answering.
     begun = enqueue(queue, max_attempts=2)
     runner_a = dying_engine("engine-a")
-    sick = Worker(queue, runner_a, config("w-a"), registry)
+    # Its first heartbeat round starts with it and records liveness: that must land before
+    # the engine goes away, or on a slow machine it could land after the ageing below.
+    sick_registry = SeenRecorded(engine)
+    sick = Worker(queue, runner_a, config("w-a"), sick_registry)
+    sick.start()
+    assert sick_registry.recorded.wait(timeout=10)
     assert sick.run_once().claimed == 1
     assert sick.wait_idle(timeout=10) and not sick.engine_healthy
     fresh = enqueue(queue)
