@@ -49,6 +49,10 @@ def postgres_server_url() -> Iterator[str]:
     image = os.environ.get("RUNYARD_TEST_POSTGRES_IMAGE", "postgres:16-alpine")
     container = PostgresContainer(image, username="runyard", password="runyard", dbname="postgres")
     container.with_command("postgres -c max_connections=300 -c fsync=off")
+    # The data directory in memory: every test clones the template into a database of its
+    # own and drops it after, which on the engine's disk took about 350 ms a test (16 ms in
+    # memory). The clone keeps the server's default strategy (through the WAL, no checkpoint).
+    container.with_tmpfs_mount("/var/lib/postgresql/data")
     container.start()
     try:
         url = _libpq_url(container.get_connection_url(driver=None))
