@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import Engine, TextClause
 
 from runyard.domain.attempt import AttemptResult
+from runyard.domain.run_events import TRANSITION_EVENT_TYPES
 from runyard.domain.states import ErrorCode, RunStatus
 from runyard.platform.db import autocommit
 from runyard.queue.sql import (
@@ -74,21 +75,9 @@ from runyard.queue.values import (
 
 logger = logging.getLogger(__name__)
 
-# Event types the queue's own transitions write: an attempt's note may not forge them.
-RESERVED_EVENT_TYPES = frozenset(
-    {
-        "status",
-        "claimed",
-        "adopted",
-        "released",
-        "requeued",
-        "lease_expired",
-        "lease_lost",
-        "cancel_requested",
-        "stdout",
-        "stderr",
-    }
-)
+# Event types the queue's own transitions write: an attempt's note may not forge them (nor
+# ``lease_lost``, which nothing writes today).
+RESERVED_EVENT_TYPES = TRANSITION_EVENT_TYPES | {"lease_lost"}
 _EVENT_TYPE = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 JOBS_CHANNEL = "runyard_jobs"
