@@ -82,7 +82,18 @@ class BatchCreate(BaseModel):
                             "depends_on": ["build"],
                         },
                     ]
-                }
+                },
+                {
+                    "runs": [
+                        {"ref": "warm-up", "tool": "sleep", "input": {"seconds": 1}},
+                        {
+                            "ref": "report",
+                            "tool": "echo",
+                            "input": {"after": "warm-up"},
+                            "depends_on": ["warm-up"],
+                        },
+                    ]
+                },
             ]
         },
     )

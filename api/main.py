@@ -16,7 +16,7 @@ import runyard
 from api.deps import Services
 from api.docs_pages import install_docs
 from api.guard import RequestGuard
-from api.openapi import install_openapi
+from api.openapi import OPENAPI_TAGS, install_openapi
 from api.problems import install_problem_handlers
 from api.routes import artifacts as artifact_routes
 from api.routes import batches, events, health, keys, metrics, run_delete, runs, tools, webhooks
@@ -257,6 +257,7 @@ def create_app(
         title="runyard",
         version=runyard.__version__,
         description=DESCRIPTION,
+        openapi_tags=OPENAPI_TAGS,
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,

@@ -256,7 +256,13 @@ class KeyCreate(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
         strict=True,
-        json_schema_extra={"examples": [{"tenant": "acme", "name": "ci"}]},
+        json_schema_extra={
+            "examples": [
+                {"tenant": "acme", "name": "ci"},
+                {"tenant": "acme", "name": "nightly", "max_priority": 10},
+                {"tenant": "ops", "admin": True, "name": "operator"},
+            ]
+        },
     )
 
     tenant: str = Field(min_length=1, max_length=128)
@@ -270,7 +276,9 @@ class KeyCreate(BaseModel):
 class KeyUpdate(BaseModel):
     """What an admin may change on a key."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(
+        extra="forbid", strict=True, json_schema_extra={"examples": [{"max_priority": 50}]}
+    )
 
     max_priority: int = Field(
         ge=-100, le=100, description="The highest priority its runs may ask for"

@@ -11,7 +11,7 @@ from fastapi.responses import StreamingResponse
 from api.actions import artifacts as artifact_actions
 from api.actions.artifacts import OCTETS, artifact_url
 from api.deps import PrincipalDep, ServicesDep
-from api.openapi import COMMON_ERRORS, problem
+from api.openapi import BINARY, COMMON_ERRORS, problem
 from api.routes import RUN_NOT_FOUND
 from api.schemas import ArtifactList, ArtifactOut
 
@@ -22,6 +22,7 @@ NOT_FINISHED = problem("The run is not terminal yet: artifacts appear when it en
 
 @router.get(
     "/{run_id}/artifacts",
+    operation_id="listArtifacts",
     response_model=ArtifactList,
     responses={404: RUN_NOT_FOUND, 409: NOT_FINISHED},
 )
@@ -50,9 +51,13 @@ def list_artifacts(
 
 @router.get(
     "/{run_id}/artifacts.tar",
+    operation_id="downloadArtifactsTar",
     response_class=StreamingResponse,
     responses={
-        200: {"content": {"application/x-tar": {}}, "description": "A tar of every artifact"},
+        200: {
+            "content": {"application/x-tar": {"schema": BINARY}},
+            "description": "A tar of every artifact",
+        },
         404: RUN_NOT_FOUND,
         409: NOT_FINISHED,
     },
@@ -66,10 +71,11 @@ def artifacts_tar(
 
 @router.get(
     "/{run_id}/artifacts/{path:path}",
+    operation_id="downloadArtifact",
     response_class=StreamingResponse,
     responses={
-        200: {"content": {OCTETS: {}}, "description": "The file"},
-        206: {"content": {OCTETS: {}}, "description": "The byte range asked for"},
+        200: {"content": {OCTETS: {"schema": BINARY}}, "description": "The file"},
+        206: {"content": {OCTETS: {"schema": BINARY}}, "description": "The byte range asked for"},
         404: problem("No such run or artifact, or the run belongs to another tenant"),
         409: NOT_FINISHED,
         416: problem("The range lies past the end of the file"),

@@ -29,6 +29,7 @@ MAX_PAGE = 100
 
 @router.post(
     "",
+    operation_id="submitBatch",
     status_code=202,
     response_model=BatchCreated,
     responses={
@@ -72,13 +73,13 @@ async def post_batch(
     return Response(answer, status_code=202, headers=headers, media_type="application/json")
 
 
-@router.get("/{batch_id}", responses={404: NOT_FOUND})
+@router.get("/{batch_id}", operation_id="getBatch", responses={404: NOT_FOUND})
 def get_batch(batch_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep) -> BatchOut:
     """A batch: its status, counts by status and the latest run of each ref."""
     return BatchOut.of(batch_actions.load_batch(services, principal, batch_id))
 
 
-@router.get("")
+@router.get("", operation_id="listBatches")
 def list_batches(
     services: ServicesDep,
     principal: PrincipalDep,
@@ -98,7 +99,9 @@ def list_batches(
     return BatchPage(items=[BatchListed.of(batch) for batch in found], next_cursor=next_cursor)
 
 
-@router.post("/{batch_id}/cancel", status_code=202, responses={404: NOT_FOUND})
+@router.post(
+    "/{batch_id}/cancel", operation_id="cancelBatch", status_code=202, responses={404: NOT_FOUND}
+)
 def cancel_batch(batch_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep) -> BatchOut:
     """Cancel the queued runs at once and ask the running ones to stop."""
     return BatchOut.of(batch_actions.cancel_batch(services, principal, batch_id))
@@ -106,6 +109,7 @@ def cancel_batch(batch_id: uuid.UUID, services: ServicesDep, principal: Principa
 
 @router.post(
     "/{batch_id}/retry",
+    operation_id="retryBatch",
     status_code=202,
     response_model=BatchCreated,
     responses={

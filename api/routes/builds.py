@@ -14,7 +14,8 @@ from fastapi.concurrency import run_in_threadpool
 
 from api.actions.events import RECONNECT_MILLISECONDS, EventStreamResponse
 from api.deps import PrincipalDep, Services, ServicesDep
-from api.openapi import COMMON_ERRORS, problem
+from api.event_schemas import BuildEventType
+from api.openapi import COMMON_ERRORS, build_events_content, problem
 from api.problems import Problem
 from api.schemas import BuildOut
 from runyard.builds.reads import TERMINAL, BuildReads
@@ -26,7 +27,7 @@ BuildStatus = Literal["queued", "building", "ready", "failed"]
 FOLLOW_POLL_SECONDS = 0.5
 
 
-@router.get("")
+@router.get("", operation_id="listBuilds")
 def list_builds(
     services: ServicesDep,
     principal: PrincipalDep,
@@ -42,7 +43,7 @@ def list_builds(
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: problem("No build of that id")}
 
 
-@router.get("/{build_id}", responses=NOT_FOUND)
+@router.get("/{build_id}", operation_id="getBuild", responses=NOT_FOUND)
 def get_build(build_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep) -> BuildOut:
     """One build with its log's tail."""
     view = services.build_reads.get(build_id)
@@ -51,7 +52,7 @@ def get_build(build_id: uuid.UUID, services: ServicesDep, principal: PrincipalDe
     return BuildOut(**view.public())
 
 
-def _message(kind: str, event_id: int, data: dict[str, object]) -> str:
+def _message(kind: BuildEventType, event_id: int, data: dict[str, object]) -> str:
     return f"id: {event_id}\nevent: {kind}\ndata: {json.dumps(data)}\n\n"
 
 
@@ -85,7 +86,19 @@ async def _follow(services: Services, build_id: uuid.UUID, seen: int) -> AsyncIt
         await anyio.sleep(FOLLOW_POLL_SECONDS)
 
 
-@router.get("/{build_id}/events", response_class=EventStreamResponse, responses=NOT_FOUND)
+@router.get(
+    "/{build_id}/events",
+    operation_id="getBuildEvents",
+    response_class=EventStreamResponse,
+    responses={
+        200: {
+            "content": build_events_content(),
+            "description": "The build's log pieces and status changes as SSE, until it is "
+            "ready or failed",
+        },
+        **NOT_FOUND,
+    },
+)
 async def build_events(
     build_id: uuid.UUID,
     services: ServicesDep,

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Header, Query, Response
 from api.actions import events as event_actions
 from api.actions.events import MAX_EVENT_ID, EventStreamResponse
 from api.deps import PrincipalDep, ServicesDep
-from api.openapi import COMMON_ERRORS, problem
+from api.openapi import COMMON_ERRORS, problem, run_events_content
 from api.problems import Problem
 from api.routes import RUN_NOT_FOUND
 
@@ -38,13 +38,11 @@ def _start_after(last_event_id: str | None, after: int | None) -> int:
 
 @router.get(
     "/{run_id}/events",
+    operation_id="getRunEvents",
     response_class=EventStreamResponse,
     responses={
         200: {
-            "content": {
-                "text/event-stream": {"schema": {"type": "string"}},
-                "application/x-ndjson": {"schema": {"type": "string"}},
-            },
+            "content": run_events_content(),
             "description": "The run's events as SSE (the stream ends after the terminal "
             "one), or as an NDJSON download of the log so far",
         },

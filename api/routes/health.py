@@ -23,7 +23,7 @@ router = APIRouter(tags=["health"])
 READY_TIMEOUT_SECONDS = 3.0
 
 
-@router.get("/healthz")
+@router.get("/healthz", operation_id="checkLiveness")
 async def healthz() -> HealthOut:
     """The process answers (it does not look at the database)."""
     return HealthOut(status="ok")
@@ -54,6 +54,7 @@ async def _revisions(services: Services) -> frozenset[str]:
 
 @router.get(
     "/readyz",
+    operation_id="checkReadiness",
     responses={503: {"model": ProblemOut, "description": "Database down or not migrated"}},
 )
 async def readyz(services: ServicesDep) -> HealthOut:

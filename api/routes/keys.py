@@ -31,7 +31,7 @@ AdminDep = Annotated[Principal, Depends(admin_principal)]
 router = APIRouter(prefix="/v1/keys", tags=["keys"], responses={**COMMON_ERRORS, 403: FORBIDDEN})
 
 
-@router.get("")
+@router.get("", operation_id="listKeys")
 def get_keys(
     services: ServicesDep,
     admin: AdminDep,
@@ -46,7 +46,7 @@ def get_keys(
     return [KeyOut.model_validate(key, from_attributes=True) for key in keys]
 
 
-@router.post("", status_code=201, responses={**BODY_ERRORS})
+@router.post("", operation_id="createKey", status_code=201, responses={**BODY_ERRORS})
 def create_key(body: KeyCreate, services: ServicesDep, admin: AdminDep) -> KeyCreated:
     """Create a key; the answer is the only place its secret ever appears."""
     issued = issue_api_key(
@@ -75,6 +75,7 @@ def create_key(body: KeyCreate, services: ServicesDep, admin: AdminDep) -> KeyCr
 
 @router.delete(
     "/{prefix}",
+    operation_id="revokeKey",
     status_code=204,
     response_class=Response,
     responses={404: problem("There is no key with this prefix")},
@@ -96,6 +97,7 @@ def delete_key(
 
 @router.patch(
     "/{prefix}",
+    operation_id="updateKey",
     responses={**BODY_ERRORS, 404: problem("There is no key with this prefix")},
 )
 def update_key(

@@ -33,6 +33,7 @@ def _queue_metrics(engine: Engine) -> Metrics:
 
 @router.get(
     "/metrics",
+    operation_id="getMetrics",
     response_class=PlainTextResponse,
     responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
 )

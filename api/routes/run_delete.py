@@ -17,6 +17,7 @@ router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=COMMON_ERRORS)
 
 @router.delete(
     "/{run_id}",
+    operation_id="deleteRun",
     status_code=204,
     response_class=Response,
     responses={

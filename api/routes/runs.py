@@ -34,6 +34,7 @@ MAX_WAIT_QUERY = 3600.0
 @router.post(
     "",
     name="submit_run",
+    operation_id="submitRun",
     status_code=202,
     response_model=RunOut,
     responses={
@@ -88,13 +89,13 @@ async def post_run(
     )
 
 
-@router.get("/{run_id}", responses={404: RUN_NOT_FOUND})
+@router.get("/{run_id}", operation_id="getRun", responses={404: RUN_NOT_FOUND})
 def get_run(run_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep) -> RunOut:
     """One run; another tenant's run is 404."""
     return RunOut.of(run_actions.view_run(services, principal, run_id))
 
 
-@router.get("")
+@router.get("", operation_id="listRuns")
 def list_runs(
     services: ServicesDep,
     principal: PrincipalDep,
@@ -121,6 +122,7 @@ def list_runs(
 
 @router.post(
     "/{run_id}/cancel",
+    operation_id="cancelRun",
     status_code=202,
     responses={
         404: RUN_NOT_FOUND,
@@ -135,6 +137,7 @@ def cancel_run(run_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep
 
 @router.post(
     "/{run_id}/rerun",
+    operation_id="rerunRun",
     status_code=202,
     response_model=RunOut,
     responses={
@@ -160,6 +163,7 @@ async def rerun(
 
 @router.get(
     "/{run_id}/logs",
+    operation_id="getRunLogs",
     response_class=PlainTextResponse,
     responses={
         200: {

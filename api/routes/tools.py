@@ -65,7 +65,7 @@ def _tool_out(tool: ToolSpec, build: ToolBuildOut | None) -> ToolOut:
     )
 
 
-@router.get("")
+@router.get("", operation_id="listTools")
 def list_tools(services: ServicesDep, principal: PrincipalDep) -> list[ToolOut]:
     """Every registered tool with its limits and input schema; a built tool with its current
     digest and its build's status on each engine."""
@@ -85,7 +85,7 @@ def list_tools(services: ServicesDep, principal: PrincipalDep) -> list[ToolOut]:
     return out
 
 
-@router.post("/{name}/build", status_code=202, responses=BUILD_ERRORS)
+@router.post("/{name}/build", operation_id="buildTool", status_code=202, responses=BUILD_ERRORS)
 def build_tool(
     name: str,
     services: ServicesDep,

@@ -27,7 +27,13 @@ class WebhookSettingsIn(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
         strict=True,
-        json_schema_extra={"examples": [{"url": None}, {"url": None, "rotate_secret": True}]},
+        # No {"url": null} example: the document drops nulls, and {} would not validate.
+        json_schema_extra={
+            "examples": [
+                {"url": "https://hooks.acme.example/runyard"},
+                {"url": "https://hooks.acme.example/runyard", "rotate_secret": True},
+            ]
+        },
     )
 
     url: str | None = Field(
@@ -56,7 +62,7 @@ def _admin(principal: Principal) -> None:
         raise Problem(403, "forbidden", "managing tenants' webhooks needs an admin key")
 
 
-@router.get("/{tenant}/webhook", responses={403: ADMIN_ONLY})
+@router.get("/{tenant}/webhook", operation_id="getTenantWebhook", responses={403: ADMIN_ONLY})
 def get_webhook(
     tenant: TenantPath, services: ServicesDep, principal: PrincipalDep
 ) -> WebhookSettingsOut:
@@ -66,7 +72,11 @@ def get_webhook(
     return WebhookSettingsOut(tenant=tenant, url=found.url, has_secret=found.has_secret)
 
 
-@router.put("/{tenant}/webhook", responses={403: ADMIN_ONLY, **BODY_ERRORS})
+@router.put(
+    "/{tenant}/webhook",
+    operation_id="setTenantWebhook",
+    responses={403: ADMIN_ONLY, **BODY_ERRORS},
+)
 def put_webhook(
     tenant: TenantPath,
     body: WebhookSettingsIn,

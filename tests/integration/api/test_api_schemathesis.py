@@ -22,6 +22,7 @@ from schemathesis.specs.openapi.checks import (
 )
 from sqlalchemy import Engine
 
+from api.batch_schemas import BatchCreate
 from api.schemas import RunCreate
 from runyard.registry.tools import ToolRegistry
 from runyard.tenancy.auth import issue_api_key
@@ -78,8 +79,11 @@ def test_schemathesis__finds_no_server_error_and_no_schema_violation(
             check()
         # The documented examples are accepted: real runs exist, not only rejections (the
         # generator does not always send them itself).
-        examples: list[Any] = RunCreate.model_json_schema()["examples"]
-        for example in examples:
-            accepted = httpx2.post(f"{url}/v1/runs", json=example, headers=headers, timeout=10)
-            assert accepted.status_code == 202, accepted.text
+        for route, model in (("runs", RunCreate), ("batches", BatchCreate)):
+            examples: list[Any] = model.model_json_schema()["examples"]
+            for example in examples:
+                accepted = httpx2.post(
+                    f"{url}/v1/{route}", json=example, headers=headers, timeout=10
+                )
+                assert accepted.status_code == 202, (route, accepted.text)
     assert count(engine, "SELECT count(*) FROM tool_runs") >= 1
