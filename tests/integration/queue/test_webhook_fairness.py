@@ -52,20 +52,6 @@ def secrets(engine: Engine) -> None:
         TenantWebhooks(engine).configure(tenant, None)
 
 
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    with receiver_on() as made:
-        yield made
-
-
-@pytest.fixture
-def dead() -> Iterator[Receiver]:
-    """A receiver that takes every request and never answers (until the test ends)."""
-    with receiver_on() as made:
-        made.hold.clear()
-        yield made
-
-
 def offers(engine: Engine, now: Any, per_tenant: int = 10) -> list[Any]:
     return autocommit(engine, DELIVERY_OFFERS, {"per_tenant": per_tenant, "now": now})
 

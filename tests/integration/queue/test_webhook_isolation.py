@@ -8,7 +8,6 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,7 +28,7 @@ from tests.integration.queue.test_webhooks import (
     finish,
     webhook_events,
 )
-from tests.webhook_receiver import Receiver, receiver_on
+from tests.webhook_receiver import Receiver
 
 SATURATED = "already waiting for an answer; not resolving now"
 
@@ -38,20 +37,6 @@ SATURATED = "already waiting for an answer; not resolving now"
 def secrets(engine: Engine) -> None:
     for tenant in ("flood", "quiet"):
         TenantWebhooks(engine).configure(tenant, None)
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    with receiver_on() as made:
-        yield made
-
-
-@pytest.fixture
-def dead() -> Iterator[Receiver]:
-    """A receiver that takes every request and never answers (until the test ends)."""
-    with receiver_on() as made:
-        made.hold.clear()
-        yield made
 
 
 def config(**overrides: Any) -> WebhookConfig:

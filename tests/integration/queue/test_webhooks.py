@@ -8,7 +8,6 @@ import json
 import socket
 import threading
 import uuid
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,7 +24,7 @@ from runyard.webhooks.sql import CLAIM_DELIVERIES, DELIVERY_OFFERS, SETTLE_DELIV
 from runyard.webhooks.tenant import TenantWebhooks
 from runyard.webhooks.urls import DestinationPolicy
 from tests.integration.queue.test_queue import LEASE, SUCCESS, T0, events, new_run
-from tests.webhook_receiver import Receiver, receiver_on
+from tests.webhook_receiver import Receiver
 
 FAST = WebhookConfig(
     timeout_seconds=2.0,
@@ -111,12 +110,6 @@ def secret(engine: Engine) -> str:
     configured = TenantWebhooks(engine).configure("acme", None)
     assert configured.secret is not None
     return configured.secret
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    with receiver_on() as made:
-        yield made
 
 
 # --- the outbox ----------------------------------------------------------------------------
