@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Engine, text
 
@@ -74,19 +75,7 @@ def list_keys(
     statement = LIST_KEYS if tenant is None else LIST_KEYS_OF_TENANT
     with engine.connect() as conn:
         rows = conn.execute(statement, params).all()
-    return [
-        KeyInfo(
-            prefix=row.prefix,
-            tenant=row.tenant,
-            name=row.name,
-            scopes=list(row.scopes or []),
-            max_priority=row.max_priority,
-            created_at=row.created_at,
-            last_used_at=row.last_used_at,
-            revoked_at=row.revoked_at,
-        )
-        for row in rows
-    ]
+    return [_key_info(row) for row in rows]
 
 
 def revoke_key(engine: Engine, prefix: str, *, now: datetime | None = None) -> datetime | None:
@@ -106,6 +95,11 @@ def set_max_priority(engine: Engine, prefix: str, max_priority: int) -> KeyInfo 
         ).one_or_none()
     if row is None:
         return None
+    return _key_info(row)
+
+
+def _key_info(row: Any) -> KeyInfo:
+    """A key as its row reads."""
     return KeyInfo(
         prefix=row.prefix,
         tenant=row.tenant,
