@@ -21,21 +21,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import httpx2
-
 from runyard_client._async_client import AsyncRunyard
 from runyard_client._client import Runyard
 from runyard_client.testing._backend import FakeBackend
-from runyard_client.testing._http import handle
+from runyard_client.testing._http import FakeTransport
 from runyard_client.testing._tools import FakeTool, ToolContext, ToolOutcome, run_tool
 
 FAKE_URL = "http://runyard.fake"
 
 __all__ = [
+    "FAKE_URL",
     "AsyncFakeRunyard",
     "FakeBackend",
     "FakeRunyard",
     "FakeTool",
+    "FakeTransport",
     "ToolContext",
     "ToolOutcome",
     "fake_transport",
@@ -43,9 +43,9 @@ __all__ = [
 ]
 
 
-def fake_transport(backend: FakeBackend) -> httpx2.MockTransport:
-    """A transport (sync and async) that answers every request from ``backend``."""
-    return httpx2.MockTransport(lambda request: handle(backend, request))
+def fake_transport(backend: FakeBackend) -> FakeTransport:
+    """A transport (for either client) that answers every request from ``backend``."""
+    return FakeTransport(backend)
 
 
 class FakeRunyard(Runyard):

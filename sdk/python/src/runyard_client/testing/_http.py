@@ -7,23 +7,44 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote, unquote
 
+import anyio
 import httpx2
 
 from runyard_client.testing import _batches as batches
-from runyard_client.testing._backend import FakeBackend, FakeBatch, FakeProblem, FakeRun
+from runyard_client.testing._backend import (
+    ACTIVE,
+    MAX_WAIT_SECONDS,
+    FakeBackend,
+    FakeBatch,
+    FakeProblem,
+    FakeRun,
+)
 
 RUN_FIELDS = frozenset(
     {"tool", "input", "priority", "limits", "callback_url", "depends_on", "run_at"}
 )
 LIMIT_FIELDS = frozenset({"timeout_seconds", "memory_mb", "cpus"})
 PROBLEM_JSON = "application/problem+json"
-Handler = Callable[..., httpx2.Response]
+Handler = Callable[..., "httpx2.Response | Hold"]
+# How often a held answer looks again whether its run has ended.
+HOLD_STEP_SECONDS = 0.05
+
+
+@dataclass(frozen=True)
+class Hold:
+    """An answer the API holds (``?wait=``): given once ``ready()`` or after ``seconds``."""
+
+    seconds: float
+    ready: Callable[[], bool]
+    answer: Callable[[], httpx2.Response]
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> httpx2.Response:
@@ -110,7 +131,7 @@ def _body(request: httpx2.Request) -> Any:
         raise FakeProblem(400, "invalid_json", "the body is not JSON") from None
 
 
-def submit_run(backend: FakeBackend, request: httpx2.Request) -> httpx2.Response:
+def submit_run(backend: FakeBackend, request: httpx2.Request) -> httpx2.Response | Hold:
     body = _body(request)
     fields = run_request(body)
     wait = float(request.url.params.get("wait", "0") or 0)
@@ -126,14 +147,24 @@ def submit_run(backend: FakeBackend, request: httpx2.Request) -> httpx2.Response
         run = backend.create(fields)
         if key is not None:
             backend.keys[key] = (body, run.id)
-    if wait > 0:
-        backend.tick()
     headers = {"Location": f"/v1/runs/{run.id}"}
     if replayed:
         headers["Idempotent-Replayed"] = "true"
-    return _json(
-        backend.view(run), 200 if run.status not in ("queued", "running") else 202, headers
-    )
+
+    def answer() -> httpx2.Response:
+        with backend.lock:
+            ended = run.status not in ACTIVE
+            return _json(backend.view(run), 200 if ended else 202, headers)
+
+    if wait <= 0:
+        return answer()
+
+    def ready() -> bool:
+        with backend.lock:
+            backend.tick()
+            return run.status not in ACTIVE
+
+    return Hold(min(wait, MAX_WAIT_SECONDS), ready, answer)
 
 
 def list_runs(backend: FakeBackend, request: httpx2.Request) -> httpx2.Response:
@@ -355,7 +386,7 @@ ROUTES: list[tuple[str, re.Pattern[str], Handler, bool]] = [
 ]
 
 
-def handle(backend: FakeBackend, request: httpx2.Request) -> httpx2.Response:
+def handle(backend: FakeBackend, request: httpx2.Request) -> httpx2.Response | Hold:
     """Answer one request as the API would."""
     with backend.lock:
         try:
@@ -372,3 +403,31 @@ def handle(backend: FakeBackend, request: httpx2.Request) -> httpx2.Response:
             raise FakeProblem(404, "not_found", f"no route {path}")
         except FakeProblem as exc:
             return _problem(exc)
+
+
+class FakeTransport(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
+    """Answers every request from a ``FakeBackend``; a held answer sleeps (``time.sleep``
+    for the blocking client, ``anyio.sleep`` for the async one) while its run may still end."""
+
+    def __init__(self, backend: FakeBackend) -> None:
+        self.backend = backend
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        request.read()
+        answer = handle(self.backend, request)
+        if not isinstance(answer, Hold):
+            return answer
+        deadline = time.monotonic() + answer.seconds
+        while not answer.ready() and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, HOLD_STEP_SECONDS))
+        return answer.answer()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        await request.aread()
+        answer = handle(self.backend, request)
+        if not isinstance(answer, Hold):
+            return answer
+        deadline = time.monotonic() + answer.seconds
+        while not answer.ready() and (left := deadline - time.monotonic()) > 0:
+            await anyio.sleep(min(left, HOLD_STEP_SECONDS))
+        return answer.answer()
