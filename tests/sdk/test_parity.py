@@ -37,8 +37,7 @@ def described(method: Callable[..., Any], *, to_async: bool = False) -> list[tup
     signature = inspect.signature(method)
     spell = as_async if to_async else (lambda text: text)
     return [
-        (p.name, p.kind, p.default, spell(str(p.annotation)))
-        for p in signature.parameters.values()
+        (p.name, p.kind, p.default, spell(str(p.annotation))) for p in signature.parameters.values()
     ] + [("return", spell(str(signature.return_annotation)))]
 
 
