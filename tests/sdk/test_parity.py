@@ -46,7 +46,7 @@ def test_parity__both_flavours_have_the_same_public_methods():
     assert len(public_methods(Runyard)) >= 20
 
 
-@pytest.mark.parametrize("name", sorted(public_methods(Runyard)) + ["__init__"])
+@pytest.mark.parametrize("name", [*sorted(public_methods(Runyard)), "__init__"])
 def test_parity__each_method_has_the_same_signature(name: str):
     sync, other = getattr(Runyard, name), getattr(AsyncRunyard, name)
     assert described(sync, to_async=True) == described(other), name

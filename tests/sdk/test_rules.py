@@ -4,6 +4,7 @@ log lines, verified downloads, request bodies."""
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -134,7 +135,7 @@ def test_connection_error__has_no_status_and_is_retried():
 
 
 def page(ids: list[str], cursor: str | None) -> RunPage:
-    run = {
+    run: dict[str, object] = {
         "tool": "echo",
         "status": "queued",
         "mode": "queue",
@@ -221,12 +222,12 @@ def test_event_follow__resumes_after_the_last_id_received_and_ends_at_the_final_
     assert follow.headers()["Last-Event-ID"] == "5"
     follow.connected(200)
     assert follow.receive("", "", "", 2000) is None  # the retry: hint
-    follow.receive("9", "status", '{"at": "%s", "status": "running"}' % AT, None)
-    follow.receive("8", "stdout", '{"at": "%s", "text": "x"}' % AT, None)
+    follow.receive("9", "status", json.dumps({"at": AT, "status": "running"}), None)
+    follow.receive("8", "stdout", json.dumps({"at": AT, "text": "x"}), None)
     assert follow.headers()["Last-Event-ID"] == "8"  # the last, not the largest
     assert follow.failed(unavailable(None)) == 0.0  # it dropped after progress: at once
     assert follow.failed(unavailable(None)) == 2.0  # again without progress: the server's pause
-    follow.receive("10", "status", '{"at": "%s", "status": "succeeded"}' % AT, None)
+    follow.receive("10", "status", json.dumps({"at": AT, "status": "succeeded"}), None)
     assert follow.done
 
 
