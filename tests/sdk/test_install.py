@@ -62,3 +62,13 @@ def test_install__a_fresh_venv_gets_the_client_and_no_server_dependency(tmp_path
     assert 1 <= len(direct) <= 4, direct
     assert not SERVER_ONLY & set(report["installed"]), report["installed"]
     assert {"runyard-client", "httpx2", "pydantic"} <= set(report["installed"])
+
+
+def test_version__the_package_and_its_metadata_agree():
+    import tomllib
+
+    import runyard_client
+
+    project = tomllib.loads((ROOT / "sdk/python/pyproject.toml").read_text())["project"]
+    assert project["version"] == runyard_client.__version__ == "0.1.0"
+    assert len(project["dependencies"]) <= 4

@@ -3,21 +3,25 @@ log lines, verified downloads, request bodies."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx2
 import pytest
 
 from runyard_client import (
     ArtifactIntegrityError,
+    AsyncRunyard,
     ConflictError,
     InvalidRequestError,
     NotFoundError,
     OtherEvent,
     RateLimitedError,
+    Runyard,
     ServerError,
     StatusEvent,
     StdoutEvent,
@@ -330,3 +334,30 @@ def test_verified_file__a_mismatch_is_refused_and_nothing_is_left(steps, tmp_pat
         file.finish()
     file.discard()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_from_env__reads_the_url_and_the_key_in_both_flavours(monkeypatch: pytest.MonkeyPatch):
+    seen: list[httpx2.Request] = []
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request)
+        return httpx2.Response(200, json=[])
+
+    monkeypatch.setenv("RUNYARD_URL", "http://yard.test:9000/base/")
+    monkeypatch.setenv("RUNYARD_API_KEY", "ry_secret")
+    with Runyard.from_env(transport=httpx2.MockTransport(answer)) as client:
+        assert client.tools() == []
+
+    async def tools() -> None:
+        async with AsyncRunyard.from_env(transport=httpx2.MockTransport(answer)) as client:
+            assert await client.tools() == []
+
+    asyncio.run(tools())
+    assert [str(r.url) for r in seen] == ["http://yard.test:9000/base/v1/tools"] * 2
+    assert {r.headers["authorization"] for r in seen} == {"Bearer ry_secret"}
+    monkeypatch.delenv("RUNYARD_URL")
+    monkeypatch.delenv("RUNYARD_API_KEY")
+    with Runyard.from_env(transport=httpx2.MockTransport(answer)) as client:
+        client.tools()
+    assert str(seen[-1].url) == "http://localhost:8000/v1/tools"
+    assert "authorization" not in seen[-1].headers

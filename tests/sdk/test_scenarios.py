@@ -52,6 +52,17 @@ def test_run__a_raising_tool_fails_the_run_with_its_message(yard: Yard):
     assert (run.error_code, run.error, run.exit_code) == ("tool_failed", "refused the input", 1)
 
 
+def test_depends_on__a_run_waits_for_its_dependencies_and_fails_with_them(yard: Yard):
+    first = yard.client.submit("echo", {"step": 1})
+    then = yard.client.submit("echo", {"step": 2}, depends_on=[first.id])
+    assert then.depends_on == (first.id,)
+    assert yard.client.wait(then.id, timeout=30).succeeded
+    failing = yard.client.submit("fail", {})
+    blocked = yard.client.submit("echo", {}, depends_on=[failing.id])
+    ended = yard.client.wait(blocked.id, timeout=30)
+    assert (ended.status, ended.error_code) == (RunStatus.FAILED, "dependency_failed")
+
+
 def test_list__walks_every_page_newest_first(yard: Yard):
     made = [yard.client.submit("echo", {"i": i}, run_at=LATER).id for i in range(5)]
     listed = [run.id for run in yard.client.list(page_size=2)]
