@@ -9,7 +9,7 @@ from runyard_client import RunStatus
 from runyard_client.testing import AsyncFakeRunyard, FakeBackend, FakeRunyard, ToolContext
 
 
-def thumbnail(input: dict, context: ToolContext) -> dict:
+def thumbnail(input: dict[str, str], context: ToolContext) -> dict[str, int]:
     context.print("resizing", input["url"])
     context.artifact("thumb.png", b"\x89PNG...")
     return {"width": 64}
