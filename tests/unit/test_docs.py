@@ -13,7 +13,12 @@ from runyard.cli.main import SERVICES, build_parser
 from runyard.platform.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", ROOT / "compose.yaml", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [
+    ROOT / "README.md",
+    ROOT / "compose.yaml",
+    ROOT / "sdk" / "python" / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+]
 VARIABLE = re.compile(r"RUNYARD_[A-Z0-9_]*[A-Z0-9]")
 COMMAND = re.compile(r"(?<![\w/.-])runyard ([a-z][a-z-]+)")
 CODE = re.compile(r"```.*?```|`[^`\n]+`", re.S)
@@ -29,7 +34,7 @@ NOT_OURS = {".git", ".venv", "__pycache__", ".mypy_cache", ".ruff_cache", ".pyte
 def _code_env_names() -> set[str]:
     """Variables read outside Settings: by scripts, tests, the client, compose."""
     names: set[str] = set()
-    for folder in ("scripts", "tests", "runyard", "api", "worker", "reaper"):
+    for folder in ("scripts", "tests", "runyard", "api", "worker", "reaper", "sdk"):
         for path in (ROOT / folder).rglob("*"):
             if (
                 path.is_file()

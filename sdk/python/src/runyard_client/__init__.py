@@ -1,0 +1,98 @@
+"""The Python client of the runyard API: ``Runyard`` (blocking) and ``AsyncRunyard`` (async),
+one surface in two flavours; ``runyard_client.testing`` fakes the API in memory."""
+
+from __future__ import annotations
+
+from runyard_client._async_client import AsyncRunyard
+from runyard_client._client import Runyard
+from runyard_client._files import UnsafePathError
+from runyard_client._retry import RetryPolicy
+from runyard_client._version import __version__
+from runyard_client.errors import (
+    ArtifactIntegrityError,
+    AuthenticationError,
+    ConflictError,
+    InvalidRequestError,
+    NotFoundError,
+    PermissionDeniedError,
+    RateLimitedError,
+    RunyardError,
+    ServerError,
+    UnavailableError,
+    WaitTimeoutError,
+)
+from runyard_client.events import (
+    AdoptedEvent,
+    BaseEvent,
+    CancelRequestedEvent,
+    ClaimedEvent,
+    DependenciesMetEvent,
+    Event,
+    LeaseExpiredEvent,
+    OtherEvent,
+    ReleasedEvent,
+    RequeuedEvent,
+    StatusEvent,
+    StderrEvent,
+    StdoutEvent,
+    WaitingEvent,
+    WebhookEvent,
+)
+from runyard_client.models import (
+    Artifact,
+    Batch,
+    BatchItem,
+    BatchRun,
+    BatchSummary,
+    Limits,
+    Problem,
+    Run,
+    RunStatus,
+    Tool,
+    ToolBuild,
+)
+
+__all__ = [
+    "AdoptedEvent",
+    "Artifact",
+    "ArtifactIntegrityError",
+    "AsyncRunyard",
+    "AuthenticationError",
+    "BaseEvent",
+    "Batch",
+    "BatchItem",
+    "BatchRun",
+    "BatchSummary",
+    "CancelRequestedEvent",
+    "ClaimedEvent",
+    "ConflictError",
+    "DependenciesMetEvent",
+    "Event",
+    "InvalidRequestError",
+    "LeaseExpiredEvent",
+    "Limits",
+    "NotFoundError",
+    "OtherEvent",
+    "PermissionDeniedError",
+    "Problem",
+    "RateLimitedError",
+    "ReleasedEvent",
+    "RequeuedEvent",
+    "RetryPolicy",
+    "Run",
+    "RunStatus",
+    "Runyard",
+    "RunyardError",
+    "ServerError",
+    "StatusEvent",
+    "StderrEvent",
+    "StdoutEvent",
+    "Tool",
+    "ToolBuild",
+    "UnavailableError",
+    "UnsafePathError",
+    "WaitTimeoutError",
+    "WaitingEvent",
+    "WebhookEvent",
+    "__version__",
+]

@@ -1,0 +1,401 @@
+"""``AsyncRunyard``: the async client, method for method the blocking one (``_client``), with
+``await`` and ``async for``. Requests, parsing, errors and retry decisions live in the shared
+modules (``_calls``, ``_flow``, ``_files``); this class sends and sleeps."""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import os
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Self, TypeVar
+
+import anyio
+import httpx2
+
+from runyard_client import _calls as calls
+from runyard_client._calls import DEFAULT_URL, WAIT_SLICE_SECONDS, Call, Id, Pager
+from runyard_client._config import ClientConfig, error_of, transport_error
+from runyard_client._files import (
+    CHUNK_BYTES,
+    VerifiedFile,
+    destination,
+    make_parents,
+    pick,
+    plan,
+)
+from runyard_client._flow import (
+    Attempts,
+    Deadline,
+    EventFollow,
+    LineSplitter,
+    finished,
+    log_lines,
+)
+from runyard_client._retry import RetryPolicy
+from runyard_client.errors import RunyardError
+from runyard_client.events import Event, is_terminal
+from runyard_client.models import (
+    Artifact,
+    Batch,
+    BatchItem,
+    BatchSummary,
+    Limits,
+    Run,
+    RunStatus,
+    Tool,
+)
+
+T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741
+
+
+class AsyncRunyard:
+    """The runyard API for asyncio (or trio). Use it as an async context manager, or
+    ``await close()`` it."""
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        transport: httpx2.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._config = ClientConfig(url, api_key, timeout, RetryPolicy(max_retries=max_retries))
+        self._http = httpx2.AsyncClient(
+            base_url=self._config.base_url,
+            headers=self._config.headers(),
+            timeout=self._config.read_timeout(timeout),
+            transport=transport,
+        )
+
+    @classmethod
+    def from_env(
+        cls,
+        *,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        transport: httpx2.AsyncBaseTransport | None = None,
+    ) -> Self:
+        """A client of ``RUNYARD_URL`` (default ``http://localhost:8000``) with the key in
+        ``RUNYARD_API_KEY``."""
+        config = ClientConfig.from_env()
+        return cls(
+            config.url,
+            config.api_key,
+            timeout=timeout,
+            max_retries=max_retries,
+            transport=transport,
+        )
+
+    async def close(self) -> None:
+        """Close the connections."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # --- runs ------------------------------------------------------------------------------
+
+    async def submit(
+        self,
+        tool: str,
+        input: Any,
+        *,
+        idempotency_key: str | None = None,
+        depends_on: Sequence[Id] = (),
+        run_at: datetime | None = None,
+        callback_url: str | None = None,
+        priority: int | None = None,
+        limits: Limits | Mapping[str, Any] | None = None,
+    ) -> Run:
+        """Submit a run of ``tool``; the run as accepted (usually ``queued``). With an
+        ``idempotency_key`` a retry returns the first run and transient failures are retried."""
+        body = calls.submit_body(
+            tool,
+            input,
+            depends_on=depends_on,
+            run_at=run_at,
+            callback_url=callback_url,
+            priority=priority,
+            limits=limits,
+        )
+        return await self._send(calls.submit(body, idempotency_key))
+
+    async def run(
+        self,
+        tool: str,
+        input: Any,
+        *,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+        depends_on: Sequence[Id] = (),
+        run_at: datetime | None = None,
+        callback_url: str | None = None,
+        priority: int | None = None,
+        limits: Limits | Mapping[str, Any] | None = None,
+    ) -> Run:
+        """Submit and wait for the end: the finished run (``WaitTimeoutError`` after
+        ``timeout`` s). Long-polls with an idempotency key (a fresh one unless given), so a
+        retried request never starts the run twice."""
+        body = calls.submit_body(
+            tool,
+            input,
+            depends_on=depends_on,
+            run_at=run_at,
+            callback_url=callback_url,
+            priority=priority,
+            limits=limits,
+        )
+        key = idempotency_key or calls.new_idempotency_key()
+        deadline = Deadline(timeout)
+        run = await self._send(calls.submit(body, key, deadline.bound(WAIT_SLICE_SECONDS)))
+        while not run.done and not deadline.expired():
+            run = await self._send(calls.submit(body, key, deadline.bound(WAIT_SLICE_SECONDS)))
+        return finished(run, run.done, deadline, f"run {run.id}")
+
+    async def get(self, run_id: Id) -> Run:
+        """One run."""
+        return await self._send(calls.get_run(run_id))
+
+    def list(
+        self,
+        *,
+        status: RunStatus | str | None = None,
+        tool: str | None = None,
+        mode: str | None = None,
+        page_size: int = 50,
+        limit: int | None = None,
+    ) -> AsyncIterator[Run]:
+        """Every run the filters match, newest first, page after page (up to ``limit``)."""
+        return self._walk(calls.run_pager(status, tool, mode, page_size, limit))
+
+    async def wait(self, run_id: Id, timeout: float | None = None) -> Run:
+        """Wait until the run ends (following its event stream); the finished run, or
+        ``WaitTimeoutError`` after ``timeout`` seconds."""
+        deadline = Deadline(timeout)
+        run = await self.get(run_id)
+        if not run.done:
+            follow = EventFollow(run_id, None, self._config.retry, deadline)
+            async with contextlib.aclosing(self._follow(follow)) as stream:
+                async for event in stream:
+                    if is_terminal(event):
+                        break
+            run = await self.get(run_id)
+        return finished(run, run.done, deadline, f"run {run.id}")
+
+    async def cancel(self, run_id: Id) -> Run:
+        """Cancel a queued run at once, or ask whoever runs it to stop."""
+        return await self._send(calls.cancel(run_id))
+
+    async def rerun(self, run_id: Id) -> Run:
+        """A new run of the same tool and input (``rerun_of`` names the first)."""
+        return await self._send(calls.rerun(run_id))
+
+    async def delete(self, run_id: Id) -> None:
+        """Delete a finished run with its events and artifacts."""
+        await self._send(calls.delete(run_id))
+
+    # --- events and logs -------------------------------------------------------------------
+
+    def events(self, run_id: Id, after: int | None = None) -> AsyncIterator[Event]:
+        """The run's events (after the event id ``after``), live until its final status;
+        a dropped connection resumes after the last event received."""
+        return self._follow(EventFollow(run_id, after, self._config.retry))
+
+    async def logs(
+        self,
+        run_id: Id,
+        follow: bool = False,
+        *,
+        stream: Literal["stdout", "stderr", "both"] = "both",
+    ) -> AsyncIterator[str]:
+        """The run's output line by line: what there is now, or with ``follow`` every line
+        as it is written until the run ends."""
+        if not follow:
+            for line in log_lines(await self._send(calls.logs(run_id, stream))):
+                yield line
+            return
+        splitter = LineSplitter(stream)
+        async with contextlib.aclosing(
+            self._follow(EventFollow(run_id, None, self._config.retry))
+        ) as events:
+            async for event in events:
+                for line in splitter.feed(event):
+                    yield line
+        for line in splitter.close():
+            yield line
+
+    # --- artifacts -------------------------------------------------------------------------
+
+    async def artifacts(self, run_id: Id) -> builtins.list[Artifact]:
+        """The files a finished run left, with their sizes and SHA-256."""
+        return await self._send(calls.artifacts(run_id))
+
+    async def download(
+        self, run_id: Id, path: str | Artifact, dest: str | os.PathLike[str]
+    ) -> Path:
+        """Stream one artifact to ``dest`` (a file, or a directory to put it in), checking
+        size and SHA-256; nothing is left at ``dest`` unless they match."""
+        artifact = (
+            path if isinstance(path, Artifact) else pick(await self.artifacts(run_id), run_id, path)
+        )
+        return await self._fetch(artifact, destination(dest, artifact.path))
+
+    async def download_all(self, run_id: Id, dest: str | os.PathLike[str]) -> builtins.list[Path]:
+        """Stream every artifact into the directory ``dest``, keeping their paths."""
+        written = []
+        for artifact, target in plan(await self.artifacts(run_id), dest):
+            make_parents(dest, target)
+            written.append(await self._fetch(artifact, target))
+        return written
+
+    # --- batches and tools -----------------------------------------------------------------
+
+    async def submit_batch(
+        self,
+        runs: Sequence[BatchItem | Mapping[str, Any]],
+        *,
+        callback_url: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Batch:
+        """Submit runs as one graph (all admitted or none); the batch with ``run_ids``."""
+        return await self._send(calls.submit_batch(runs, callback_url, idempotency_key))
+
+    async def get_batch(self, batch_id: Id) -> Batch:
+        """One batch with its runs."""
+        return await self._send(calls.get_batch(batch_id))
+
+    def list_batches(
+        self, *, page_size: int = 20, limit: int | None = None
+    ) -> AsyncIterator[BatchSummary]:
+        """Every batch of yours, newest first, page after page (up to ``limit``)."""
+        return self._walk(calls.batch_pager(page_size, limit))
+
+    async def wait_batch(
+        self, batch_id: Id, timeout: float | None = None, *, poll_seconds: float = 1.0
+    ) -> Batch:
+        """Poll the batch until none of its runs is queued or running."""
+        deadline = Deadline(timeout)
+        batch = await self.get_batch(batch_id)
+        while not batch.done and not deadline.expired():
+            await anyio.sleep(deadline.bound(poll_seconds))
+            batch = await self.get_batch(batch_id)
+        return finished(batch, batch.done, deadline, f"batch {batch.id}")
+
+    async def cancel_batch(self, batch_id: Id) -> Batch:
+        """Cancel the batch's queued runs and ask its running ones to stop."""
+        return await self._send(calls.cancel_batch(batch_id))
+
+    async def retry_batch(self, batch_id: Id) -> Batch:
+        """New runs for every ref that did not succeed, wired to the ones that did."""
+        return await self._send(calls.retry_batch(batch_id))
+
+    async def tools(self) -> builtins.list[Tool]:
+        """The registered tools with their limits and input schemas."""
+        return await self._send(calls.tools())
+
+    # --- I/O -------------------------------------------------------------------------------
+
+    async def _send(self, call: Call[T]) -> T:
+        attempts = Attempts(self._config.retry, safe=call.safe, what=f"{call.method} {call.path}")
+        while True:
+            try:
+                response = await self._http.request(
+                    call.method,
+                    call.path,
+                    params=call.params,
+                    json=call.json,
+                    headers=call.headers,
+                    timeout=self._config.read_timeout(None)
+                    if call.unbounded_read
+                    else httpx2.USE_CLIENT_DEFAULT,
+                )
+            except httpx2.TransportError as exc:
+                error = transport_error(exc)
+            else:
+                if response.status_code < 400:
+                    return call.parse(response)
+                error = error_of(response)
+            await anyio.sleep(attempts.failed(error))
+
+    async def _walk(self, pager: Pager[Any, I]) -> AsyncIterator[I]:
+        while (call := pager.next_call()) is not None:
+            for item in pager.take(await self._send(call)):
+                yield item
+
+    async def _follow(self, follow: EventFollow) -> AsyncGenerator[Event]:
+        while not follow.done:
+            try:
+                async with self._http.sse(
+                    follow.path,
+                    headers=follow.headers(),
+                    timeout=self._config.read_timeout(follow.read_seconds()),
+                ) as source:
+                    if source.response.status_code >= 400:
+                        await source.response.aread()
+                        raise error_of(source.response)
+                    follow.connected(source.response.status_code)
+                    async for message in _messages(source, follow.done):
+                        event = follow.receive(
+                            message.id, message.event, message.data, message.retry
+                        )
+                        if event is not None:
+                            yield event
+                            if follow.done:
+                                break
+            except httpx2.TransportError as exc:
+                pause = follow.failed(transport_error(exc))
+            except RunyardError as error:
+                pause = follow.failed(error)
+            else:
+                pause = follow.ended()
+            await anyio.sleep(pause)
+
+    async def _fetch(self, artifact: Artifact, target: Path) -> Path:
+        file = VerifiedFile(target, artifact)
+        attempts = Attempts(self._config.retry, safe=True, what=f"GET {artifact.url}")
+        try:
+            while True:
+                try:
+                    async with self._http.stream(
+                        "GET", artifact.url, headers=file.request_headers()
+                    ) as response:
+                        if response.status_code >= 400:
+                            await response.aread()
+                            raise error_of(response)
+                        file.begin(response.status_code, response.headers)
+                        async for chunk in response.aiter_bytes(CHUNK_BYTES):
+                            file.write(chunk)
+                            attempts.progressed()
+                    return file.finish()
+                except httpx2.TransportError as exc:
+                    await anyio.sleep(attempts.failed(transport_error(exc)))
+                except RunyardError as error:
+                    await anyio.sleep(attempts.failed(error))
+        except BaseException:
+            file.discard()
+            raise
+
+
+async def _messages(
+    source: httpx2.EventSource, ended: bool
+) -> AsyncIterator[httpx2.ServerSentEvent]:
+    """The messages of an open stream (none when its answer already ended the follow)."""
+    if ended:
+        return
+    async for message in source:
+        yield message

@@ -1,0 +1,272 @@
+"""Every request either client sends, built once, with how its answer is read: the sync and
+the async client only send a ``Call`` and hand the answer to ``Call.parse``."""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, Protocol, TypeVar
+from urllib.parse import quote
+
+import httpx2
+from pydantic import TypeAdapter
+
+from runyard_client._retry import is_safe
+from runyard_client.models import (
+    Artifact,
+    ArtifactList,
+    Batch,
+    BatchItem,
+    BatchPage,
+    BatchSummary,
+    Limits,
+    Run,
+    RunPage,
+    RunStatus,
+    Tool,
+)
+
+T = TypeVar("T")
+Id = str | uuid.UUID
+JsonInput = Any
+
+# Each long-poll asks the API to hold the answer this long (it caps it at its own
+# RUNYARD_MAX_WAIT_SECONDS); short enough for proxies that cut idle connections.
+WAIT_SLICE_SECONDS = 30.0
+DEFAULT_URL = "http://localhost:8000"
+
+_TOOLS = TypeAdapter(builtins.list[Tool])
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One request and how to read its (successful, fully read) answer."""
+
+    method: str
+    path: str
+    parse: Callable[[httpx2.Response], T]
+    params: Mapping[str, str | int | float] = field(default_factory=dict)
+    json: Any = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    # A submit may be answered only when the run ends (sync mode, ``?wait``): no read bound.
+    unbounded_read: bool = False
+
+    @property
+    def safe(self) -> bool:
+        """Whether the request may be sent again after a transient failure."""
+        return is_safe(self.method, self.headers)
+
+
+def segment(value: Id) -> str:
+    """A run or batch id as one path segment."""
+    return quote(str(value), safe="")
+
+
+def _run(response: httpx2.Response) -> Run:
+    return Run.model_validate_json(response.content)
+
+
+def _batch(response: httpx2.Response) -> Batch:
+    return Batch.model_validate_json(response.content)
+
+
+def _run_page(response: httpx2.Response) -> RunPage:
+    return RunPage.model_validate_json(response.content)
+
+
+def _batch_page(response: httpx2.Response) -> BatchPage:
+    return BatchPage.model_validate_json(response.content)
+
+
+def _nothing(response: httpx2.Response) -> None:
+    return None
+
+
+def new_idempotency_key() -> str:
+    """A fresh key: a retried request with it never makes a second run."""
+    return str(uuid.uuid4())
+
+
+def submit_body(
+    tool: str,
+    input: JsonInput,
+    *,
+    depends_on: Iterable[Id] = (),
+    run_at: datetime | None = None,
+    callback_url: str | None = None,
+    priority: int | None = None,
+    limits: Limits | Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The JSON body of ``POST /v1/runs``: only the fields given (the API's defaults apply)."""
+    body: dict[str, Any] = {"tool": tool, "input": input}
+    if priority is not None:
+        body["priority"] = priority
+    if limits is not None:
+        given = limits if isinstance(limits, Limits) else Limits.model_validate(limits)
+        body["limits"] = given.model_dump(exclude_none=True)
+    if callback_url is not None:
+        body["callback_url"] = callback_url
+    dependencies = [str(dep) for dep in depends_on]
+    if dependencies:
+        body["depends_on"] = dependencies
+    if run_at is not None:
+        body["run_at"] = run_at.isoformat()
+    return body
+
+
+def submit(body: dict[str, Any], idempotency_key: str | None, wait: float = 0) -> Call[Run]:
+    """Submit a run; with ``wait`` the API holds the answer until the run ends or that many
+    seconds pass (it answers the run as it is then)."""
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+    params = {"wait": round(wait, 3)} if wait > 0 else {}
+    return Call(
+        "POST", "/v1/runs", _run, params=params, json=body, headers=headers, unbounded_read=True
+    )
+
+
+def get_run(run_id: Id) -> Call[Run]:
+    """One run."""
+    return Call("GET", f"/v1/runs/{segment(run_id)}", _run)
+
+
+def cancel(run_id: Id) -> Call[Run]:
+    """Cancel a queued run, or ask whoever runs it to stop."""
+    return Call("POST", f"/v1/runs/{segment(run_id)}/cancel", _run)
+
+
+def rerun(run_id: Id) -> Call[Run]:
+    """A new run of the same tool and input."""
+    return Call("POST", f"/v1/runs/{segment(run_id)}/rerun", _run)
+
+
+def delete(run_id: Id) -> Call[None]:
+    """Delete a terminal run with everything that belongs to it."""
+    return Call("DELETE", f"/v1/runs/{segment(run_id)}", _nothing)
+
+
+def logs(run_id: Id, stream: str) -> Call[str]:
+    """The run's output so far (live chunks while it runs, the stored streams once ended)."""
+    return Call(
+        "GET", f"/v1/runs/{segment(run_id)}/logs", lambda r: r.text, params={"stream": stream}
+    )
+
+
+def artifacts(run_id: Id) -> Call[builtins.list[Artifact]]:
+    """A terminal run's artifact list."""
+    return Call(
+        "GET",
+        f"/v1/runs/{segment(run_id)}/artifacts",
+        lambda r: builtins.list(ArtifactList.model_validate_json(r.content).artifacts),
+    )
+
+
+def tools() -> Call[builtins.list[Tool]]:
+    """The registered tools."""
+    return Call("GET", "/v1/tools", lambda r: _TOOLS.validate_json(r.content))
+
+
+def submit_batch(
+    runs: Sequence[BatchItem | Mapping[str, Any]],
+    callback_url: str | None,
+    idempotency_key: str | None,
+) -> Call[Batch]:
+    """Submit runs as one graph: every one is admitted or none."""
+    items = [run if isinstance(run, BatchItem) else BatchItem.model_validate(run) for run in runs]
+    body: dict[str, Any] = {
+        "runs": [item.model_dump(mode="json", exclude_defaults=True) for item in items]
+    }
+    for item, dumped in zip(items, body["runs"], strict=True):
+        dumped["tool"], dumped["input"] = item.tool, item.input  # always sent
+    if callback_url is not None:
+        body["callback_url"] = callback_url
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+    return Call("POST", "/v1/batches", _batch, json=body, headers=headers)
+
+
+def get_batch(batch_id: Id) -> Call[Batch]:
+    """One batch with its runs."""
+    return Call("GET", f"/v1/batches/{segment(batch_id)}", _batch)
+
+
+def cancel_batch(batch_id: Id) -> Call[Batch]:
+    """Cancel a batch's queued runs and ask its running ones to stop."""
+    return Call("POST", f"/v1/batches/{segment(batch_id)}/cancel", _batch)
+
+
+def retry_batch(batch_id: Id) -> Call[Batch]:
+    """New runs for every ref of the batch that did not succeed."""
+    return Call("POST", f"/v1/batches/{segment(batch_id)}/retry", _batch)
+
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+class _Page(Protocol[T_co]):
+    @property
+    def items(self) -> tuple[T_co, ...]: ...
+
+    @property
+    def next_cursor(self) -> str | None: ...
+
+
+P = TypeVar("P", bound=_Page[Any])
+
+
+class Pager(Generic[P, T]):
+    """Walks a keyset-paginated listing page by page, up to ``limit`` items in all."""
+
+    def __init__(
+        self,
+        path: str,
+        parse: Callable[[httpx2.Response], P],
+        params: Mapping[str, str | int | float | None],
+        page_size: int,
+        limit: int | None,
+    ) -> None:
+        self._path = path
+        self._parse = parse
+        self._params = {key: value for key, value in params.items() if value is not None}
+        self._page_size = page_size
+        self._left = limit
+        self._cursor: str | None = None
+        self._ended = limit is not None and limit <= 0
+
+    def next_call(self) -> Call[P] | None:
+        """The request of the next page, or None when every page (or ``limit``) was read."""
+        if self._ended:
+            return None
+        size = self._page_size if self._left is None else min(self._page_size, self._left)
+        params = {**self._params, "limit": size}
+        if self._cursor is not None:
+            params["cursor"] = self._cursor
+        return Call("GET", self._path, self._parse, params=params)
+
+    def take(self, page: P) -> builtins.list[T]:
+        """The items of ``page`` to hand out; remembers where the next page starts."""
+        items: builtins.list[T] = builtins.list(page.items)
+        if self._left is not None:
+            items = items[: self._left]
+            self._left -= len(items)
+        self._cursor = page.next_cursor
+        self._ended = self._cursor is None or not items or self._left == 0
+        return items
+
+
+def run_pager(
+    status: RunStatus | str | None,
+    tool: str | None,
+    mode: str | None,
+    page_size: int,
+    limit: int | None,
+) -> Pager[RunPage, Run]:
+    """Every run the filters match, newest first."""
+    params = {"status": None if status is None else str(status), "tool": tool, "mode": mode}
+    return Pager("/v1/runs", _run_page, params, page_size, limit)
+
+
+def batch_pager(page_size: int, limit: int | None) -> Pager[BatchPage, BatchSummary]:
+    """Every batch of the caller's tenant, newest first."""
+    return Pager("/v1/batches", _batch_page, {}, page_size, limit)

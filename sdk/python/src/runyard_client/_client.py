@@ -1,0 +1,383 @@
+"""``Runyard``: the blocking client. Requests, parsing, errors and retry decisions live in the
+shared modules (``_calls``, ``_flow``, ``_files``); this class sends and sleeps."""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import os
+import time
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Self, TypeVar
+
+import httpx2
+
+from runyard_client import _calls as calls
+from runyard_client._calls import DEFAULT_URL, WAIT_SLICE_SECONDS, Call, Id, Pager
+from runyard_client._config import ClientConfig, error_of, transport_error
+from runyard_client._files import (
+    CHUNK_BYTES,
+    VerifiedFile,
+    destination,
+    make_parents,
+    pick,
+    plan,
+)
+from runyard_client._flow import (
+    Attempts,
+    Deadline,
+    EventFollow,
+    LineSplitter,
+    finished,
+    log_lines,
+)
+from runyard_client._retry import RetryPolicy
+from runyard_client.errors import RunyardError
+from runyard_client.events import Event, is_terminal
+from runyard_client.models import (
+    Artifact,
+    Batch,
+    BatchItem,
+    BatchSummary,
+    Limits,
+    Run,
+    RunStatus,
+    Tool,
+)
+
+T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741
+
+
+class Runyard:
+    """The runyard API, blocking. Use it as a context manager, or ``close()`` it."""
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        transport: httpx2.BaseTransport | None = None,
+    ) -> None:
+        self._config = ClientConfig(url, api_key, timeout, RetryPolicy(max_retries=max_retries))
+        self._http = httpx2.Client(
+            base_url=self._config.base_url,
+            headers=self._config.headers(),
+            timeout=self._config.read_timeout(timeout),
+            transport=transport,
+        )
+
+    @classmethod
+    def from_env(
+        cls,
+        *,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        transport: httpx2.BaseTransport | None = None,
+    ) -> Self:
+        """A client of ``RUNYARD_URL`` (default ``http://localhost:8000``) with the key in
+        ``RUNYARD_API_KEY``."""
+        config = ClientConfig.from_env()
+        return cls(
+            config.url,
+            config.api_key,
+            timeout=timeout,
+            max_retries=max_retries,
+            transport=transport,
+        )
+
+    def close(self) -> None:
+        """Close the connections."""
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --- runs ------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        tool: str,
+        input: Any,
+        *,
+        idempotency_key: str | None = None,
+        depends_on: Sequence[Id] = (),
+        run_at: datetime | None = None,
+        callback_url: str | None = None,
+        priority: int | None = None,
+        limits: Limits | Mapping[str, Any] | None = None,
+    ) -> Run:
+        """Submit a run of ``tool``; the run as accepted (usually ``queued``). With an
+        ``idempotency_key`` a retry returns the first run and transient failures are retried."""
+        body = calls.submit_body(
+            tool,
+            input,
+            depends_on=depends_on,
+            run_at=run_at,
+            callback_url=callback_url,
+            priority=priority,
+            limits=limits,
+        )
+        return self._send(calls.submit(body, idempotency_key))
+
+    def run(
+        self,
+        tool: str,
+        input: Any,
+        *,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+        depends_on: Sequence[Id] = (),
+        run_at: datetime | None = None,
+        callback_url: str | None = None,
+        priority: int | None = None,
+        limits: Limits | Mapping[str, Any] | None = None,
+    ) -> Run:
+        """Submit and wait for the end: the finished run (``WaitTimeoutError`` after
+        ``timeout`` s). Long-polls with an idempotency key (a fresh one unless given), so a
+        retried request never starts the run twice."""
+        body = calls.submit_body(
+            tool,
+            input,
+            depends_on=depends_on,
+            run_at=run_at,
+            callback_url=callback_url,
+            priority=priority,
+            limits=limits,
+        )
+        key = idempotency_key or calls.new_idempotency_key()
+        deadline = Deadline(timeout)
+        run = self._send(calls.submit(body, key, deadline.bound(WAIT_SLICE_SECONDS)))
+        while not run.done and not deadline.expired():
+            run = self._send(calls.submit(body, key, deadline.bound(WAIT_SLICE_SECONDS)))
+        return finished(run, run.done, deadline, f"run {run.id}")
+
+    def get(self, run_id: Id) -> Run:
+        """One run."""
+        return self._send(calls.get_run(run_id))
+
+    def list(
+        self,
+        *,
+        status: RunStatus | str | None = None,
+        tool: str | None = None,
+        mode: str | None = None,
+        page_size: int = 50,
+        limit: int | None = None,
+    ) -> Iterator[Run]:
+        """Every run the filters match, newest first, page after page (up to ``limit``)."""
+        return self._walk(calls.run_pager(status, tool, mode, page_size, limit))
+
+    def wait(self, run_id: Id, timeout: float | None = None) -> Run:
+        """Wait until the run ends (following its event stream); the finished run, or
+        ``WaitTimeoutError`` after ``timeout`` seconds."""
+        deadline = Deadline(timeout)
+        run = self.get(run_id)
+        if not run.done:
+            follow = EventFollow(run_id, None, self._config.retry, deadline)
+            with contextlib.closing(self._follow(follow)) as stream:
+                for event in stream:
+                    if is_terminal(event):
+                        break
+            run = self.get(run_id)
+        return finished(run, run.done, deadline, f"run {run.id}")
+
+    def cancel(self, run_id: Id) -> Run:
+        """Cancel a queued run at once, or ask whoever runs it to stop."""
+        return self._send(calls.cancel(run_id))
+
+    def rerun(self, run_id: Id) -> Run:
+        """A new run of the same tool and input (``rerun_of`` names the first)."""
+        return self._send(calls.rerun(run_id))
+
+    def delete(self, run_id: Id) -> None:
+        """Delete a finished run with its events and artifacts."""
+        self._send(calls.delete(run_id))
+
+    # --- events and logs -------------------------------------------------------------------
+
+    def events(self, run_id: Id, after: int | None = None) -> Iterator[Event]:
+        """The run's events (after the event id ``after``), live until its final status;
+        a dropped connection resumes after the last event received."""
+        return self._follow(EventFollow(run_id, after, self._config.retry))
+
+    def logs(
+        self,
+        run_id: Id,
+        follow: bool = False,
+        *,
+        stream: Literal["stdout", "stderr", "both"] = "both",
+    ) -> Iterator[str]:
+        """The run's output line by line: what there is now, or with ``follow`` every line
+        as it is written until the run ends."""
+        if not follow:
+            yield from log_lines(self._send(calls.logs(run_id, stream)))
+            return
+        splitter = LineSplitter(stream)
+        with contextlib.closing(
+            self._follow(EventFollow(run_id, None, self._config.retry))
+        ) as events:
+            for event in events:
+                yield from splitter.feed(event)
+        yield from splitter.close()
+
+    # --- artifacts -------------------------------------------------------------------------
+
+    def artifacts(self, run_id: Id) -> builtins.list[Artifact]:
+        """The files a finished run left, with their sizes and SHA-256."""
+        return self._send(calls.artifacts(run_id))
+
+    def download(self, run_id: Id, path: str | Artifact, dest: str | os.PathLike[str]) -> Path:
+        """Stream one artifact to ``dest`` (a file, or a directory to put it in), checking
+        size and SHA-256; nothing is left at ``dest`` unless they match."""
+        artifact = (
+            path if isinstance(path, Artifact) else pick(self.artifacts(run_id), run_id, path)
+        )
+        return self._fetch(artifact, destination(dest, artifact.path))
+
+    def download_all(self, run_id: Id, dest: str | os.PathLike[str]) -> builtins.list[Path]:
+        """Stream every artifact into the directory ``dest``, keeping their paths."""
+        written = []
+        for artifact, target in plan(self.artifacts(run_id), dest):
+            make_parents(dest, target)
+            written.append(self._fetch(artifact, target))
+        return written
+
+    # --- batches and tools -----------------------------------------------------------------
+
+    def submit_batch(
+        self,
+        runs: Sequence[BatchItem | Mapping[str, Any]],
+        *,
+        callback_url: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Batch:
+        """Submit runs as one graph (all admitted or none); the batch with ``run_ids``."""
+        return self._send(calls.submit_batch(runs, callback_url, idempotency_key))
+
+    def get_batch(self, batch_id: Id) -> Batch:
+        """One batch with its runs."""
+        return self._send(calls.get_batch(batch_id))
+
+    def list_batches(
+        self, *, page_size: int = 20, limit: int | None = None
+    ) -> Iterator[BatchSummary]:
+        """Every batch of yours, newest first, page after page (up to ``limit``)."""
+        return self._walk(calls.batch_pager(page_size, limit))
+
+    def wait_batch(
+        self, batch_id: Id, timeout: float | None = None, *, poll_seconds: float = 1.0
+    ) -> Batch:
+        """Poll the batch until none of its runs is queued or running."""
+        deadline = Deadline(timeout)
+        batch = self.get_batch(batch_id)
+        while not batch.done and not deadline.expired():
+            time.sleep(deadline.bound(poll_seconds))
+            batch = self.get_batch(batch_id)
+        return finished(batch, batch.done, deadline, f"batch {batch.id}")
+
+    def cancel_batch(self, batch_id: Id) -> Batch:
+        """Cancel the batch's queued runs and ask its running ones to stop."""
+        return self._send(calls.cancel_batch(batch_id))
+
+    def retry_batch(self, batch_id: Id) -> Batch:
+        """New runs for every ref that did not succeed, wired to the ones that did."""
+        return self._send(calls.retry_batch(batch_id))
+
+    def tools(self) -> builtins.list[Tool]:
+        """The registered tools with their limits and input schemas."""
+        return self._send(calls.tools())
+
+    # --- I/O -------------------------------------------------------------------------------
+
+    def _send(self, call: Call[T]) -> T:
+        attempts = Attempts(self._config.retry, safe=call.safe, what=f"{call.method} {call.path}")
+        while True:
+            try:
+                response = self._http.request(
+                    call.method,
+                    call.path,
+                    params=call.params,
+                    json=call.json,
+                    headers=call.headers,
+                    timeout=self._config.read_timeout(None)
+                    if call.unbounded_read
+                    else httpx2.USE_CLIENT_DEFAULT,
+                )
+            except httpx2.TransportError as exc:
+                error = transport_error(exc)
+            else:
+                if response.status_code < 400:
+                    return call.parse(response)
+                error = error_of(response)
+            time.sleep(attempts.failed(error))
+
+    def _walk(self, pager: Pager[Any, I]) -> Iterator[I]:
+        while (call := pager.next_call()) is not None:
+            yield from pager.take(self._send(call))
+
+    def _follow(self, follow: EventFollow) -> Generator[Event]:
+        while not follow.done:
+            try:
+                with self._http.sse(
+                    follow.path,
+                    headers=follow.headers(),
+                    timeout=self._config.read_timeout(follow.read_seconds()),
+                ) as source:
+                    if source.response.status_code >= 400:
+                        source.response.read()
+                        raise error_of(source.response)
+                    follow.connected(source.response.status_code)
+                    for message in () if follow.done else source:
+                        event = follow.receive(
+                            message.id, message.event, message.data, message.retry
+                        )
+                        if event is not None:
+                            yield event
+                            if follow.done:
+                                break
+            except httpx2.TransportError as exc:
+                pause = follow.failed(transport_error(exc))
+            except RunyardError as error:
+                pause = follow.failed(error)
+            else:
+                pause = follow.ended()
+            time.sleep(pause)
+
+    def _fetch(self, artifact: Artifact, target: Path) -> Path:
+        file = VerifiedFile(target, artifact)
+        attempts = Attempts(self._config.retry, safe=True, what=f"GET {artifact.url}")
+        try:
+            while True:
+                try:
+                    with self._http.stream(
+                        "GET", artifact.url, headers=file.request_headers()
+                    ) as response:
+                        if response.status_code >= 400:
+                            response.read()
+                            raise error_of(response)
+                        file.begin(response.status_code, response.headers)
+                        for chunk in response.iter_bytes(CHUNK_BYTES):
+                            file.write(chunk)
+                            attempts.progressed()
+                    return file.finish()
+                except httpx2.TransportError as exc:
+                    time.sleep(attempts.failed(transport_error(exc)))
+                except RunyardError as error:
+                    time.sleep(attempts.failed(error))
+        except BaseException:
+            file.discard()
+            raise

@@ -1,0 +1,187 @@
+"""The state of the calls that take more than one request — retries, deadlines, following an
+event stream across connections, splitting log chunks into lines — shared by both clients,
+which only do the I/O and the sleeping."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from runyard_client._calls import Id, segment
+from runyard_client._retry import RetryPolicy
+from runyard_client.errors import RunyardError, WaitTimeoutError, is_transient
+from runyard_client.events import Event, StderrEvent, StdoutEvent, event_from_sse, is_terminal
+
+T = TypeVar("T")
+logger = logging.getLogger("runyard_client")
+# A stream whose server sends nothing for this long (it sends a keepalive every 15 s by
+# default) is taken for dead and reopened where it stopped.
+STREAM_READ_SECONDS = 60.0
+# Where a reconnect's pause starts when the server did not say (``retry:``).
+RECONNECT_SECONDS = 1.0
+
+
+class Attempts:
+    """Counts the failures of one request: a pause before the next try, or the error."""
+
+    def __init__(self, policy: RetryPolicy, *, safe: bool, what: str) -> None:
+        self._policy = policy
+        self._safe = safe
+        self._what = what
+        self._retries = 0
+
+    def failed(self, error: RunyardError) -> float:
+        """Seconds to pause before trying again; raises ``error`` when it may not retry."""
+        pause = self._policy.delay(self._retries, error, safe=self._safe)
+        if pause is None:
+            raise error
+        self._retries += 1
+        logger.info(
+            "retrying after a transient failure",
+            extra={
+                "request": self._what,
+                "status": error.status,
+                "code": error.code,
+                "retry": self._retries,
+                "pause_seconds": round(pause, 3),
+            },
+        )
+        return pause
+
+    def progressed(self) -> None:
+        """The request got somewhere (bytes, events): later failures count from zero."""
+        self._retries = 0
+
+
+class Deadline:
+    """A point in time after ``timeout`` seconds (None: never)."""
+
+    def __init__(self, timeout: float | None, clock: Callable[[], float] = time.monotonic):
+        self._clock = clock
+        self._at = math.inf if timeout is None else clock() + max(timeout, 0.0)
+        self.timeout = timeout
+
+    def remaining(self) -> float:
+        """Seconds left (``inf`` without a timeout, never below zero)."""
+        return max(self._at - self._clock(), 0.0)
+
+    def expired(self) -> bool:
+        """Whether the time is up."""
+        return self.remaining() <= 0.0
+
+    def bound(self, seconds: float) -> float:
+        """``seconds``, or what is left if that is less."""
+        return min(seconds, self.remaining())
+
+
+def finished(last: T, done: bool, deadline: Deadline, what: str) -> T:
+    """``last`` if it is done, else the timeout error that carries it."""
+    if done:
+        return last
+    raise WaitTimeoutError(f"{what} did not end within {deadline.timeout:g} s", last)
+
+
+class EventFollow:
+    """Following one run's events across connections: where to resume (``Last-Event-ID``:
+    the last id received, never the largest, since ids are in commit order), when it ended,
+    how long to pause before reconnecting, when to give up."""
+
+    def __init__(
+        self,
+        run_id: Id,
+        after: int | None,
+        policy: RetryPolicy,
+        deadline: Deadline | None = None,
+        read_seconds: float = STREAM_READ_SECONDS,
+    ) -> None:
+        self.path = f"/v1/runs/{segment(run_id)}/events"
+        self.last_id = "" if after is None else str(after)
+        self.done = False
+        self._deadline = deadline or Deadline(None)
+        self._read_seconds = read_seconds
+        self._attempts = Attempts(policy, safe=True, what=f"GET {self.path}")
+        self._reconnect = RECONNECT_SECONDS
+        self._progress = False
+
+    def headers(self) -> dict[str, str]:
+        """The headers of the next connection."""
+        headers = {"Accept": "text/event-stream"}
+        if self.last_id:
+            headers["Last-Event-ID"] = self.last_id
+        return headers
+
+    def read_seconds(self) -> float:
+        """How long one read of the next connection may wait for a byte."""
+        return max(self._deadline.bound(self._read_seconds), 0.05)
+
+    def connected(self, status: int) -> None:
+        """The server answered ``status`` (< 400); 204: the run ended, nothing follows."""
+        self._progress = False
+        if status == 204:
+            self.done = True
+
+    def receive(self, event_id: str, kind: str, data: str, retry: int | None) -> Event | None:
+        """One message: the typed event, or None for a message without an id."""
+        if retry is not None:
+            self._reconnect = min(max(retry / 1000, 0.1), 30.0)
+        if not event_id or not data:
+            return None
+        event = event_from_sse(event_id, kind, data)
+        self.last_id = event_id
+        self._progress = True
+        self._attempts.progressed()
+        if is_terminal(event):
+            self.done = True
+        return event
+
+    def failed(self, error: RunyardError) -> float:
+        """The connection failed with ``error``: the pause before the next one; raises when
+        the failure is not transient or repeats too often without progress. Past the
+        deadline the follow ends instead."""
+        if not is_transient(error):
+            raise error
+        if self._deadline.expired():
+            self.done = True
+            return 0.0
+        if self._progress:
+            self._progress = False
+            return 0.0  # it dropped after delivering events: resume at once
+        return max(self._attempts.failed(error), self._reconnect)
+
+    def ended(self) -> float:
+        """The server closed the stream before the run's final event (streams are bounded in
+        time): the pause before resuming."""
+        if self._deadline.expired():
+            self.done = True
+        return 0.0 if self.done else self._reconnect
+
+
+class LineSplitter:
+    """Log chunks of one or both streams in, whole lines out (each stream buffers its own
+    unfinished line)."""
+
+    def __init__(self, stream: str) -> None:
+        self._streams = ("stdout", "stderr") if stream == "both" else (stream,)
+        self._partial = dict.fromkeys(self._streams, "")
+
+    def feed(self, event: Event) -> list[str]:
+        """The lines ``event`` completes (none for other events or streams)."""
+        if not isinstance(event, StdoutEvent | StderrEvent) or event.type not in self._partial:
+            return []
+        text = self._partial[event.type] + event.text
+        *lines, self._partial[event.type] = text.split("\n")
+        return lines
+
+    def close(self) -> list[str]:
+        """The unfinished lines left at the end."""
+        rest = [text for text in self._partial.values() if text]
+        self._partial = dict.fromkeys(self._streams, "")
+        return rest
+
+
+def log_lines(text: str) -> list[str]:
+    """The lines of a whole log text."""
+    return text.splitlines()

@@ -1,0 +1,225 @@
+"""What the API returns and accepts, as pydantic models (unknown fields are ignored, so a
+newer server does not break an older client)."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Model(BaseModel):
+    """Frozen, and lenient about fields a newer API may add."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class RunStatus(enum.StrEnum):
+    """Where a run is; the last four never change again."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        """True once the run has ended."""
+        return self not in (RunStatus.QUEUED, RunStatus.RUNNING)
+
+
+class Limits(Model):
+    """Limits one run asks for instead of its tool's (each up to the tool's ``max_*``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    timeout_seconds: int | None = None
+    memory_mb: int | None = None
+    cpus: float | None = None
+
+
+class Run(Model):
+    """A run as ``GET /v1/runs/{id}`` shows it."""
+
+    id: uuid.UUID
+    tool: str
+    status: RunStatus
+    mode: str
+    input: Any
+    result: Any | None
+    exit_code: int | None
+    attempts: int
+    max_attempts: int
+    error_code: str | None
+    error: str | None
+    stdout_truncated: bool
+    stderr_truncated: bool
+    requested_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    waiting_for: str | None = None
+    depends_on: tuple[uuid.UUID, ...] = ()
+    waiting_on: tuple[uuid.UUID, ...] = ()
+    batch_id: uuid.UUID | None = None
+    ref: str | None = None
+    rerun_of: uuid.UUID | None = None
+    run_at: datetime | None = None
+
+    @property
+    def done(self) -> bool:
+        """Whether the run has ended (any terminal status)."""
+        return self.status.is_terminal
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether the run ended successfully."""
+        return self.status is RunStatus.SUCCEEDED
+
+
+class RunPage(Model):
+    """One page of runs, newest first."""
+
+    items: tuple[Run, ...]
+    next_cursor: str | None
+
+
+class ToolBuild(Model):
+    """A built tool's current digest and its build's status per engine."""
+
+    tag: str
+    digest: str
+    engines: dict[str, str]
+    error: str | None = None
+
+
+class Tool(Model):
+    """A registered tool, its limits and input schema."""
+
+    name: str
+    description: str
+    image: str
+    timeout_seconds: int
+    memory_mb: int
+    cpus: float
+    pids_limit: int
+    max_attempts: int
+    network: str
+    queue: str = "default"
+    max_timeout_seconds: int
+    max_memory_mb: int
+    max_cpus: float
+    input_schema: dict[str, Any] | None
+    build: ToolBuild | None = None
+
+
+class Artifact(Model):
+    """One file a run's tool left under /runyard/out, with its SHA-256."""
+
+    path: str
+    size: int
+    sha256: str
+    url: str
+
+
+class ArtifactList(Model):
+    """A terminal run's artifacts."""
+
+    run_id: str
+    count: int
+    total_bytes: int
+    tar_url: str
+    artifacts: tuple[Artifact, ...]
+
+
+class BatchItem(Model):
+    """One run of a batch to submit: a ``ref`` the others may name in ``depends_on``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tool: str
+    input: Any = Field(default_factory=dict)
+    ref: str | None = None
+    priority: int | None = None
+    limits: Limits | None = None
+    depends_on: tuple[str, ...] = ()
+    run_at: datetime | None = None
+    callback_url: str | None = None
+
+
+class BatchRun(Model):
+    """A run of a batch: the latest run of its ref."""
+
+    ref: str
+    run_id: uuid.UUID
+    tool: str
+    status: RunStatus
+    error_code: str | None
+    depends_on: tuple[str, ...]
+    rerun_of: uuid.UUID | None
+    requested_at: datetime
+    finished_at: datetime | None
+
+
+class Batch(Model):
+    """A batch: its status, counts by status and its runs by ref; ``run_ids`` (ref to run
+    id) comes with a submit or a retry."""
+
+    id: uuid.UUID
+    status: str
+    created_at: datetime
+    size: int
+    counts: dict[str, int]
+    runs: tuple[BatchRun, ...] = ()
+    run_ids: dict[str, uuid.UUID] = Field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        """Whether no run of the batch is queued or running."""
+        return self.status not in ("queued", "running")
+
+
+class BatchSummary(Model):
+    """A batch in a list: status and counts, without its runs."""
+
+    id: uuid.UUID
+    status: str
+    created_at: datetime
+    size: int
+    counts: dict[str, int]
+
+
+class BatchPage(Model):
+    """One page of batches, newest first."""
+
+    items: tuple[BatchSummary, ...]
+    next_cursor: str | None
+
+
+class FieldProblem(Model):
+    """One failing field of a refused request."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    field: str
+    message: str
+    type: str | None = None
+    in_: str | None = Field(default=None, alias="in")
+
+
+class Problem(Model):
+    """The API's error document (``application/problem+json``); ``code`` is for programs."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    code: str
+    detail: str
+    field: str | None = None
+    errors: tuple[FieldProblem, ...] | None = None

@@ -1,0 +1,148 @@
+"""The SDK's models match the API's component schemas (the app's own ``/openapi.json``, built
+in-process): the same fields, required where the API always sends them, nullable where it may
+send null, and of the same kind of JSON value. ``submit`` offers exactly the fields of
+``POST /v1/runs``."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from api.main import create_app
+from runyard.platform.settings import Settings
+from runyard_client import Runyard, models
+
+# SDK model -> the API's component; (response: the SDK may be more lenient than the API).
+RESPONSES: list[tuple[type[BaseModel], str]] = [
+    (models.Run, "RunOut"),
+    (models.RunPage, "RunPage"),
+    (models.Tool, "ToolOut"),
+    (models.ToolBuild, "ToolBuildOut"),
+    (models.Artifact, "ArtifactOut"),
+    (models.ArtifactList, "ArtifactList"),
+    (models.Batch, "BatchCreated"),
+    (models.Batch, "BatchOut"),
+    (models.BatchRun, "BatchRunOut"),
+    (models.BatchSummary, "BatchListed"),
+    (models.BatchPage, "BatchPage"),
+    (models.Problem, "ProblemOut"),
+    (models.FieldProblem, "FieldError"),
+]
+REQUESTS: list[tuple[type[BaseModel], str]] = [
+    (models.Limits, "RunLimits"),
+    (models.BatchItem, "BatchItemIn"),
+]
+# Fields the API always sends that the SDK does not insist on, and why.
+LENIENT = {
+    ("Batch", "BatchOut"): {"runs"},  # a batch is also built from a submit's answer
+    ("Batch", "BatchCreated"): {"runs", "run_ids"},  # and from GET, which has no run_ids
+}
+# Fields of the SDK model that a component lacks, because it maps to two components.
+EXTRA = {("Batch", "BatchOut"): {"run_ids"}}
+
+
+@pytest.fixture(scope="module")
+def components() -> dict[str, Any]:
+    app = create_app(Settings(database_url="postgresql://sdk@127.0.0.1/unused"))
+    schemas: dict[str, Any] = app.openapi()["components"]["schemas"]
+    return schemas
+
+
+def kind(schema: dict[str, Any], components: dict[str, Any]) -> tuple[str, bool]:
+    """A schema's coarse JSON kind (string, integer, number, boolean, array[...], object,
+    any) and whether null is allowed."""
+    if "$ref" in schema:
+        return kind(components[schema["$ref"].rsplit("/", 1)[-1]], components)
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            kinds = [kind(option, components) for option in schema[key]]
+            nullable = any(k == "null" or n for k, n in kinds)
+            concrete = sorted({k for k, _ in kinds if k != "null"})
+            return (concrete[0] if len(concrete) == 1 else "any"), nullable
+    if "allOf" in schema and len(schema["allOf"]) == 1:
+        return kind(schema["allOf"][0], components)
+    if "enum" in schema and "type" not in schema:
+        return "string", None in schema["enum"]
+    value = schema.get("type")
+    if value is None:
+        return ("object", False) if "properties" in schema else ("any", True)
+    if value == "array":
+        items = kind(schema.get("items", {}), components)[0]
+        return f"array[{items}]", False
+    return str(value), value == "null"
+
+
+def fields(schema: dict[str, Any]) -> tuple[set[str], set[str]]:
+    return set(schema.get("properties", {})), set(schema.get("required", []))
+
+
+def sdk_schema(model: type[BaseModel]) -> dict[str, Any]:
+    return model.model_json_schema(by_alias=True, ref_template="#/$defs/{model}")
+
+
+def resolved(model: type[BaseModel]) -> dict[str, Any]:
+    """The SDK model's schema with its own definitions to resolve references in."""
+    schema = sdk_schema(model)
+    return {**schema.get("$defs", {}), model.__name__: schema}
+
+
+def drift(model: type[BaseModel], component: str, api: dict[str, Any]) -> list[str]:
+    """Every difference between the SDK model and the API's component."""
+    ours = resolved(model)
+    mine = ours[model.__name__]
+    names, required = fields(mine)
+    api_names, api_required = fields(api[component])
+    pair = (model.__name__, component)
+    problems = [f"the API has {name}, the SDK not" for name in sorted(api_names - names)]
+    extra = names - api_names - EXTRA.get(pair, set())
+    problems += [f"the SDK has {name}, the API not" for name in sorted(extra)]
+    problems += [f"the SDK requires {name}" for name in sorted(required - api_required)]
+    lenient = api_required - required - LENIENT.get(pair, set())
+    problems += [f"the API always sends {name}, the SDK does not require it" for name in lenient]
+    for name in sorted(names & api_names):
+        theirs = kind(api[component]["properties"][name], api)
+        mine_kind = kind(mine["properties"][name], ours)
+        if theirs[0] != mine_kind[0] and "any" not in (theirs[0], mine_kind[0]):
+            problems.append(f"{name}: the API sends {theirs[0]}, the SDK reads {mine_kind[0]}")
+        if theirs[1] and not mine_kind[1]:
+            problems.append(f"{name}: the API may send null, the SDK refuses it")
+    return problems
+
+
+@pytest.mark.parametrize(("model", "component"), RESPONSES + REQUESTS)
+def test_model__matches_the_api_component(model, component, components):
+    assert drift(model, component, components) == []
+
+
+def test_submit__offers_exactly_the_fields_of_a_run_submission(components):
+    body, _ = fields(components["RunCreate"])
+    offered = {
+        name
+        for name, p in inspect.signature(Runyard.submit).parameters.items()
+        if name not in ("self", "idempotency_key")
+    }
+    assert offered == body
+
+
+def test_drift__reports_a_renamed_a_retyped_and_a_newly_required_field():
+    api = {
+        "Thing": {
+            "properties": {"id": {"type": "string"}, "count": {"type": "string"}},
+            "required": ["id", "count"],
+        }
+    }
+
+    class Thing(BaseModel):
+        ident: str
+        count: int
+
+    assert drift(Thing, "Thing", api) == [
+        "the API has id, the SDK not",
+        "the SDK has ident, the API not",
+        "the SDK requires ident",
+        "the API always sends id, the SDK does not require it",
+        "count: the API sends string, the SDK reads integer",
+    ]
