@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.sdk.test_python_docs import python_blocks
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.docker
 
@@ -150,6 +152,17 @@ def test_dev__echo_run_succeeds_with_embedded_postgres(tmp_path: Path, pg_dir: P
         # the run's two seconds on a loaded machine.
         finished_at = http("GET", f"{base}/v1/runs/{run_id}")[1]["finished_at"]
         assert first_line_at < datetime.fromisoformat(str(finished_at))
+
+        # The Python SDK's tour, as docs/python.md prints it, against the same stack.
+        tour = subprocess.run(
+            [sys.executable, "-c", python_blocks()[0]],
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert tour.returncode == 0, tour.stderr
+        assert "422 unknown_tool" in tour.stdout
 
         with urllib.request.urlopen(f"{base}/metrics", timeout=10) as response:
             scraped = response.read().decode()
