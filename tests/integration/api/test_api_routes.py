@@ -163,7 +163,8 @@ def test_submit__wait_is_capped_by_max_wait_seconds(
     with TestClient(app) as client:
         started = time.monotonic()
         response = client.post("/v1/runs?wait=3600", json={"tool": "echo"}, headers=acme)
-        assert time.monotonic() - started < 1.5
+        # Uncapped, the answer would take an hour; a loaded machine may stretch 0.2 s to a few.
+        assert time.monotonic() - started < 30
     assert response.status_code == 202
 
 
