@@ -14,6 +14,9 @@ from typing import Any
 from runyard_client.testing._tools import FakeTool, run_tool
 
 ACTIVE = ("queued", "running")
+# ``?wait=`` may ask for this much at most; the API holds an answer for its
+# RUNYARD_MAX_WAIT_SECONDS (60 by default) at most.
+MAX_WAIT_QUERY = 3600.0
 MAX_WAIT_SECONDS = 60.0
 
 
