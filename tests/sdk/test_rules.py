@@ -201,6 +201,8 @@ def test_submit_body__sends_only_what_was_given():
 
 
 AT = "2026-01-01T00:00:00+00:00"
+# What a log chunk carries besides its text.
+CHUNK = {"at": AT, "attempt": 1, "until": "2026-01-01T00:00:00.000000000Z"}
 
 
 def test_event_of__known_types_are_typed_and_unknown_ones_kept():
@@ -208,10 +210,10 @@ def test_event_of__known_types_are_typed_and_unknown_ones_kept():
     assert isinstance(status, StatusEvent) and status.status.is_terminal and status.exit_code == 3
     chunk = event_of(8, "stdout", {"at": AT, "text": "hi\n", "attempt": 1, "until": "t"})
     assert isinstance(chunk, StdoutEvent) and chunk.text == "hi\n"
-    other = event_of(9, "stale", {"at": AT, "quiet_seconds": 60})
+    other = event_of(9, "sparkle", {"at": AT, "brightness": 60})
     assert isinstance(other, OtherEvent) and (other.type, other.data) == (
-        "stale",
-        {"quiet_seconds": 60},
+        "sparkle",
+        {"brightness": 60},
     )
 
 
@@ -229,7 +231,7 @@ def test_event_follow__resumes_after_the_last_id_received_and_ends_at_the_final_
     follow.connected(200)
     assert follow.receive("", "", "", 2000) is None  # the retry: hint
     follow.receive("9", "status", json.dumps({"at": AT, "status": "running"}), None)
-    follow.receive("8", "stdout", json.dumps({"at": AT, "text": "x"}), None)
+    follow.receive("8", "stdout", json.dumps({**CHUNK, "text": "x"}), None)
     assert follow.headers()["Last-Event-ID"] == "8"  # the last, not the largest
     assert follow.failed(unavailable(None)) == 0.0  # it dropped after progress: at once
     assert follow.failed(unavailable(None)) == 2.0  # again without progress: the server's pause
@@ -361,9 +363,9 @@ def test_long_poll_calls__ask_the_api_to_hold_and_read_that_much_longer():
 
 def test_line_splitter__whole_lines_per_stream_and_the_rest_at_the_end():
     splitter = LineSplitter("both")
-    out = event_of(1, "stdout", {"at": AT, "text": "a\nb"})
-    err = event_of(2, "stderr", {"at": AT, "text": "e"})
-    more = event_of(3, "stdout", {"at": AT, "text": "c\n"})
+    out = event_of(1, "stdout", {**CHUNK, "text": "a\nb"})
+    err = event_of(2, "stderr", {**CHUNK, "text": "e"})
+    more = event_of(3, "stdout", {**CHUNK, "text": "c\n"})
     assert splitter.feed(out) == ["a"]
     assert splitter.feed(err) == []
     assert splitter.feed(more) == ["bc"]
