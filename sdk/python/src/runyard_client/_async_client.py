@@ -21,7 +21,7 @@ from runyard_client._calls import DEFAULT_URL, WAIT_SLICE_SECONDS, Call, Id, Pag
 from runyard_client._config import ClientConfig, error_of, transport_error
 from runyard_client._files import (
     CHUNK_BYTES,
-    VerifiedFile,
+    AsyncVerifiedFile,
     destination,
     make_parents,
     pick,
@@ -247,13 +247,15 @@ class AsyncRunyard:
         artifact = (
             path if isinstance(path, Artifact) else pick(await self.artifacts(run_id), run_id, path)
         )
-        return await self._fetch(artifact, destination(dest, artifact.path))
+        target = await anyio.to_thread.run_sync(destination, dest, artifact.path)
+        return await self._fetch(artifact, target)
 
     async def download_all(self, run_id: Id, dest: str | os.PathLike[str]) -> builtins.list[Path]:
         """Stream every artifact into the directory ``dest``, keeping their paths."""
         written = []
-        for artifact, target in plan(await self.artifacts(run_id), dest):
-            make_parents(dest, target)
+        planned = await anyio.to_thread.run_sync(plan, await self.artifacts(run_id), dest)
+        for artifact, target in planned:
+            await anyio.to_thread.run_sync(make_parents, dest, target)
             written.append(await self._fetch(artifact, target))
         return written
 
@@ -370,7 +372,8 @@ class AsyncRunyard:
             await anyio.sleep(pause)
 
     async def _fetch(self, artifact: Artifact, target: Path) -> Path:
-        file = VerifiedFile(target, artifact)
+        # Every disk write and the hashing on worker threads: the event loop only moves bytes.
+        file = await AsyncVerifiedFile.open(target, artifact)
         attempts = Attempts(self._config.retry, safe=True, what=f"GET {artifact.url}")
         try:
             while True:
@@ -381,17 +384,17 @@ class AsyncRunyard:
                         if response.status_code >= 400:
                             await response.aread()
                             raise error_of(response)
-                        file.begin(response.status_code, response.headers)
+                        await file.begin(response.status_code, response.headers)
                         async for chunk in response.aiter_bytes(CHUNK_BYTES):
-                            file.write(chunk)
+                            await file.write(chunk)
                             attempts.progressed()
-                    return file.finish()
+                    return await file.finish()
                 except httpx2.TransportError as exc:
                     await anyio.sleep(attempts.failed(transport_error(exc)))
                 except RunyardError as error:
                     await anyio.sleep(attempts.failed(error))
         except BaseException:
-            file.discard()
+            await file.discard()
             raise
 
 
