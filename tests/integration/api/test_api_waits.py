@@ -17,7 +17,9 @@ from sqlalchemy import Engine
 from runyard.platform.db import DbTimeouts, make_engine
 from runyard.queue import ClaimedJob, JobQueue
 from runyard.registry.tools import ToolRegistry
-from tests.integration.api.test_api_helpers import bearer, live_server, make_app
+from runyard.runners.fake import FakeRunner
+from tests.integration.api.test_api_helpers import bearer, live_server, make_app, wait_until
+from tests.integration.api.test_api_sync_mode import SYNC, Gate
 from tests.integration.api.test_api_workflows import SUCCESS, finish_claimable
 
 # The safety re-read is this far away: only a notification can end a wait in time.
@@ -127,6 +129,42 @@ def test_get_run_wait__another_tenants_run_is_404_at_once(client, acme, engine):
     admin = bearer(engine, "ops", admin=True)
     seen = client.get(f"/v1/runs/{run_id}?wait=0.1", headers=admin)
     assert seen.status_code == 200 and seen.json()["id"] == run_id
+
+
+def test_get_run_wait__a_client_that_hangs_up_ends_its_wait(
+    database_url: str, engine: Engine, registry: ToolRegistry, acme
+):
+    app = make_app(database_url, engine, registry, **NO_POLL)
+    with live_server(app) as url:
+        with httpx2.Client(base_url=url, timeout=10) as http:
+            run_id = http.post("/v1/runs", json={"tool": "echo"}, headers=acme).json()["id"]
+        notifier = app.state.services.notifier
+        with httpx2.Client(base_url=url, timeout=0.5) as impatient:
+            with pytest.raises(httpx2.ReadTimeout):
+                impatient.get(f"/v1/runs/{run_id}?wait=20", headers=acme)
+        wait_until(lambda: notifier.subscriber_count == 0, timeout=5)
+
+
+def test_get_run_wait__in_sync_mode_a_read_waits_for_the_inline_run(
+    database_url: str, engine: Engine, registry: ToolRegistry, acme
+):
+    gate = Gate()
+    app = make_app(database_url, engine, registry, FakeRunner(gate), **SYNC, **NO_POLL)
+    with live_server(app) as url, httpx2.Client(base_url=url, timeout=30) as http:
+        with ThreadPoolExecutor(2) as pool:
+            inline = pool.submit(http.post, "/v1/runs", json={"tool": "echo"}, headers=acme)
+            assert gate.started.acquire(timeout=10)
+            [run] = http.get("/v1/runs", headers=acme).json()["items"]
+            waiting = pool.submit(http.get, f"/v1/runs/{run['id']}?wait=20", headers=acme)
+            time.sleep(0.5)
+            assert not waiting.done()
+            gate.release.set()
+            released_at = time.monotonic()
+            response = waiting.result(timeout=25)
+            after_end = time.monotonic() - released_at
+            assert inline.result(timeout=10).json()["status"] == "succeeded"
+    assert response.status_code == 200 and response.json()["status"] == "succeeded"
+    assert after_end < 5
 
 
 @pytest.mark.parametrize("path", ["/v1/runs/{id}", "/v1/batches/{id}"])
