@@ -112,7 +112,7 @@ class Waits:
         deadline = time.monotonic() + seconds
         active = [run.run_id for run in view.runs if run.status in ACTIVE]
 
-        async def status() -> str | None:
+        async def status() -> str:
             return await anyio.to_thread.run_sync(self._batches.status, batch_id)
 
         with self._notifier.subscribe(*active) as subscription:

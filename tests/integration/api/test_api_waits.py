@@ -260,7 +260,11 @@ def test_waits__many_waiters_hold_no_connection_and_leave_the_pool_to_others(
                     waiters.append(
                         pool.submit(http.post, "/v1/runs?wait=20", json=body, headers=acme)
                     )
-                time.sleep(1.0)  # every waiter asleep on its subscription
+                notifier = app.state.services.notifier
+                # Every waiter subscribed (then it reads once, and sleeps).
+                wait_until(lambda: notifier.subscriber_count == 20, timeout=20)
+                wait_until(lambda: small.pool.checkedout() == 0, timeout=10)  # type: ignore[attr-defined]
+                time.sleep(0.5)
                 assert not any(waiter.done() for waiter in waiters)
                 assert small.pool.checkedout() == 0  # type: ignore[attr-defined]
                 listed = http.get("/v1/runs", headers=acme)
