@@ -21,6 +21,7 @@ from runyard.reads.notify import RunNotifier
 from runyard.registry.tools import ToolRegistry
 from runyard.submission.batches import Batches
 from runyard.submission.runs import Submissions
+from runyard.submission.waits import Waits
 from runyard.sync.executor import SyncExecutor
 from runyard.tenancy.auth import Principal, PrincipalCache, authenticate
 
@@ -46,6 +47,8 @@ class Services:
     submissions: Submissions
     # Batches (runyard.submission.batches): queue mode only.
     batches: Batches
+    # Waiting for a run or a batch to end (``?wait=``), for the submit and the reads alike.
+    waits: Waits
     # The read side of runs' artifacts (its ``store`` is the one writers use).
     artifacts: ArtifactReads
     # Builds of the tools built from source: their transitions and their reads.

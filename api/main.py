@@ -39,11 +39,13 @@ from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.queue.builds import BuildQueue
 from runyard.queue.workers import WorkerRegistry
 from runyard.reads.notify import RunNotifier
+from runyard.reads.runs import RunReader
 from runyard.registry.tools import ToolRegistry, load_registry
 from runyard.runner import Runner
 from runyard.runners.docker.runner import DockerRunner
 from runyard.submission.batches import Batches
-from runyard.submission.runs import Submissions, WaitLimits
+from runyard.submission.runs import Submissions
+from runyard.submission.waits import WaitLimits, Waits
 from runyard.sync.executor import SyncExecutor
 from runyard.webhooks.delivery import WebhookConfig, WebhookDeliverer
 
@@ -213,6 +215,8 @@ def create_app(
             engines += engines_
             notifier.add_listener(sync.on_notification)
         limits = WaitLimits(settings.max_wait_seconds, settings.events_poll_seconds)
+        batch_uses = Batches(queue, tools, caps, queue_mode=sync is None)
+        waits = Waits(notifier, RunReader(db), batch_uses, limits)
         services = Services(
             settings=settings,
             engine=db,
@@ -222,10 +226,9 @@ def create_app(
             caps=caps,
             migration_heads=script_heads(),
             events_limiter=anyio.CapacityLimiter(settings.events_db_concurrency),
-            submissions=Submissions(
-                queue, tools, caps, notifier, sync=sync, limits=limits, builds=builds
-            ),
-            batches=Batches(queue, tools, caps, queue_mode=sync is None),
+            submissions=Submissions(queue, tools, caps, waits, sync=sync, builds=builds),
+            batches=batch_uses,
+            waits=waits,
             sync=sync,
             artifacts=ArtifactReads(db, artifacts),
             builds=builds,

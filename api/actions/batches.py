@@ -1,15 +1,19 @@
-"""A batch's actions: load it for a caller, cancel it, retry it; the problem document of a
-refused batch write."""
+"""A batch's actions: load it for a caller (at once, or once it ends), cancel it, retry it;
+the problem document of a refused batch write."""
 
 from __future__ import annotations
 
 import uuid
 
-from api.actions.runs import submit_problem
+from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
+
+from api.actions.runs import submit_problem, watching_disconnect
 from api.deps import Services, visible_tenant
 from api.problems import Problem
 from runyard.queue.graph import BatchRetried
 from runyard.submission.batches import BatchItemProblem, BatchNotFinished, BatchView
+from runyard.submission.waits import Caller
 from runyard.tenancy.auth import Principal, priority_ceiling
 
 
@@ -41,6 +45,23 @@ def refused(services: Services, exc: Exception) -> Problem:
 def load_batch(services: Services, principal: Principal, batch_id: uuid.UUID) -> BatchView:
     """The batch if the caller may see it; 404 otherwise (another tenant's batch included)."""
     view = services.batches.view(batch_id, visible_tenant(principal))
+    if view is None:
+        raise Problem(404, "batch_not_found", f"no batch {batch_id}")
+    return view
+
+
+async def await_batch(
+    request: Request, services: Services, principal: Principal, batch_id: uuid.UUID, wait: float
+) -> BatchView:
+    """The batch once terminal (no run queued or running), or as it is after ``wait`` seconds
+    (capped) or when the client leaves; 404 at once if the caller may not see it."""
+    if services.waits.capped(wait) <= 0:
+        return await run_in_threadpool(load_batch, services, principal, batch_id)
+    caller = Caller()
+    tenant = visible_tenant(principal)
+    view = await watching_disconnect(
+        request, caller.leave, lambda: services.waits.batch(batch_id, tenant, wait, caller)
+    )
     if view is None:
         raise Problem(404, "batch_not_found", f"no batch {batch_id}")
     return view

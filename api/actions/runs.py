@@ -1,5 +1,5 @@
-"""A run's actions: load or show it for a caller, submit (watching the client), cancel,
-rerun; and the problem document of a refused submit."""
+"""A run's actions: load or show it for a caller (at once, or once it ends), submit (watching
+the client), cancel, rerun; and the problem document of a refused submit."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ from runyard.submission.request import (
     RunRequest,
     UnknownTool,
 )
-from runyard.submission.runs import Caller, QueueModeOnly, Submitted
+from runyard.submission.runs import QueueModeOnly, Submitted
+from runyard.submission.waits import Caller
 from runyard.tenancy.auth import Principal, priority_ceiling
 
 T = TypeVar("T")
@@ -43,6 +44,23 @@ def load_run(services: Services, principal: Principal, run_id: uuid.UUID) -> Too
 def view_run(services: Services, principal: Principal, run_id: uuid.UUID) -> RunView:
     """The run's public fields if the caller may see it (one round trip); 404 otherwise."""
     run = RunReader(services.engine).view(run_id, visible_tenant(principal))
+    if run is None:
+        raise Problem(404, "run_not_found", f"no run {run_id}")
+    return run
+
+
+async def await_run(
+    request: Request, services: Services, principal: Principal, run_id: uuid.UUID, wait: float
+) -> RunView:
+    """The run once terminal, or as it is after ``wait`` seconds (capped) or when the client
+    leaves; 404 at once if the caller may not see it, as without a wait."""
+    if services.waits.capped(wait) <= 0:
+        return await run_in_threadpool(view_run, services, principal, run_id)
+    caller = Caller()
+    tenant = visible_tenant(principal)
+    run = await watching_disconnect(
+        request, caller.leave, lambda: services.waits.run(run_id, tenant, wait, caller)
+    )
     if run is None:
         raise Problem(404, "run_not_found", f"no run {run_id}")
     return run
@@ -97,7 +115,7 @@ async def _watch_disconnect(request: Request, on_gone: Callable[[], None]) -> No
             return
 
 
-async def _watching_disconnect(
+async def watching_disconnect(
     request: Request, on_gone: Callable[[], None], work: Callable[[], Awaitable[T]]
 ) -> T:
     """Await ``work()`` while watching for the client to leave.
@@ -126,7 +144,7 @@ async def submit(
     and ends its wait); a refusal comes out as its problem document."""
     caller = Caller()
     try:
-        return await _watching_disconnect(
+        return await watching_disconnect(
             request,
             caller.leave,
             lambda: services.submissions.submit(run_request, wait=wait, caller=caller),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic_core import to_json
 
@@ -15,7 +15,7 @@ from api.batch_schemas import BatchCreate, BatchCreated, BatchListed, BatchOut, 
 from api.deps import PrincipalDep, ServicesDep
 from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
 from api.problems import Problem
-from api.routes import IdempotencyKey
+from api.routes import IdempotencyKey, WaitSeconds
 from runyard.queue.graph import GraphResult
 from runyard.reads.runs import BadCursor, decode_cursor_parts, encode_cursor_parts
 from runyard.submission.batches import BatchView
@@ -73,10 +73,24 @@ async def post_batch(
     return Response(answer, status_code=202, headers=headers, media_type="application/json")
 
 
-@router.get("/{batch_id}", operation_id="getBatch", responses={404: NOT_FOUND})
-def get_batch(batch_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep) -> BatchOut:
-    """A batch: its status, counts by status and the latest run of each ref."""
-    return BatchOut.of(batch_actions.load_batch(services, principal, batch_id))
+@router.get(
+    "/{batch_id}", operation_id="getBatch", response_model=BatchOut, responses={404: NOT_FOUND}
+)
+async def get_batch(
+    request: Request,
+    batch_id: uuid.UUID,
+    services: ServicesDep,
+    principal: PrincipalDep,
+    wait: WaitSeconds = 0,
+) -> Response:
+    """A batch: its status, counts by status and the latest run of each ref. With ``wait``
+    the answer comes as soon as no run of it is queued or running, or after that many seconds
+    with the batch as it is then (200 either way: its ``status`` says which)."""
+    view = await batch_actions.await_batch(request, services, principal, batch_id, wait)
+    # Serialized as the response model would be, in the thread pool: 1,000 runs are CPU work
+    # that would hold the event loop.
+    answer = await run_in_threadpool(to_json, vars(view))
+    return Response(answer, media_type="application/json")
 
 
 @router.get("", operation_id="listBatches")

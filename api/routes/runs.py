@@ -15,7 +15,7 @@ from api.actions.webhooks import check_callback_url, require_webhook_secret
 from api.deps import PrincipalDep, ServicesDep, visible_tenant
 from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
 from api.problems import Problem
-from api.routes import RUN_NOT_FOUND, IdempotencyKey
+from api.routes import RUN_NOT_FOUND, IdempotencyKey, WaitSeconds
 from api.schemas import RunCreate, RunOut, RunPage
 from runyard.domain.states import RunMode, RunStatus
 from runyard.reads.runs import LOG_STREAMS, BadCursor, RunFilter, RunReader, RunView
@@ -28,7 +28,6 @@ router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=COMMON_ERRORS)
 RUN_JSON = TypeAdapter(RunView)
 
 MAX_PAGE = 200
-MAX_WAIT_QUERY = 3600.0
 
 
 @router.post(
@@ -54,16 +53,7 @@ async def post_run(
     body: RunCreate,
     services: ServicesDep,
     principal: PrincipalDep,
-    wait: Annotated[
-        float,
-        Query(
-            ge=0,
-            le=MAX_WAIT_QUERY,
-            allow_inf_nan=False,
-            description="Seconds to wait for a terminal state (capped by "
-            "RUNYARD_MAX_WAIT_SECONDS); 200 if it got there, else 202",
-        ),
-    ] = 0,
+    wait: WaitSeconds = 0,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Validate the tool and input, then enqueue (queue mode) or run inline (sync mode)."""
@@ -89,10 +79,21 @@ async def post_run(
     )
 
 
-@router.get("/{run_id}", operation_id="getRun", responses={404: RUN_NOT_FOUND})
-def get_run(run_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep) -> RunOut:
-    """One run; another tenant's run is 404."""
-    return RunOut.of(run_actions.view_run(services, principal, run_id))
+@router.get(
+    "/{run_id}", operation_id="getRun", response_model=RunOut, responses={404: RUN_NOT_FOUND}
+)
+async def get_run(
+    request: Request,
+    run_id: uuid.UUID,
+    services: ServicesDep,
+    principal: PrincipalDep,
+    wait: WaitSeconds = 0,
+) -> Response:
+    """One run; another tenant's run is 404 (at once, never after a wait). With ``wait`` the
+    answer comes as soon as the run is terminal, or after that many seconds with the run as
+    it is then (200 either way: its ``status`` says which)."""
+    run = await run_actions.await_run(request, services, principal, run_id, wait)
+    return Response(RUN_JSON.dump_json(run), media_type="application/json")
 
 
 @router.get("", operation_id="listRuns")

@@ -1,7 +1,8 @@
 """LISTEN/NOTIFY for the API: one connection per process fans run ids out to waiting requests.
 
-A waiting request (``POST /v1/runs?wait=S``, an SSE stream) subscribes to a run id and sleeps
-until a notification names that run, or until its safety timeout; either way it re-reads the
+A waiting request (``?wait=S`` on a submit or a read of a run or a batch, an SSE stream)
+subscribes to run ids and sleeps until a notification names one of them, or until its safety
+timeout; either way it re-reads the
 database, which stays the source of truth. No request holds a database connection while it
 waits, and a lost LISTEN connection only makes waiters re-check sooner.
 """
@@ -28,10 +29,10 @@ HEALTH_CHECK_SECONDS = 15.0
 
 
 class Subscription:
-    """Wake-ups for one run id; ``wait`` returns True when a notification named the run."""
+    """Wake-ups for some run ids; ``wait`` returns True when a notification named one."""
 
-    def __init__(self, run_id: uuid.UUID) -> None:
-        self.run_id = run_id
+    def __init__(self, run_ids: Sequence[uuid.UUID]) -> None:
+        self.run_ids = tuple(dict.fromkeys(run_ids))
         self._event = asyncio.Event()
 
     def wake(self) -> None:
@@ -60,18 +61,21 @@ class RunNotifier:
         self.connected = asyncio.Event()
 
     @contextmanager
-    def subscribe(self, run_id: uuid.UUID) -> Iterator[Subscription]:
-        """Register interest in ``run_id`` for the duration of the block."""
-        subscription = Subscription(run_id)
-        self._subscriptions.setdefault(run_id, set()).add(subscription)
+    def subscribe(self, *run_ids: uuid.UUID) -> Iterator[Subscription]:
+        """Register interest in ``run_ids`` (one wake-up for any of them) for the duration
+        of the block."""
+        subscription = Subscription(run_ids)
+        for run_id in subscription.run_ids:
+            self._subscriptions.setdefault(run_id, set()).add(subscription)
         try:
             yield subscription
         finally:
-            subs = self._subscriptions.get(run_id)
-            if subs is not None:
-                subs.discard(subscription)
-                if not subs:
-                    del self._subscriptions[run_id]
+            for run_id in subscription.run_ids:
+                subs = self._subscriptions.get(run_id)
+                if subs is not None:
+                    subs.discard(subscription)
+                    if not subs:
+                        del self._subscriptions[run_id]
 
     def add_listener(self, callback: Callable[[uuid.UUID], None]) -> None:
         """Call ``callback(run_id)`` (in the event loop; it must not block) on every note."""
@@ -80,7 +84,7 @@ class RunNotifier:
     @property
     def subscriber_count(self) -> int:
         """How many subscriptions are open (for metrics and tests)."""
-        return sum(len(subs) for subs in self._subscriptions.values())
+        return len({id(sub) for subs in self._subscriptions.values() for sub in subs})
 
     def dispatch(self, payload: str) -> None:
         """Wake the subscribers of the runs the payload names (one run id, or several

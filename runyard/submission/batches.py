@@ -152,6 +152,22 @@ LATEST_RUNS = text(
     """
 )
 
+# The status of the latest run of each ref of the batch ``:id`` and whether a dependency failed
+# it (what ``batch_status`` needs), counted: what a waiter re-reads, no run's input or spec.
+BATCH_STATE = text(
+    """
+    WITH latest AS (
+        SELECT DISTINCT ON (r.ref) CAST(r.status AS text) AS status,
+               r.error_code IS NOT DISTINCT FROM 'dependency_failed' AS dependency_failed
+        FROM tool_runs r
+        WHERE r.batch_id = :id
+        ORDER BY r.ref, r.requested_at DESC, r.id DESC
+    )
+    SELECT status, dependency_failed, count(*) AS runs
+    FROM latest GROUP BY status, dependency_failed
+    """
+)
+
 # The dependencies of the runs ``:ids``, and whether each is of the dependent's own batch; by
 # ref in code point order (a run without one last), then by id.
 EDGES = text(
@@ -289,6 +305,10 @@ class Batches:
         if not found or (tenant is not None and found[0].tenant != tenant):
             return None
         return self._views(found)[0]
+
+    def status(self, batch_id: uuid.UUID) -> str:
+        """The batch's status alone (one light statement; the caller checked the tenant)."""
+        return summarized(autocommit(self._engine, BATCH_STATE, {"id": batch_id}))[0]
 
     def _views(self, batches: Sequence[Any]) -> list[BatchView]:
         """The read model of ``batches`` (rows with id, created_at, size): two queries, the

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
-import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
@@ -21,10 +18,10 @@ from runyard.domain.graph import GraphProblem, Node
 from runyard.queue import AdmissionCaps, AdmissionRefused, ApiQueue, EnqueueResult, NewRun
 from runyard.queue.builds import BuildQueue
 from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
-from runyard.reads.notify import RunNotifier
 from runyard.reads.runs import RunReader, RunView
 from runyard.registry.tools import ToolRegistry
 from runyard.submission.request import RunRequest
+from runyard.submission.waits import Caller, Waits
 from runyard.sync.executor import SyncExecutor
 
 
@@ -38,34 +35,6 @@ class Submitted:
 
     run: RunView
     created: bool
-
-
-class Caller:
-    """Whether the caller is still there: leaving cancels its inline run and ends its wait."""
-
-    def __init__(self) -> None:
-        self._hooks: list[Callable[[], object]] = []
-        self.left = False
-
-    def on_leave(self, hook: Callable[[], object]) -> None:
-        """Call ``hook`` when the caller leaves (at once if it has)."""
-        self._hooks.append(hook)
-        if self.left:
-            hook()
-
-    def leave(self) -> None:
-        """The caller went away."""
-        self.left = True
-        for hook in list(self._hooks):
-            hook()
-
-
-@dataclass(frozen=True)
-class WaitLimits:
-    """How long a submit may wait for a terminal state, and how often it re-reads meanwhile."""
-
-    max_wait_seconds: float = 60.0
-    poll_seconds: float = 2.0
 
 
 def built_tag(run: NewRun) -> str | None:
@@ -82,10 +51,9 @@ class Submissions:
         queue: ApiQueue,
         registry: ToolRegistry,
         caps: AdmissionCaps,
-        notifier: RunNotifier,
+        waits: Waits,
         *,
         sync: SyncExecutor | None = None,
-        limits: WaitLimits | None = None,
         builds: BuildQueue | None = None,
     ) -> None:
         self._queue = queue
@@ -93,9 +61,8 @@ class Submissions:
         self._builds = builds
         self._registry = registry
         self._caps = caps
-        self._notifier = notifier
+        self._waits = waits
         self._sync = sync
-        self._limits = limits or WaitLimits()
         self._reader = RunReader(queue.engine)
         self._graphs = GraphWriter(queue.engine)
 
@@ -146,7 +113,7 @@ class Submissions:
         """Accept the request; run it inline (sync mode) or wait up to ``wait`` seconds
         (capped) for a terminal state. A caller that leaves cancels its inline run."""
         caller = caller or Caller()
-        seconds = min(wait, self._limits.max_wait_seconds)
+        seconds = self._waits.capped(wait)
         accept = functools.partial(self.accept, request, read_back=seconds <= 0)
         result, view = await anyio.to_thread.run_sync(accept)
         if result.job is not None:
@@ -156,30 +123,6 @@ class Submissions:
             await asyncio.wrap_future(self._sync.start_job(result.job))
             seconds = 0.0
         if view is None:
-            view = await self.wait_for(result.run_id, request.tenant, seconds, caller)
+            view = await self._waits.run(result.run_id, request.tenant, seconds, caller)
+            assert view is not None  # the caller's own run
         return Submitted(run=view, created=result.created)
-
-    async def _view(self, run_id: uuid.UUID, tenant: str) -> RunView:
-        view = await anyio.to_thread.run_sync(self._reader.view, run_id, tenant)
-        assert view is not None  # the caller's own run
-        return view
-
-    async def wait_for(
-        self, run_id: uuid.UUID, tenant: str, seconds: float, caller: Caller
-    ) -> RunView:
-        """The run once terminal, or as it is after ``seconds``; it sleeps on the run's
-        NOTIFY channel and re-reads at most every ``poll_seconds``; leaving ends it."""
-        if seconds <= 0:
-            return await self._view(run_id, tenant)
-        deadline = time.monotonic() + seconds
-        with self._notifier.subscribe(run_id) as subscription:
-            # Subscribed first, then read: a change in between still wakes us.
-            run = await self._view(run_id, tenant)
-            caller.on_leave(subscription.wake)
-            while not run.status.is_terminal and not caller.left:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                await subscription.wait(min(remaining, self._limits.poll_seconds))
-                run = await self._view(run_id, tenant)
-            return run

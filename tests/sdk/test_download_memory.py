@@ -1,21 +1,27 @@
 """A download streams to disk: 48 MiB through either flavour allocate a small fraction of
 that (tracemalloc's peak), and the file arrives whole with its SHA-256 checked. The server
 here is a transport that makes the bytes as they are read, so only the client is measured
-(``bench/sdk_download.py`` does 1 GiB against the real API and measures the RSS)."""
+(``bench/sdk_download.py`` does 1 GiB against the real API and measures the RSS). The async
+flavour writes, hashes and makes directories on worker threads, never on its event loop."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
+import threading
 import tracemalloc
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
 
+import runyard_client._async_client as async_client
 from runyard_client import AsyncRunyard, Runyard
+from runyard_client._files import VerifiedFile
 
 MIB = 1 << 20
 PIECE = 64 * 1024
@@ -113,3 +119,43 @@ def test_download__async_streams_with_a_small_peak(sha256: str, tmp_path: Path):
     peak = peak_while(lambda: asyncio.run(download()))
     assert (tmp_path / "big.bin").stat().st_size == SIZE
     assert peak < BOUND, f"the download allocated {peak / MIB:.1f} MiB at its peak"
+
+
+def test_download__async_writes_hashes_and_makes_directories_off_the_event_loop(
+    sha256: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    threads: dict[str, set[int]] = {}
+
+    def spied(name: str, call: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(call)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            threads.setdefault(name, set()).add(threading.get_ident())
+            return call(*args, **kwargs)
+
+        return run
+
+    for method in ("__init__", "begin", "write", "finish"):
+        monkeypatch.setattr(VerifiedFile, method, spied(method, getattr(VerifiedFile, method)))
+    for name in ("plan", "make_parents", "destination"):
+        monkeypatch.setattr(async_client, name, spied(name, getattr(async_client, name)))
+
+    async def download() -> int:
+        async with AsyncRunyard(
+            "http://artifacts.test", transport=ArtifactServer(sha256)
+        ) as client:
+            await client.download(RUN_ID, "big.bin", tmp_path / "one.bin")
+            await client.download_all(RUN_ID, tmp_path / "all")
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(download())
+    assert set(threads) == {
+        "__init__",
+        "begin",
+        "write",
+        "finish",
+        "plan",
+        "make_parents",
+        "destination",
+    }
+    assert all(loop_thread not in seen for seen in threads.values()), threads
+    assert (tmp_path / "all" / "big.bin").stat().st_size == SIZE

@@ -1,7 +1,8 @@
 """The SDK's models match the API's component schemas (the app's own ``/openapi.json``, built
 in-process): the same fields, required where the API always sends them, nullable where it may
 send null, and of the same kind of JSON value. ``submit`` offers exactly the fields of
-``POST /v1/runs``."""
+``POST /v1/runs``. Each run event class matches its type's schema (``RunEvent``'s member, its
+``data`` read flat as the SDK reads it), and every type the API documents has a class."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pydantic import BaseModel
 
 from api.main import create_app
 from runyard.platform.settings import Settings
-from runyard_client import Runyard, models
+from runyard_client import Runyard, events, models
 
 # SDK model -> the API's component; (response: the SDK may be more lenient than the API).
 RESPONSES: list[tuple[type[BaseModel], str]] = [
@@ -146,3 +147,59 @@ def test_drift__reports_a_renamed_a_retyped_and_a_newly_required_field():
         "the API always sends id, the SDK does not require it",
         "count: the API sends string, the SDK reads integer",
     ]
+
+
+def event_component(components: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The API's event of type ``kind`` as the SDK reads it: ``id``, ``at`` and ``type``
+    beside the fields of its ``data``. ``type`` is left out of ``required``: it is the
+    discriminator, checked as a constant on its own (the SDK's default only helps build an
+    event in code)."""
+    mapping = components["RunEvent"]["discriminator"]["mapping"]
+    member = components[mapping[kind].rsplit("/", 1)[-1]]
+    data = components[member["properties"]["data"]["$ref"].rsplit("/", 1)[-1]]
+    envelope = {name: value for name, value in member["properties"].items() if name != "data"}
+    required = [name for name in member["required"] if name not in ("data", "type")]
+    return {
+        "properties": {**envelope, **data.get("properties", {})},
+        "required": required + data.get("required", []),
+    }
+
+
+def documented_event_types(components: dict[str, Any]) -> set[str]:
+    return set(components["RunEvent"]["discriminator"]["mapping"])
+
+
+def test_events__every_type_the_api_documents_has_an_sdk_class(components):
+    assert documented_event_types(components) == set(events.KNOWN_EVENTS)
+
+
+@pytest.mark.parametrize("kind", sorted(events.KNOWN_EVENTS))
+def test_event__matches_its_types_schema(kind: str, components):
+    model = events.KNOWN_EVENTS[kind]
+    name = f"RunEvent[{kind}]"
+    flat = {**components, name: event_component(components, kind)}
+    assert drift(model, name, flat) == []
+    assert sdk_schema(model)["properties"]["type"]["const"] == kind
+    assert flat[name]["properties"]["type"]["const"] == kind
+    # An event with only what the API always sends reads as this class.
+    read = events.event_of(1, kind, {"at": "2026-01-01T00:00:00Z", **sample(flat, name)})
+    assert type(read) is model
+
+
+def sample(components: dict[str, Any], name: str) -> dict[str, Any]:
+    """A value for every required data field of a flattened event schema."""
+    schema = components[name]
+    found: dict[str, Any] = {}
+    for field in set(schema["required"]) - {"id", "at"}:
+        prop = schema["properties"][field]
+        if "$ref" in prop:
+            found[field] = components[prop["$ref"].rsplit("/", 1)[-1]]["enum"][-1]
+        elif "enum" in prop:
+            found[field] = prop["enum"][0]
+        elif prop.get("format") == "date-time":
+            found[field] = "2026-01-01T00:00:00Z"
+        elif prop.get("format") == "uuid":
+            found[field] = "00000000-0000-4000-8000-000000000000"
+        else:
+            found[field] = {"integer": 1, "string": "x", "boolean": True}[prop["type"]]
+    return found

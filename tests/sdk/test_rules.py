@@ -27,10 +27,12 @@ from runyard_client import (
     StdoutEvent,
     UnavailableError,
     UnsafePathError,
+    WaitTimeoutError,
 )
-from runyard_client._calls import Pager, submit_body
+from runyard_client._calls import Call, Pager, get_batch, get_run, submit_body, waited
+from runyard_client._config import ClientConfig
 from runyard_client._files import VerifiedFile, target_path
-from runyard_client._flow import Deadline, EventFollow, LineSplitter
+from runyard_client._flow import Deadline, EventFollow, LineSplitter, LongPoll
 from runyard_client._retry import RetryPolicy, is_safe
 from runyard_client.errors import connection_error, error_from_response, parse_retry_after
 from runyard_client.events import event_of
@@ -199,6 +201,8 @@ def test_submit_body__sends_only_what_was_given():
 
 
 AT = "2026-01-01T00:00:00+00:00"
+# What a log chunk carries besides its text.
+CHUNK = {"at": AT, "attempt": 1, "until": "2026-01-01T00:00:00.000000000Z"}
 
 
 def test_event_of__known_types_are_typed_and_unknown_ones_kept():
@@ -206,10 +210,10 @@ def test_event_of__known_types_are_typed_and_unknown_ones_kept():
     assert isinstance(status, StatusEvent) and status.status.is_terminal and status.exit_code == 3
     chunk = event_of(8, "stdout", {"at": AT, "text": "hi\n", "attempt": 1, "until": "t"})
     assert isinstance(chunk, StdoutEvent) and chunk.text == "hi\n"
-    other = event_of(9, "stale", {"at": AT, "quiet_seconds": 60})
+    other = event_of(9, "sparkle", {"at": AT, "brightness": 60})
     assert isinstance(other, OtherEvent) and (other.type, other.data) == (
-        "stale",
-        {"quiet_seconds": 60},
+        "sparkle",
+        {"brightness": 60},
     )
 
 
@@ -227,7 +231,7 @@ def test_event_follow__resumes_after_the_last_id_received_and_ends_at_the_final_
     follow.connected(200)
     assert follow.receive("", "", "", 2000) is None  # the retry: hint
     follow.receive("9", "status", json.dumps({"at": AT, "status": "running"}), None)
-    follow.receive("8", "stdout", json.dumps({"at": AT, "text": "x"}), None)
+    follow.receive("8", "stdout", json.dumps({**CHUNK, "text": "x"}), None)
     assert follow.headers()["Last-Event-ID"] == "8"  # the last, not the largest
     assert follow.failed(unavailable(None)) == 0.0  # it dropped after progress: at once
     assert follow.failed(unavailable(None)) == 2.0  # again without progress: the server's pause
@@ -266,11 +270,102 @@ def test_deadline__bounds_and_expires():
     assert not Deadline(None, clock).expired()
 
 
+def long_poll(clock: Clock, timeout: float | None) -> LongPoll[str]:
+    """A long-poll of answers that are strings, over until one says ``done``."""
+    return LongPoll(
+        lambda wait: Call("GET", "/v1/things/1", lambda r: r.text, params=waited(wait)),
+        lambda answer: answer == "done",
+        "thing 1",
+        POLICY,
+        Deadline(timeout, clock),
+        clock=clock,
+    )
+
+
+def asked(call: Call[str] | None) -> float:
+    assert call is not None
+    return float(call.params.get("wait", 0))
+
+
+def test_long_poll__slices_of_at_most_30_s_until_the_end():
+    clock = Clock()
+    poll = long_poll(clock, 70.0)
+    assert asked(poll.next_call()) == 30.0
+    clock.now += 30
+    assert poll.answered("queued") == 0.0  # held the whole slice: ask again at once
+    assert asked(poll.next_call()) == 30.0
+    clock.now += 30
+    poll.answered("running")
+    assert asked(poll.next_call()) == 10.0  # what is left
+    clock.now += 2
+    assert poll.answered("done") == 0.0
+    assert poll.next_call() is None and poll.result() == "done"
+
+
+def test_long_poll__an_early_answer_waits_out_the_least_gap_within_the_deadline():
+    clock = Clock()
+    poll = long_poll(clock, 10.0)
+    poll.next_call()
+    clock.now += 0.25  # an API that did not hold the answer
+    assert poll.answered("queued") == 0.75
+    clock.now += 9.5
+    poll.next_call()
+    assert poll.answered("queued") == 0.25  # no pause past the deadline
+    clock.now += 0.25
+    assert asked(poll.next_call()) == 0.0  # a last plain read
+    assert poll.answered("queued") == 0.0 and poll.next_call() is None
+    with pytest.raises(WaitTimeoutError) as caught:
+        poll.result()
+    assert caught.value.last == "queued" and "thing 1" in str(caught.value)
+
+
+def test_long_poll__no_time_at_all_is_one_plain_read():
+    poll = long_poll(Clock(), 0.0)
+    call = poll.next_call()
+    assert call is not None and "wait" not in call.params
+    poll.answered("queued")
+    assert poll.next_call() is None
+    with pytest.raises(WaitTimeoutError):
+        poll.result()
+
+
+def test_long_poll__transient_failures_are_retried_until_they_repeat_or_the_deadline():
+    clock = Clock()
+    poll = long_poll(clock, 100.0)
+    poll.next_call()
+    assert poll.failed(unavailable(503)) > 0
+    assert poll.failed(unavailable(None)) > 0
+    poll.answered("queued")  # progress: the failures count from zero again
+    poll.failed(unavailable(502))
+    poll.failed(unavailable(502))
+    with pytest.raises(UnavailableError):
+        poll.failed(unavailable(502))
+    with pytest.raises(NotFoundError):
+        long_poll(clock, 100.0).failed(NotFoundError("gone", status=404))
+    clock.now += 101
+    assert poll.failed(unavailable(503)) == 0.0 and poll.next_call() is None
+    with pytest.raises(WaitTimeoutError):
+        poll.result()
+
+
+def test_long_poll_calls__ask_the_api_to_hold_and_read_that_much_longer():
+    run = get_run(uuid.UUID(int=1), 12.3456)
+    assert (run.path, dict(run.params), run.held_seconds) == (
+        f"/v1/runs/{uuid.UUID(int=1)}",
+        {"wait": 12.346},
+        12.3456,
+    )
+    assert get_batch("b", 0).params == {} and get_batch("b", 0).held_seconds == 0
+    config = ClientConfig(timeout=5.0)
+    assert config.call_timeout(run).read == 5.0 + 12.3456
+    assert config.call_timeout(get_batch("b")).read == 5.0
+
+
 def test_line_splitter__whole_lines_per_stream_and_the_rest_at_the_end():
     splitter = LineSplitter("both")
-    out = event_of(1, "stdout", {"at": AT, "text": "a\nb"})
-    err = event_of(2, "stderr", {"at": AT, "text": "e"})
-    more = event_of(3, "stdout", {"at": AT, "text": "c\n"})
+    out = event_of(1, "stdout", {**CHUNK, "text": "a\nb"})
+    err = event_of(2, "stderr", {**CHUNK, "text": "e"})
+    more = event_of(3, "stdout", {**CHUNK, "text": "c\n"})
     assert splitter.feed(out) == ["a"]
     assert splitter.feed(err) == []
     assert splitter.feed(more) == ["bc"]

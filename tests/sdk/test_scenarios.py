@@ -3,10 +3,12 @@ worker, and the in-memory fake, which is so held to the real client's behaviour.
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx2
 import pytest
 
 from runyard_client import (
@@ -26,6 +28,21 @@ from tests.sdk.harness import Canned
 from tests.sdk.tools import BINARY, BINARY_SHA256
 
 LATER = datetime.now(UTC) + timedelta(days=1)
+
+
+def soon(seconds: float) -> datetime:
+    """A ``run_at`` that passes while a wait is under way."""
+    return datetime.now(UTC) + timedelta(seconds=seconds)
+
+
+def reads_of(yard: Yard, path: str) -> list[httpx2.Request]:
+    """The GETs of exactly ``path`` (not of the paths under it)."""
+    return [r for r in yard.faults.seen("GET", path) if r.url.path == path]
+
+
+def held(request: httpx2.Request) -> float:
+    """The seconds a read asked the API to hold its answer (0: none)."""
+    return float(request.url.params.get("wait", "0"))
 
 
 def test_submit_get_wait__the_run_is_queued_then_ends_with_its_result(yard: Yard):
@@ -239,6 +256,55 @@ def test_wait__gives_up_after_its_timeout_with_the_run_as_it_was(yard: Yard):
     assert waited.value.last.id == run.id and waited.value.last.status is RunStatus.QUEUED
     with pytest.raises(WaitTimeoutError):
         yard.client.run("echo", {}, run_at=LATER, timeout=1.5)
+
+
+def test_wait__a_run_that_ends_during_a_long_poll_is_answered_by_it(yard: Yard):
+    run = yard.client.submit("echo", {"n": 3}, run_at=soon(2))
+    done = yard.client.wait(run.id, timeout=30)
+    assert done.succeeded and done.result == {"n": 3}
+    reads = reads_of(yard, f"/v1/runs/{run.id}")
+    assert reads and all(0 < held(read) <= 30 for read in reads)
+    # Held answers (the live API holds one second at most): a few reads, no polling loop.
+    assert len(reads) <= 5
+    assert yard.faults.seen("GET", f"/v1/runs/{run.id}/events") == []
+
+
+def test_wait__a_long_poll_that_fails_on_the_way_is_sent_again(yard: Yard):
+    run = yard.client.submit("echo", {"n": 4}, run_at=soon(1))
+    path = f"/v1/runs/{run.id}"
+    yard.faults.canned.append(Canned("GET", path, 0))  # no connection at all
+    yard.faults.canned.append(Canned("GET", path, 503, headers={"Retry-After": "0"}))
+    assert yard.client.wait(run.id, timeout=30).result == {"n": 4}
+    assert len(reads_of(yard, path)) >= 3
+
+
+def test_wait__long_polls_until_its_timeout_then_gives_up_with_the_last_answer(yard: Yard):
+    run = yard.client.submit("echo", {}, run_at=LATER)
+    started = time.monotonic()
+    with pytest.raises(WaitTimeoutError) as waited:
+        yard.client.wait(run.id, timeout=1.5)
+    assert time.monotonic() - started >= 1.5
+    assert waited.value.last.id == run.id and waited.value.last.status is RunStatus.QUEUED
+    reads = reads_of(yard, f"/v1/runs/{run.id}")
+    assert reads and all(held(read) <= 1.5 for read in reads) and held(reads[0]) > 0
+
+
+def test_wait_batch__ends_during_a_long_poll_or_times_out_with_the_batch_as_it_was(yard: Yard):
+    batch = yard.client.submit_batch(
+        [
+            {"ref": "first", "tool": "echo", "input": {}, "run_at": soon(1.5)},
+            {"ref": "then", "tool": "echo", "input": {}, "depends_on": ["first"]},
+        ]
+    )
+    ended = yard.client.wait_batch(batch.id, timeout=30)
+    assert ended.status == "succeeded" and ended.counts == {"succeeded": 2}
+    reads = reads_of(yard, f"/v1/batches/{batch.id}")
+    assert reads and all(held(read) > 0 for read in reads) and len(reads) <= 5
+
+    later = yard.client.submit_batch([{"tool": "echo", "run_at": LATER}])
+    with pytest.raises(WaitTimeoutError) as waited:
+        yard.client.wait_batch(later.id, timeout=1.0)
+    assert waited.value.last.id == later.id and waited.value.last.status == "queued"
 
 
 def test_tools__lists_the_registered_tools(yard: Yard):

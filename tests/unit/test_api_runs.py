@@ -8,7 +8,7 @@ import anyio
 import pytest
 from fastapi import Request
 
-from api.actions.runs import _watching_disconnect, submit_problem
+from api.actions.runs import submit_problem, watching_disconnect
 from runyard.platform.settings import Settings
 from runyard.queue import AdmissionRefused, IdempotencyConflict
 from runyard.submission.request import InvalidInput, UnknownTool
@@ -25,18 +25,18 @@ class FakeRequest:
         return {"type": "http.disconnect"}
 
 
-def test_watching_disconnect__an_error_of_the_work_comes_out_unwrapped():
+def testwatching_disconnect__an_error_of_the_work_comes_out_unwrapped():
     async def work() -> None:
         raise LookupError("boom")
 
     async def main() -> None:
-        await _watching_disconnect(cast(Request, FakeRequest(None)), lambda: None, work)
+        await watching_disconnect(cast(Request, FakeRequest(None)), lambda: None, work)
 
     with pytest.raises(LookupError):
         anyio.run(main)
 
 
-def test_watching_disconnect__reports_a_client_that_leaves_and_returns_the_result():
+def testwatching_disconnect__reports_a_client_that_leaves_and_returns_the_result():
     gone: list[bool] = []
 
     async def work() -> str:
@@ -47,7 +47,7 @@ def test_watching_disconnect__reports_a_client_that_leaves_and_returns_the_resul
 
     async def main() -> str:
         request = cast(Request, FakeRequest(0.05))
-        return await _watching_disconnect(request, lambda: gone.append(True), work)
+        return await watching_disconnect(request, lambda: gone.append(True), work)
 
     assert anyio.run(main) == "done"
     assert gone == [True]

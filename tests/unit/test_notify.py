@@ -37,3 +37,15 @@ def test_dispatch__wakes_the_subscribers_of_a_run_in_a_list():
             return await woken.wait(1.0), await idle.wait(0.05)
 
     assert asyncio.run(scenario()) == (True, False)
+
+
+def test_subscribe__one_subscription_of_several_runs_wakes_for_any_and_leaves_nothing():
+    async def scenario() -> tuple[bool, bool, int, int]:
+        notifier = RunNotifier("postgresql://unused")
+        with notifier.subscribe(A, B, B) as batch, notifier.subscribe(C) as other:
+            inside = notifier.subscriber_count
+            notifier.dispatch(str(B))
+            woken, idle = await batch.wait(1.0), await other.wait(0.05)
+        return woken, idle, inside, notifier.subscriber_count
+
+    assert asyncio.run(scenario()) == (True, False, 2, 0)

@@ -21,7 +21,7 @@ from runyard_client._calls import DEFAULT_URL, WAIT_SLICE_SECONDS, Call, Id, Pag
 from runyard_client._config import ClientConfig, error_of, transport_error
 from runyard_client._files import (
     CHUNK_BYTES,
-    VerifiedFile,
+    AsyncVerifiedFile,
     destination,
     make_parents,
     pick,
@@ -32,12 +32,15 @@ from runyard_client._flow import (
     Deadline,
     EventFollow,
     LineSplitter,
+    LongPoll,
     finished,
     log_lines,
+    waiting_batch,
+    waiting_run,
 )
 from runyard_client._retry import RetryPolicy
 from runyard_client.errors import RunyardError
-from runyard_client.events import Event, is_terminal
+from runyard_client.events import Event
 from runyard_client.models import (
     Artifact,
     Batch,
@@ -184,18 +187,9 @@ class AsyncRunyard:
         return self._walk(calls.run_pager(status, tool, mode, page_size, limit))
 
     async def wait(self, run_id: Id, timeout: float | None = None) -> Run:
-        """Wait until the run ends (following its event stream); the finished run, or
-        ``WaitTimeoutError`` after ``timeout`` seconds."""
-        deadline = Deadline(timeout)
-        run = await self.get(run_id)
-        if not run.done:
-            follow = EventFollow(run_id, None, self._config.retry, deadline)
-            async with contextlib.aclosing(self._follow(follow)) as stream:
-                async for event in stream:
-                    if is_terminal(event):
-                        break
-            run = await self.get(run_id)
-        return finished(run, run.done, deadline, f"run {run.id}")
+        """Wait until the run ends (long-polling ``GET /v1/runs/{id}?wait=`` in slices of at
+        most 30 s); the finished run, or ``WaitTimeoutError`` after ``timeout`` seconds."""
+        return await self._poll(waiting_run(run_id, timeout, self._config.retry))
 
     async def cancel(self, run_id: Id) -> Run:
         """Cancel a queued run at once, or ask whoever runs it to stop."""
@@ -253,13 +247,15 @@ class AsyncRunyard:
         artifact = (
             path if isinstance(path, Artifact) else pick(await self.artifacts(run_id), run_id, path)
         )
-        return await self._fetch(artifact, destination(dest, artifact.path))
+        target = await anyio.to_thread.run_sync(destination, dest, artifact.path)
+        return await self._fetch(artifact, target)
 
     async def download_all(self, run_id: Id, dest: str | os.PathLike[str]) -> builtins.list[Path]:
         """Stream every artifact into the directory ``dest``, keeping their paths."""
         written = []
-        for artifact, target in plan(await self.artifacts(run_id), dest):
-            make_parents(dest, target)
+        planned = await anyio.to_thread.run_sync(plan, await self.artifacts(run_id), dest)
+        for artifact, target in planned:
+            await anyio.to_thread.run_sync(make_parents, dest, target)
             written.append(await self._fetch(artifact, target))
         return written
 
@@ -288,13 +284,11 @@ class AsyncRunyard:
     async def wait_batch(
         self, batch_id: Id, timeout: float | None = None, *, poll_seconds: float = 1.0
     ) -> Batch:
-        """Poll the batch until none of its runs is queued or running."""
-        deadline = Deadline(timeout)
-        batch = await self.get_batch(batch_id)
-        while not batch.done and not deadline.expired():
-            await anyio.sleep(deadline.bound(poll_seconds))
-            batch = await self.get_batch(batch_id)
-        return finished(batch, batch.done, deadline, f"batch {batch.id}")
+        """Wait until none of the batch's runs is queued or running (long-polling
+        ``GET /v1/batches/{id}?wait=`` in slices of at most 30 s, ``poll_seconds`` apart at
+        least when the API answers at once); ``WaitTimeoutError`` after ``timeout`` s."""
+        poll = waiting_batch(batch_id, timeout, self._config.retry, poll_seconds)
+        return await self._poll(poll)
 
     async def cancel_batch(self, batch_id: Id) -> Batch:
         """Cancel the batch's queued runs and ask its running ones to stop."""
@@ -310,27 +304,39 @@ class AsyncRunyard:
 
     # --- I/O -------------------------------------------------------------------------------
 
+    async def _answer(self, call: Call[T]) -> T:
+        """One try of ``call``: its parsed answer, or the error it failed with."""
+        try:
+            response = await self._http.request(
+                call.method,
+                call.path,
+                params=call.params,
+                json=call.json,
+                headers=call.headers,
+                timeout=self._config.call_timeout(call),
+            )
+        except httpx2.TransportError as exc:
+            raise transport_error(exc) from exc
+        if response.status_code >= 400:
+            raise error_of(response)
+        return call.parse(response)
+
     async def _send(self, call: Call[T]) -> T:
         attempts = Attempts(self._config.retry, safe=call.safe, what=f"{call.method} {call.path}")
         while True:
             try:
-                response = await self._http.request(
-                    call.method,
-                    call.path,
-                    params=call.params,
-                    json=call.json,
-                    headers=call.headers,
-                    timeout=self._config.read_timeout(None)
-                    if call.unbounded_read
-                    else httpx2.USE_CLIENT_DEFAULT,
-                )
-            except httpx2.TransportError as exc:
-                error = transport_error(exc)
-            else:
-                if response.status_code < 400:
-                    return call.parse(response)
-                error = error_of(response)
-            await anyio.sleep(attempts.failed(error))
+                return await self._answer(call)
+            except RunyardError as error:
+                await anyio.sleep(attempts.failed(error))
+
+    async def _poll(self, poll: LongPoll[T]) -> T:
+        while (call := poll.next_call()) is not None:
+            try:
+                pause = poll.answered(await self._answer(call))
+            except RunyardError as error:
+                pause = poll.failed(error)
+            await anyio.sleep(pause)
+        return poll.result()
 
     async def _walk(self, pager: Pager[Any, I]) -> AsyncIterator[I]:
         while (call := pager.next_call()) is not None:
@@ -366,7 +372,8 @@ class AsyncRunyard:
             await anyio.sleep(pause)
 
     async def _fetch(self, artifact: Artifact, target: Path) -> Path:
-        file = VerifiedFile(target, artifact)
+        # Every disk write and the hashing on worker threads: the event loop only moves bytes.
+        file = await AsyncVerifiedFile.open(target, artifact)
         attempts = Attempts(self._config.retry, safe=True, what=f"GET {artifact.url}")
         try:
             while True:
@@ -377,17 +384,17 @@ class AsyncRunyard:
                         if response.status_code >= 400:
                             await response.aread()
                             raise error_of(response)
-                        file.begin(response.status_code, response.headers)
+                        await file.begin(response.status_code, response.headers)
                         async for chunk in response.aiter_bytes(CHUNK_BYTES):
-                            file.write(chunk)
+                            await file.write(chunk)
                             attempts.progressed()
-                    return file.finish()
+                    return await file.finish()
                 except httpx2.TransportError as exc:
                     await anyio.sleep(attempts.failed(transport_error(exc)))
                 except RunyardError as error:
                     await anyio.sleep(attempts.failed(error))
         except BaseException:
-            file.discard()
+            await file.discard()
             raise
 
 

@@ -53,6 +53,8 @@ class Call(Generic[T]):
     headers: Mapping[str, str] = field(default_factory=dict)
     # A submit may be answered only when the run ends (sync mode, ``?wait``): no read bound.
     unbounded_read: bool = False
+    # A long-poll (``?wait=S``): the API may hold the answer this long before its first byte.
+    held_seconds: float = 0.0
 
     @property
     def safe(self) -> bool:
@@ -117,19 +119,30 @@ def submit_body(
     return body
 
 
+def waited(wait: float) -> dict[str, str | int | float]:
+    """The query of a long-poll of ``wait`` seconds (none for 0)."""
+    return {"wait": round(wait, 3)} if wait > 0 else {}
+
+
 def submit(body: dict[str, Any], idempotency_key: str | None, wait: float = 0) -> Call[Run]:
     """Submit a run; with ``wait`` the API holds the answer until the run ends or that many
     seconds pass (it answers the run as it is then)."""
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-    params = {"wait": round(wait, 3)} if wait > 0 else {}
     return Call(
-        "POST", "/v1/runs", _run, params=params, json=body, headers=headers, unbounded_read=True
+        "POST",
+        "/v1/runs",
+        _run,
+        params=waited(wait),
+        json=body,
+        headers=headers,
+        unbounded_read=True,
     )
 
 
-def get_run(run_id: Id) -> Call[Run]:
-    """One run."""
-    return Call("GET", f"/v1/runs/{segment(run_id)}", _run)
+def get_run(run_id: Id, wait: float = 0) -> Call[Run]:
+    """One run; with ``wait`` the API holds the answer until the run ends or that many
+    seconds pass (it answers the run as it is then)."""
+    return Call("GET", f"/v1/runs/{segment(run_id)}", _run, params=waited(wait), held_seconds=wait)
 
 
 def cancel(run_id: Id) -> Call[Run]:
@@ -186,9 +199,16 @@ def submit_batch(
     return Call("POST", "/v1/batches", _batch, json=body, headers=headers)
 
 
-def get_batch(batch_id: Id) -> Call[Batch]:
-    """One batch with its runs."""
-    return Call("GET", f"/v1/batches/{segment(batch_id)}", _batch)
+def get_batch(batch_id: Id, wait: float = 0) -> Call[Batch]:
+    """One batch with its runs; with ``wait`` the API holds the answer until no run of it is
+    queued or running, or that many seconds pass (it answers the batch as it is then)."""
+    return Call(
+        "GET",
+        f"/v1/batches/{segment(batch_id)}",
+        _batch,
+        params=waited(wait),
+        held_seconds=wait,
+    )
 
 
 def cancel_batch(batch_id: Id) -> Call[Batch]:

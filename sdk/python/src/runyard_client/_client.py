@@ -31,12 +31,15 @@ from runyard_client._flow import (
     Deadline,
     EventFollow,
     LineSplitter,
+    LongPoll,
     finished,
     log_lines,
+    waiting_batch,
+    waiting_run,
 )
 from runyard_client._retry import RetryPolicy
 from runyard_client.errors import RunyardError
-from runyard_client.events import Event, is_terminal
+from runyard_client.events import Event
 from runyard_client.models import (
     Artifact,
     Batch,
@@ -182,18 +185,9 @@ class Runyard:
         return self._walk(calls.run_pager(status, tool, mode, page_size, limit))
 
     def wait(self, run_id: Id, timeout: float | None = None) -> Run:
-        """Wait until the run ends (following its event stream); the finished run, or
-        ``WaitTimeoutError`` after ``timeout`` seconds."""
-        deadline = Deadline(timeout)
-        run = self.get(run_id)
-        if not run.done:
-            follow = EventFollow(run_id, None, self._config.retry, deadline)
-            with contextlib.closing(self._follow(follow)) as stream:
-                for event in stream:
-                    if is_terminal(event):
-                        break
-            run = self.get(run_id)
-        return finished(run, run.done, deadline, f"run {run.id}")
+        """Wait until the run ends (long-polling ``GET /v1/runs/{id}?wait=`` in slices of at
+        most 30 s); the finished run, or ``WaitTimeoutError`` after ``timeout`` seconds."""
+        return self._poll(waiting_run(run_id, timeout, self._config.retry))
 
     def cancel(self, run_id: Id) -> Run:
         """Cancel a queued run at once, or ask whoever runs it to stop."""
@@ -281,13 +275,10 @@ class Runyard:
     def wait_batch(
         self, batch_id: Id, timeout: float | None = None, *, poll_seconds: float = 1.0
     ) -> Batch:
-        """Poll the batch until none of its runs is queued or running."""
-        deadline = Deadline(timeout)
-        batch = self.get_batch(batch_id)
-        while not batch.done and not deadline.expired():
-            time.sleep(deadline.bound(poll_seconds))
-            batch = self.get_batch(batch_id)
-        return finished(batch, batch.done, deadline, f"batch {batch.id}")
+        """Wait until none of the batch's runs is queued or running (long-polling
+        ``GET /v1/batches/{id}?wait=`` in slices of at most 30 s, ``poll_seconds`` apart at
+        least when the API answers at once); ``WaitTimeoutError`` after ``timeout`` s."""
+        return self._poll(waiting_batch(batch_id, timeout, self._config.retry, poll_seconds))
 
     def cancel_batch(self, batch_id: Id) -> Batch:
         """Cancel the batch's queued runs and ask its running ones to stop."""
@@ -303,27 +294,39 @@ class Runyard:
 
     # --- I/O -------------------------------------------------------------------------------
 
+    def _answer(self, call: Call[T]) -> T:
+        """One try of ``call``: its parsed answer, or the error it failed with."""
+        try:
+            response = self._http.request(
+                call.method,
+                call.path,
+                params=call.params,
+                json=call.json,
+                headers=call.headers,
+                timeout=self._config.call_timeout(call),
+            )
+        except httpx2.TransportError as exc:
+            raise transport_error(exc) from exc
+        if response.status_code >= 400:
+            raise error_of(response)
+        return call.parse(response)
+
     def _send(self, call: Call[T]) -> T:
         attempts = Attempts(self._config.retry, safe=call.safe, what=f"{call.method} {call.path}")
         while True:
             try:
-                response = self._http.request(
-                    call.method,
-                    call.path,
-                    params=call.params,
-                    json=call.json,
-                    headers=call.headers,
-                    timeout=self._config.read_timeout(None)
-                    if call.unbounded_read
-                    else httpx2.USE_CLIENT_DEFAULT,
-                )
-            except httpx2.TransportError as exc:
-                error = transport_error(exc)
-            else:
-                if response.status_code < 400:
-                    return call.parse(response)
-                error = error_of(response)
-            time.sleep(attempts.failed(error))
+                return self._answer(call)
+            except RunyardError as error:
+                time.sleep(attempts.failed(error))
+
+    def _poll(self, poll: LongPoll[T]) -> T:
+        while (call := poll.next_call()) is not None:
+            try:
+                pause = poll.answered(self._answer(call))
+            except RunyardError as error:
+                pause = poll.failed(error)
+            time.sleep(pause)
+        return poll.result()
 
     def _walk(self, pager: Pager[Any, I]) -> Iterator[I]:
         while (call := pager.next_call()) is not None:

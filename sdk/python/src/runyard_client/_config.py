@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx2
 
-from runyard_client._calls import DEFAULT_URL
+from runyard_client._calls import DEFAULT_URL, Call
 from runyard_client._retry import RetryPolicy
 from runyard_client._version import __version__
 from runyard_client.errors import RunyardError, connection_error, error_from_response
@@ -53,6 +54,13 @@ class ClientConfig:
     def read_timeout(self, read: float | None) -> httpx2.Timeout:
         """The client's timeouts with another read bound (None: wait as long as it takes)."""
         return httpx2.Timeout(self.timeout, read=read)
+
+    def call_timeout(self, call: Call[Any]) -> httpx2.Timeout:
+        """The timeouts of one call: a long-poll's read waits as long as the API may hold
+        the answer, and then the usual bound; a submit's as long as it takes."""
+        if call.unbounded_read:
+            return self.read_timeout(None)
+        return self.read_timeout(self.timeout + max(call.held_seconds, 0.0))
 
 
 def error_of(response: httpx2.Response) -> RunyardError:

@@ -1,5 +1,7 @@
 """Artifact downloads to disk: streamed through a temporary file beside the target, hashed
-as the bytes pass, renamed into place only when size and SHA-256 match the listing."""
+as the bytes pass, renamed into place only when size and SHA-256 match the listing. The async
+client does the same on worker threads (``AsyncVerifiedFile``): no disk I/O and no hashing on
+its event loop."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import re
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
+
+import anyio
 
 from runyard_client.errors import ArtifactIntegrityError, NotFoundError, RunyardError
 from runyard_client.models import Artifact
@@ -115,6 +119,40 @@ class VerifiedFile:
         """Remove the partial file (after a failure)."""
         self._file.close()
         self.partial.unlink(missing_ok=True)
+
+
+class AsyncVerifiedFile:
+    """A ``VerifiedFile`` driven from an event loop: opening it, each write with its hashing,
+    the final check with the rename, and the clean-up run on a worker thread."""
+
+    def __init__(self, file: VerifiedFile) -> None:
+        self._file = file
+
+    @classmethod
+    async def open(cls, target: Path, artifact: Artifact) -> AsyncVerifiedFile:
+        """Create the partial file beside ``target``."""
+        return cls(await anyio.to_thread.run_sync(VerifiedFile, target, artifact))
+
+    def request_headers(self) -> dict[str, str]:
+        """After a dropped connection, ask only for the bytes not written yet."""
+        return self._file.request_headers()
+
+    async def begin(self, status: int, headers: Mapping[str, str]) -> None:
+        """An answer starts (see ``VerifiedFile.begin``)."""
+        await anyio.to_thread.run_sync(self._file.begin, status, headers)
+
+    async def write(self, chunk: bytes) -> None:
+        """Hash and write one piece."""
+        await anyio.to_thread.run_sync(self._file.write, chunk)
+
+    async def finish(self) -> Path:
+        """Check size and SHA-256, then rename into place."""
+        return await anyio.to_thread.run_sync(self._file.finish)
+
+    async def discard(self) -> None:
+        """Remove the partial file; done even while the download is being cancelled."""
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self._file.discard)
 
 
 def make_parents(root: str | os.PathLike[str], target: Path) -> None:

@@ -8,12 +8,14 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
-from runyard_client._calls import Id, segment
+from runyard_client import _calls as calls
+from runyard_client._calls import WAIT_SLICE_SECONDS, Call, Id, segment
 from runyard_client._retry import RetryPolicy
 from runyard_client.errors import RunyardError, WaitTimeoutError, is_transient
 from runyard_client.events import Event, StderrEvent, StdoutEvent, event_from_sse, is_terminal
+from runyard_client.models import Batch, Run
 
 T = TypeVar("T")
 logger = logging.getLogger("runyard_client")
@@ -22,6 +24,9 @@ logger = logging.getLogger("runyard_client")
 STREAM_READ_SECONDS = 60.0
 # Where a reconnect's pause starts when the server did not say (``retry:``).
 RECONNECT_SECONDS = 1.0
+# A long-poll answered sooner than this without the end (an API that holds answers for less,
+# or not at all) is not asked again before this has passed since it was sent.
+MIN_POLL_SECONDS = 1.0
 
 
 class Attempts:
@@ -82,6 +87,90 @@ def finished(last: T, done: bool, deadline: Deadline, what: str) -> T:
     if done:
         return last
     raise WaitTimeoutError(f"{what} did not end within {deadline.timeout:g} s", last)
+
+
+class LongPoll(Generic[T]):
+    """Waiting for a run or a batch to end by long-polling its read (``?wait=``) in slices of
+    at most ``WAIT_SLICE_SECONDS``: the next request, when it is over, the pause after an
+    early answer or a transient failure (counted as for any request: the answers of the
+    slices are progress), and past the deadline the timeout error with the last answer."""
+
+    def __init__(
+        self,
+        ask: Callable[[float], Call[T]],
+        done: Callable[[T], bool],
+        what: str,
+        policy: RetryPolicy,
+        deadline: Deadline,
+        min_gap: float = MIN_POLL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._ask = ask
+        self._done = done
+        self._what = what
+        self._deadline = deadline
+        self._min_gap = min_gap
+        self._clock = clock
+        self._attempts = Attempts(policy, safe=True, what=f"long-poll of {what}")
+        self._sent_at = clock()
+        self._over = False
+        self.last: T | None = None
+
+    def next_call(self) -> Call[T] | None:
+        """The next request (a plain read once no time is left), or None when it is over."""
+        if self._over:
+            return None
+        self._sent_at = self._clock()
+        return self._ask(self._deadline.bound(WAIT_SLICE_SECONDS))
+
+    def answered(self, value: T) -> float:
+        """An answer came: the pause before the next request."""
+        self.last = value
+        self._attempts.progressed()
+        if self._done(value) or self._deadline.expired():
+            self._over = True
+            return 0.0
+        early = self._min_gap - (self._clock() - self._sent_at)
+        return self._deadline.bound(max(early, 0.0))
+
+    def failed(self, error: RunyardError) -> float:
+        """The request failed with ``error``: the pause before sending it again; raises when
+        it is not transient or repeats too often. Past the deadline the wait is over."""
+        if is_transient(error) and self.last is not None and self._deadline.expired():
+            self._over = True
+            return 0.0
+        return self._attempts.failed(error)
+
+    def result(self) -> T:
+        """The last answer if it is the end, else the timeout error that carries it."""
+        assert self.last is not None, "the long-poll has not been answered"
+        return finished(self.last, self._done(self.last), self._deadline, self._what)
+
+
+def waiting_run(run_id: Id, timeout: float | None, policy: RetryPolicy) -> LongPoll[Run]:
+    """Waiting for a run to end: ``GET /v1/runs/{id}?wait=``."""
+    return LongPoll(
+        lambda wait: calls.get_run(run_id, wait),
+        lambda run: run.done,
+        f"run {run_id}",
+        policy,
+        Deadline(timeout),
+    )
+
+
+def waiting_batch(
+    batch_id: Id, timeout: float | None, policy: RetryPolicy, poll_seconds: float
+) -> LongPoll[Batch]:
+    """Waiting for a batch to end (no run queued or running): ``GET /v1/batches/{id}?wait=``;
+    ``poll_seconds`` apart at least when the API answers at once."""
+    return LongPoll(
+        lambda wait: calls.get_batch(batch_id, wait),
+        lambda batch: batch.done,
+        f"batch {batch_id}",
+        policy,
+        Deadline(timeout),
+        min_gap=poll_seconds,
+    )
 
 
 class EventFollow:

@@ -4,6 +4,7 @@ told apart by ``type``; a type this client does not know arrives as ``OtherEvent
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -36,7 +37,7 @@ class ClaimedEvent(BaseEvent):
 
     type: Literal["claimed"] = "claimed"
     attempt: int
-    worker_id: str | None = None
+    worker_id: str
     engine_id: str | None = None
 
 
@@ -45,7 +46,7 @@ class AdoptedEvent(BaseEvent):
 
     type: Literal["adopted"] = "adopted"
     attempt: int
-    worker_id: str | None = None
+    worker_id: str
 
 
 class ReleasedEvent(BaseEvent):
@@ -61,10 +62,10 @@ class RequeuedEvent(BaseEvent):
     """The run went back to the queue for another attempt."""
 
     type: Literal["requeued"] = "requeued"
-    attempt: int | None = None
+    attempt: int
     available_at: datetime | None = None
     error_code: str | None = None
-    unstarted: bool = False
+    unstarted: bool | None = None
 
 
 class LeaseExpiredEvent(BaseEvent):
@@ -84,26 +85,26 @@ class StdoutEvent(BaseEvent):
     """A live chunk of the attempt's standard output."""
 
     type: Literal["stdout"] = "stdout"
-    attempt: int | None = None
+    attempt: int
     text: str
-    until: str | None = None
+    until: str
 
 
 class StderrEvent(BaseEvent):
     """A live chunk of the attempt's standard error."""
 
     type: Literal["stderr"] = "stderr"
-    attempt: int | None = None
+    attempt: int
     text: str
-    until: str | None = None
+    until: str
 
 
 class WaitingEvent(BaseEvent):
     """The run waits for its dependencies or its ``run_at`` time."""
 
     type: Literal["waiting"] = "waiting"
-    dependencies: int = 0
-    run_at: datetime | None = None
+    dependencies: int
+    run_at: datetime
 
 
 class DependenciesMetEvent(BaseEvent):
@@ -116,11 +117,21 @@ class WebhookEvent(BaseEvent):
     """One attempt to deliver the run's completion webhook."""
 
     type: Literal["webhook"] = "webhook"
-    delivery_id: str
+    delivery_id: uuid.UUID
     attempt: int
     outcome: str
     status_code: int | None = None
     error: str | None = None
+    next_attempt_at: datetime | None = None
+
+
+class StaleEvent(BaseEvent):
+    """The running tool has printed nothing for a while (its idle limit warns before it
+    stops it)."""
+
+    type: Literal["stale"] = "stale"
+    attempt: int
+    quiet_seconds: int
 
 
 class OtherEvent(BaseEvent):
@@ -142,6 +153,7 @@ KNOWN_EVENTS: dict[str, type[BaseEvent]] = {
     "waiting": WaitingEvent,
     "dependencies_met": DependenciesMetEvent,
     "webhook": WebhookEvent,
+    "stale": StaleEvent,
 }
 
 
@@ -163,6 +175,7 @@ Event = Annotated[
     | Annotated[WaitingEvent, Tag("waiting")]
     | Annotated[DependenciesMetEvent, Tag("dependencies_met")]
     | Annotated[WebhookEvent, Tag("webhook")]
+    | Annotated[StaleEvent, Tag("stale")]
     | Annotated[OtherEvent, Tag("other")],
     Discriminator(_tag),
 ]

@@ -14,6 +14,9 @@ from typing import Any
 from runyard_client.testing._tools import FakeTool, run_tool
 
 ACTIVE = ("queued", "running")
+# ``?wait=`` may ask for this much at most; the API holds an answer for its
+# RUNYARD_MAX_WAIT_SECONDS (60 by default) at most.
+MAX_WAIT_QUERY = 3600.0
 MAX_WAIT_SECONDS = 60.0
 
 
@@ -174,7 +177,9 @@ class FakeBackend:
         self.runs[run.id] = run
         self._event(run, "status", status="queued")
         if self._unmet(run) or self._later(run):
-            self._event(run, "waiting", dependencies=self._unmet(run), run_at=run.run_at)
+            # As the API: not started before run_at, or before now when it waits on runs.
+            not_before = max(run.run_at or run.requested_at, run.requested_at)
+            self._event(run, "waiting", dependencies=self._unmet(run), run_at=not_before)
         self._settle_failed_dependencies()
         return run
 
@@ -272,7 +277,8 @@ class FakeBackend:
         run.status = "running"
         outcome = run_tool(self.tools[run.tool].call, run.input, run.id)
         for stream, text in outcome.output:
-            self._event(run, stream, attempt=1, text=text, until=None)
+            until = self.clock().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
+            self._event(run, stream, attempt=1, text=text, until=until)
         run.stdout, run.stderr = outcome.text("stdout"), outcome.text("stderr")
         run.files = dict(outcome.files)
         run.result, run.exit_code = outcome.result, outcome.exit_code

@@ -135,6 +135,12 @@ def view(backend: FakeBackend, batch: FakeBatch, *, with_runs: bool = True) -> d
     return body
 
 
+def ended(backend: FakeBackend, batch: FakeBatch) -> bool:
+    """Whether no latest run of the batch is queued or running."""
+    latest = [backend.runs[run_id] for run_id in batch.refs.values() if run_id in backend.runs]
+    return status_of(latest) not in ACTIVE
+
+
 def cancel(backend: FakeBackend, batch: FakeBatch) -> None:
     """Cancel every queued run of the batch."""
     for run_id in batch.refs.values():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import time
 import uuid
@@ -21,6 +22,7 @@ import httpx2
 from runyard_client.testing import _batches as batches
 from runyard_client.testing._backend import (
     ACTIVE,
+    MAX_WAIT_QUERY,
     MAX_WAIT_SECONDS,
     FakeBackend,
     FakeBatch,
@@ -124,6 +126,37 @@ def run_request(body: Any, *, batch_item: bool = False) -> dict[str, Any]:
     return request
 
 
+def _wait(request: httpx2.Request) -> float:
+    """The ``wait`` query of a long-poll, checked as the API does; capped as it caps it."""
+    text = request.url.params.get("wait", "0") or "0"
+    try:
+        wait = float(text)
+    except ValueError:
+        wait = math.nan
+    if not math.isfinite(wait) or not 0 <= wait <= MAX_WAIT_QUERY:
+        raise _invalid("wait", f"Input should be a finite number from 0 to {MAX_WAIT_QUERY:g}")
+    return min(wait, MAX_WAIT_SECONDS)
+
+
+def _held(
+    backend: FakeBackend,
+    wait: float,
+    ended: Callable[[], bool],
+    answer: Callable[[], httpx2.Response],
+) -> httpx2.Response | Hold:
+    """The answer now (no ``wait``), or held up to ``wait`` seconds while the instant worker
+    may end what it waits for (a ``run_at`` passing, ``run_pending()`` from elsewhere)."""
+    if wait <= 0:
+        return answer()
+
+    def ready() -> bool:
+        with backend.lock:
+            backend.tick()
+            return ended()
+
+    return Hold(wait, ready, answer)
+
+
 def _body(request: httpx2.Request) -> Any:
     try:
         return json.loads(request.content or b"null")
@@ -134,7 +167,7 @@ def _body(request: httpx2.Request) -> Any:
 def submit_run(backend: FakeBackend, request: httpx2.Request) -> httpx2.Response | Hold:
     body = _body(request)
     fields = run_request(body)
-    wait = float(request.url.params.get("wait", "0") or 0)
+    wait = _wait(request)
     key = request.headers.get("idempotency-key")
     replayed = key is not None and key in backend.keys
     if key is not None and replayed:
@@ -156,15 +189,7 @@ def submit_run(backend: FakeBackend, request: httpx2.Request) -> httpx2.Response
             ended = run.status not in ACTIVE
             return _json(backend.view(run), 200 if ended else 202, headers)
 
-    if wait <= 0:
-        return answer()
-
-    def ready() -> bool:
-        with backend.lock:
-            backend.tick()
-            return run.status not in ACTIVE
-
-    return Hold(min(wait, MAX_WAIT_SECONDS), ready, answer)
+    return _held(backend, wait, lambda: run.status not in ACTIVE, answer)
 
 
 def list_runs(backend: FakeBackend, request: httpx2.Request) -> httpx2.Response:
@@ -195,8 +220,15 @@ def _run(backend: FakeBackend, run_id: str) -> FakeRun:
     return backend.find(_uuid(run_id, "run_id"))
 
 
-def get_run(backend: FakeBackend, request: httpx2.Request, run_id: str) -> httpx2.Response:
-    return _json(backend.view(_run(backend, run_id)))
+def get_run(backend: FakeBackend, request: httpx2.Request, run_id: str) -> httpx2.Response | Hold:
+    wait = _wait(request)
+    run = _run(backend, run_id)
+
+    def answer() -> httpx2.Response:
+        with backend.lock:
+            return _json(backend.view(run))
+
+    return _held(backend, wait, lambda: run.status not in ACTIVE, answer)
 
 
 def cancel_run(backend: FakeBackend, request: httpx2.Request, run_id: str) -> httpx2.Response:
@@ -324,8 +356,17 @@ def _batch(backend: FakeBackend, batch_id: str) -> FakeBatch:
     return batches.find(backend, _uuid(batch_id, "batch_id"))
 
 
-def get_batch(backend: FakeBackend, request: httpx2.Request, batch_id: str) -> httpx2.Response:
-    return _json(batches.view(backend, _batch(backend, batch_id)))
+def get_batch(
+    backend: FakeBackend, request: httpx2.Request, batch_id: str
+) -> httpx2.Response | Hold:
+    wait = _wait(request)
+    batch = _batch(backend, batch_id)
+
+    def answer() -> httpx2.Response:
+        with backend.lock:
+            return _json(batches.view(backend, batch))
+
+    return _held(backend, wait, lambda: batches.ended(backend, batch), answer)
 
 
 def list_batches(backend: FakeBackend, request: httpx2.Request) -> httpx2.Response:
