@@ -47,7 +47,10 @@ def held(request: httpx2.Request) -> float:
 
 def test_submit_get_wait__the_run_is_queued_then_ends_with_its_result(yard: Yard):
     run = yard.client.submit("echo", {"n": 1})
-    assert run.status is RunStatus.QUEUED and run.tool == "echo"
+    assert run.tool == "echo"
+    # The API reads the run back after its commit, when a live worker may already have
+    # claimed (or even finished) it; the fake runs a queued run only at the next request.
+    assert run.status is RunStatus.QUEUED or yard.kind == "live"
     assert yard.client.get(run.id).id == run.id
     done = yard.client.wait(run.id, timeout=30)
     assert done.status is RunStatus.SUCCEEDED and done.result == {"n": 1} and done.done
