@@ -63,8 +63,8 @@ class Chores:
         return max(0.0, min(self._due, default=60.0) - time.monotonic())
 
     def start(self) -> None:
-        """Start the thread (nothing to do without chores)."""
-        if self._chores:
+        """Start the thread (nothing to do without chores; a second call does nothing)."""
+        if self._chores and self._thread.ident is None:
             self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
