@@ -110,7 +110,7 @@ def registry_watch(settings: Settings, runner: DockerRunner, registry: ToolRegis
     this engine lacks is logged (such runs end ``engine_unsupported`` here)."""
 
     def recheck(new: ToolRegistry, changes: RegistryChanges) -> None:
-        touched = [new.tools[name] for name in (*changes.added, *changes.changed)]
+        touched = [new.tools[name] for name in sorted((*changes.added, *changes.changed))]
         problems = runner.engine_problems(touched)
         if problems:
             logger.warning(

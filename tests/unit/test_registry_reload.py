@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from runyard.platform.settings import Settings
 from runyard.registry.reload import LiveTools, RegistryChanges, live_registry, registry_changes
 from runyard.registry.tools import ToolRegistry, ToolSpec, load_registry
+from runyard.runners.docker.runner import DockerRunner
+from worker.__main__ import registry_watch
 
 SETTINGS = Settings(database_url="unused")
 ECHO = '[tools.echo]\nimage = "runyard/toolbox:latest"\ncommand = ["echo", "one"]\n'
 CAT = '[tools.cat]\nimage = "runyard/toolbox:latest"\ncommand = ["cat"]\n'
+NET = '[tools.net]\nimage = "runyard/toolbox:latest"\ncommand = ["true"]\nnetwork = "egress"\n'
 
 
 def tool(name: str, *command: str) -> ToolSpec:
@@ -117,3 +121,44 @@ def test_live_registry__reload_off_says_restart(tmp_path: Path):
     registry, watcher = live_registry(load_registry(path, settings), settings, process="test")
     assert watcher.interval_seconds == 0
     assert "restart it after an edit" in registry.unknown_tool_message("x")
+
+
+class EngineWithout:
+    """An engine check that finds every tool it is shown on a network the engine lacks."""
+
+    def __init__(self) -> None:
+        self.shown: list[list[str]] = []
+
+    def engine_problems(self, tools: list[ToolSpec]) -> list[str]:
+        self.shown.append([t.name for t in tools])
+        return [f"tools.{t.name}: the engine has no network 'egress'" for t in tools]
+
+
+def test_worker_watch__checks_added_and_changed_tools_against_the_engine_and_logs_what_it_lacks(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    path, settings = watched(tmp_path, ECHO + CAT, seconds=60)
+    runner = EngineWithout()
+    chores = registry_watch(settings, cast(DockerRunner, runner), load_registry(path, settings))
+    path.write_text(ECHO.replace('"one"', '"two"') + NET)
+    with caplog.at_level(logging.WARNING, logger="worker"):
+        assert chores.run_due() > 0
+    assert runner.shown == [["echo", "net"]]
+    warned = [r.getMessage() for r in caplog.records if r.name == "worker"]
+    assert warned == [
+        f"the Docker engine cannot run every tool of {path}: "
+        "tools.echo: the engine has no network 'egress'; "
+        "tools.net: the engine has no network 'egress'"
+    ]
+    chores.start()
+    chores.start()  # a worker started twice (start, then run_forever) has one such thread
+    chores.stop()
+
+
+def test_worker_watch__no_chore_when_reload_is_off(tmp_path: Path):
+    path, settings = watched(tmp_path, ECHO, seconds=0)
+    runner = EngineWithout()
+    chores = registry_watch(settings, cast(DockerRunner, runner), load_registry(path, settings))
+    path.write_text(ECHO + NET)
+    chores.run_due()
+    assert runner.shown == []
