@@ -27,7 +27,7 @@ from runyard.artifact_stores.factory import store_from_settings
 from runyard.artifacts.reads import ArtifactReads
 from runyard.builds.reads import BuildReads
 from runyard.builds.setup import with_builds
-from runyard.maintenance.chores import Chore, Chores
+from runyard.maintenance.chores import Chore, Chores, registry_reload
 from runyard.maintenance.retention import retention_seconds
 from runyard.maintenance.sweep import Sweeper
 from runyard.maintenance.upkeep import Upkeep
@@ -40,6 +40,7 @@ from runyard.queue.builds import BuildQueue
 from runyard.queue.workers import WorkerRegistry
 from runyard.reads.notify import RunNotifier
 from runyard.reads.runs import RunReader
+from runyard.registry.reload import live_registry
 from runyard.registry.tools import ToolRegistry, load_registry
 from runyard.runner import Runner
 from runyard.runners.docker.runner import DockerRunner
@@ -194,9 +195,15 @@ def create_app(
         log_plan(logger, plan, settings.events_poll_seconds)
         notifier = RunNotifier(None if plan.listen_url is None else libpq_url(plan.listen_url))
         builds = BuildQueue(db, log_cap=settings.build_log_cap_bytes)
-        tools = with_builds(
-            registry or load_registry(settings.tools_file, settings), builds, settings
-        )
+        # A registry handed in stays as it is; the one read from the file follows its edits.
+        reload = Chores([])
+        given = registry
+        if given is None:
+            given, watcher = live_registry(
+                load_registry(settings.tools_file, settings), settings, process="api"
+            )
+            reload = registry_reload(watcher, thread_name="runyard-registry-reload")
+        tools = with_builds(given, builds, settings)
         caps = AdmissionCaps(
             max_queue_depth=settings.max_queue_depth,
             tenant_max_queued=settings.tenant_max_queued,
@@ -237,6 +244,7 @@ def create_app(
         app.state.services = services
         background = Chores(chores, thread_name="runyard-sync-chores")
         background.start()
+        reload.start()
         upkeep: Upkeep | None = None
         if not settings.queue_enabled:
             upkeep, upkeep_engines = _start_upkeep(settings, queue, own_engine, timeouts, artifacts)
@@ -246,6 +254,7 @@ def create_app(
             yield
         finally:
             listening.cancel()
+            await anyio.to_thread.run_sync(reload.stop)
             with contextlib.suppress(asyncio.CancelledError):
                 await listening
             await anyio.to_thread.run_sync(background.stop)

@@ -17,6 +17,7 @@ from sqlalchemy import Engine
 from runyard.artifact_stores.factory import store_from_settings
 from runyard.builder import BuilderUnavailable
 from runyard.builders.docker import DockerBuilder
+from runyard.maintenance.chores import Chores, registry_reload
 from runyard.maintenance.sweep import Sweeper
 from runyard.platform.db import DbTimeouts, make_engine
 from runyard.platform.logs import configure
@@ -26,7 +27,8 @@ from runyard.queue import JobQueue
 from runyard.queue.builds import BuildQueue
 from runyard.queue.workers import WorkerRegistry, new_worker_id
 from runyard.reads.metrics import Metrics
-from runyard.registry.tools import RegistryError, load_registry
+from runyard.registry.reload import RegistryChanges, RegistryWatcher
+from runyard.registry.tools import RegistryError, ToolRegistry, load_registry
 from runyard.runner import RunnerUnavailable
 from runyard.runners.docker.runner import DockerRunner
 from worker.builds import BuildAgent, BuildConfig
@@ -89,15 +91,44 @@ def worker_engines(
     return engine, heartbeat_engine
 
 
-def check_engine(settings: Settings, runner: DockerRunner) -> None:
-    """Refuse to start on an engine that lacks a runtime or network a tool names."""
-    tools = list(load_registry(settings.tools_file, settings).tools.values())
-    problems = runner.engine_problems(tools)
+def check_engine(settings: Settings, runner: DockerRunner) -> ToolRegistry:
+    """Refuse to start on an engine that lacks a runtime or network a tool names; the
+    registry checked."""
+    registry = load_registry(settings.tools_file, settings)
+    problems = runner.engine_problems(list(registry.tools.values()))
     if problems:
         raise ValueError(
             f"the Docker engine cannot run every tool of {settings.tools_file}:\n  "
             + "\n  ".join(problems)
         )
+    return registry
+
+
+def registry_watch(settings: Settings, runner: DockerRunner, registry: ToolRegistry) -> Chores:
+    """The tools file's reload: a worker runs each run from the definition stored on it, so a
+    new registry only has its networks and runtimes checked against this engine, and what
+    this engine lacks is logged (such runs end ``engine_unsupported`` here)."""
+
+    def recheck(new: ToolRegistry, changes: RegistryChanges) -> None:
+        touched = [new.tools[name] for name in sorted((*changes.added, *changes.changed))]
+        problems = runner.engine_problems(touched)
+        if problems:
+            logger.warning(
+                "the Docker engine cannot run every tool of %s: %s",
+                settings.tools_file,
+                "; ".join(problems),
+                extra={"tools_file": str(settings.tools_file), "problems": problems},
+            )
+
+    watcher = RegistryWatcher(
+        settings.tools_file,
+        settings,
+        recheck,
+        current=registry.tools,
+        interval_seconds=settings.tools_reload_seconds,
+        process="worker",
+    )
+    return registry_reload(watcher, thread_name="runyard-registry-reload")
 
 
 def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
@@ -111,7 +142,7 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
         plan=settings.connection_plan(),
     )
     runner = DockerRunner.from_settings(settings)
-    check_engine(settings, runner)
+    registry = check_engine(settings, runner)
     config = WorkerConfig(
         worker_id=settings.worker_id or new_worker_id(),
         concurrency=slots,
@@ -162,6 +193,7 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
         metrics,
         artifacts=store_from_settings(settings, engine),
         builds=builds,
+        chores=registry_watch(settings, runner, registry),
     )
 
 

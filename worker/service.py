@@ -18,6 +18,7 @@ from runyard.artifact_store import ArtifactStore
 from runyard.attempts.flight import Flight, LeaseClock, log_fields
 from runyard.attempts.owner import AttemptOwner, NextClaim
 from runyard.attempts.policy import OwnerPolicy
+from runyard.maintenance.chores import Chores
 from runyard.maintenance.sweep import Sweeper
 from runyard.queue import ClaimedJob, JobQueue
 from runyard.queue.workers import WorkerRegistry
@@ -64,8 +65,11 @@ class Worker:
         metrics: Metrics | None = None,
         artifacts: ArtifactStore | None = None,
         builds: BuildAgent | None = None,
+        chores: Chores | None = None,
     ) -> None:
         self._queue = queue
+        # Background chores of the process (the tools file's reload), on a thread of their own.
+        self._chores = chores or Chores([])
         # Builds of the tools built from source that the runs of this engine wait for.
         self._builds = builds
         self._metrics = metrics or Metrics()
@@ -171,6 +175,7 @@ class Worker:
                 queues=self._config.queues,
             )
         self._supervisor.start()
+        self._chores.start()
 
     def free_slots(self) -> int:
         """Slots with no attempt in them."""
@@ -336,6 +341,7 @@ class Worker:
     def close(self, *, stopped: bool = True) -> None:
         """Shut the slot pool down and mark this worker stopped."""
         self._stop.set()
+        self._chores.stop()
         if self._builds is not None:
             self._builds.stop()
         self._pool.shutdown(wait=True, cancel_futures=True)

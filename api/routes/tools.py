@@ -96,7 +96,7 @@ def build_tool(
     queue, or again after a failure (admin). Runs of a failed digest wait again."""
     tool = services.registry.get(name)
     if tool is None:
-        raise Problem(404, "tool_not_found", f"no tool named {name!r}")
+        raise Problem(404, "tool_not_found", services.registry.unknown_tool_message(name))
     if tool.build is None:
         raise Problem(422, "not_built", f"tool {name!r} names an image; nothing to build")
     ref = _current(services, tool)

@@ -8,6 +8,7 @@ import http.client
 import json
 import logging
 import socket
+import tarfile
 import threading
 from typing import Any
 
@@ -22,6 +23,7 @@ from runyard.builder import (
     BuildResult,
     LogWriter,
 )
+from runyard.builds.bases import BaseProblem, base_images, dockerfile_of, missing_base_message
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +66,9 @@ class DockerBuilder:
             raise BuilderUnavailable(f"cannot inspect image {tag}: {exc}") from exc
 
     def _params(self, request: BuildRequest) -> dict[str, Any]:
-        """The build API's query: no pull, intermediate containers always removed, the
-        build's own network, memory without swap, the platform's labels."""
+        """The build API's query: no forced pull (a missing base never gets this far:
+        ``missing_bases``), intermediate containers always removed, the build's own
+        network, memory without swap, the platform's labels."""
         return {
             "t": request.tag,
             "dockerfile": request.dockerfile,
@@ -85,8 +88,25 @@ class DockerBuilder:
             ),
         }
 
+    def missing_bases(self, request: BuildRequest) -> str | None:
+        """Why the build cannot start without a pull (a base image the engine lacks, or one
+        that cannot be named), or None. The engine's builder pulls a missing base image
+        even with ``pull`` off, so this is what keeps builds from ever pulling."""
+        try:
+            dockerfile = dockerfile_of(request.context, request.dockerfile)
+            images = base_images(dockerfile, request.args)
+        except (BaseProblem, tarfile.TarError) as exc:
+            return f"cannot tell which images {request.dockerfile} builds on: {exc}"
+        missing = [image for image in images if self.image_id(image) is None]
+        return missing_base_message(missing) if missing else None
+
     def build(self, request: BuildRequest, log: LogWriter, stop: threading.Event) -> BuildResult:
-        """Build and tag; ``stop`` set (or the deadline) cuts the connection."""
+        """Build and tag; ``stop`` set (or the deadline) cuts the connection. A base image
+        the engine lacks fails the build at once, before the engine could pull it."""
+        refused = self.missing_bases(request)
+        if refused is not None:
+            log(f"ERROR: {refused}\n")
+            return BuildResult(error=refused)
         try:
             response = self._api._post(
                 self._api._url("/build"),

@@ -85,17 +85,20 @@ class DiskBuildResolver(BuildResolver):
         self._sink = sink
         self._max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._cache: dict[str, tuple[Signature, BuildRef]] = {}
+        # Per tool: its build entry as last seen (a registry reload may change it), the
+        # context's signature, and the build they made.
+        self._cache: dict[str, tuple[tuple[object, int], Signature, BuildRef]] = {}
 
     def resolve(self, tool: ToolSpec) -> BuildRef:
         """The tool's build as its source is now."""
         assert tool.build is not None
         root = self._base_dir / tool.build.context
         seen = signature(root)
+        entry = (tool.build, tool.build_timeout_seconds)
         with self._lock:
             cached = self._cache.get(tool.name)
-        if cached is not None and cached[0] == seen:
-            return cached[1]
+        if cached is not None and cached[0] == entry and cached[1] == seen:
+            return cached[2]
         files = read_context(root, tool.build.dockerfile, self._max_bytes)
         digest = context_digest(files, tool.build.dockerfile, tool.build.args)
         ref = BuildRef(
@@ -110,5 +113,5 @@ class DiskBuildResolver(BuildResolver):
         )
         self._sink(ref, context_tar(files))
         with self._lock:
-            self._cache[tool.name] = (seen, ref)
+            self._cache[tool.name] = (entry, seen, ref)
         return ref

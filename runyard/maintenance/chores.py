@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
+from runyard.registry.reload import RegistryWatcher
 from runyard.runner import RunnerUnavailable
 
 logger = logging.getLogger(__name__)
@@ -62,8 +63,8 @@ class Chores:
         return max(0.0, min(self._due, default=60.0) - time.monotonic())
 
     def start(self) -> None:
-        """Start the thread (nothing to do without chores)."""
-        if self._chores:
+        """Start the thread (nothing to do without chores; a second call does nothing)."""
+        if self._chores and self._thread.ident is None:
             self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -75,3 +76,11 @@ class Chores:
     def _loop(self) -> None:
         while not self._stop.is_set():
             self._stop.wait(self.run_due())
+
+
+def registry_reload(watcher: RegistryWatcher, *, thread_name: str) -> Chores:
+    """The chore that re-reads the tools file on the watcher's interval (none at 0)."""
+    if watcher.interval_seconds <= 0:
+        return Chores([], thread_name=thread_name)
+    chore = Chore("tool registry reload", watcher.interval_seconds, watcher.check)
+    return Chores([chore], thread_name=thread_name)

@@ -62,6 +62,8 @@ class Settings(BaseSettings):
     engine_backoff_max_seconds: float = Field(default=30.0, gt=0)
 
     tools_file: Path = Path("tools/tools.toml")
+    # How often the API and each worker re-read the tools file (0: read once, at start).
+    tools_reload_seconds: float = Field(default=5.0, ge=0, le=3600)
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8000, ge=1, le=65535)
     auth_disabled: bool = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import tomllib
@@ -186,6 +187,9 @@ class ToolRegistry:
     base_dir: Path | None = None
     # Set by the API: where submits learn a built tool's digest (None: built tools refused).
     builds: BuildResolver | None = None
+    # The file it was read from, and how often a running process re-reads it (None: never).
+    source: Path | None = None
+    reload_seconds: float | None = None
 
     def get(self, name: str) -> ToolSpec | None:
         """The tool called ``name``, or None."""
@@ -194,6 +198,17 @@ class ToolRegistry:
     def names(self) -> list[str]:
         """Tool names in sorted order."""
         return sorted(self.tools)
+
+    def unknown_tool_message(self, name: str) -> str:
+        """What a caller is told about a tool this registry lacks: where tools come from and
+        when an edit of that file is seen."""
+        message = f"no tool named {name!r}; GET /v1/tools lists them"
+        if self.source is None:
+            return message
+        message += f". Tools come from the registry file {self.source} (RUNYARD_TOOLS_FILE)"
+        if self.reload_seconds is None:
+            return message + ", read when the process starts: restart it after an edit"
+        return message + f"; an edit is picked up within {self.reload_seconds:g} s"
 
 
 def _check_against_maxima(tool: ToolSpec, settings: Settings) -> list[str]:
@@ -309,4 +324,6 @@ def load_registry(path: Path, settings: Settings) -> ToolRegistry:
         raise RegistryError(f"tool registry not found: {path}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise RegistryError(f"tool registry {path} is not valid TOML: {exc}") from exc
-    return parse_registry(document, settings, path.resolve().parent)
+    return dataclasses.replace(
+        parse_registry(document, settings, path.resolve().parent), source=path
+    )

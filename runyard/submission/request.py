@@ -105,7 +105,7 @@ class RunRequest:
             raise InvalidInput(problem, "run_at")
         tool = registry.get(self.tool)
         if tool is None:
-            raise UnknownTool(f"no tool named {self.tool!r}; GET /v1/tools lists them")
+            raise UnknownTool(registry.unknown_tool_message(self.tool))
         over = limit_problem(self.limits, tool.limit_maxima())
         if over is not None:
             raise AboveMaximum(over[1], over[0])
