@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 from fastapi import FastAPI, Request, Response
 
@@ -73,6 +74,29 @@ def test_cli_submit_wait_json__stdout_is_the_final_run(api: Api):
     assert waiting.returncode == 0, err
     run = json.loads(out)
     assert run["id"] == str(run_id) and run["status"] == "succeeded" and run["result"] == {"b": 2}
+
+
+# --- JSON -------------------------------------------------------------------------------------
+
+
+def test_cli_json__is_the_document_the_api_sent(api: Api, tmp_path: Path):
+    run_id = api.run("submit", "echo", "--input", '{"b": [1, "x"], "a": 1.0}').stdout.strip()
+    api.finish(RunStatus.SUCCEEDED, result={"z": 1.5, "a": None, "nested": {"y": [True]}})
+    path = tmp_path / "batch.json"
+    path.write_text(json.dumps([{"ref": "one", "tool": "echo"}, {"tool": "echo"}]))
+    batch_id = api.run("batch", "submit", str(path)).stdout.strip()
+    headers = {"Authorization": f"Bearer {api.key}"}
+    for args, url_path, params in [
+        (["get", run_id], f"/v1/runs/{run_id}", {}),
+        (["ls", "--limit", "2"], "/v1/runs", {"limit": "2"}),
+        (["tools"], "/v1/tools", {}),
+        (["batch", "get", batch_id], f"/v1/batches/{batch_id}", {}),
+    ]:
+        shown = api.run(*args, "--json")
+        assert shown.returncode == 0, shown.stderr
+        sent = httpx2.get(api.url + url_path, params=params, headers=headers).json()
+        # The same keys in the same order with the same values, as the API wrote them.
+        assert shown.stdout == json.dumps(sent, indent=2) + "\n", args
 
 
 # --- exit codes and errors -------------------------------------------------------------------
