@@ -108,7 +108,8 @@ class Flaky(httpx2.BaseTransport):
     """The fake API, unreachable for ``drops`` requests after the first."""
 
     def __init__(self, inner: httpx2.BaseTransport, drops: int) -> None:
-        self.inner, self.drops, self.seen = inner, drops, []
+        self.inner, self.drops = inner, drops
+        self.seen: list[httpx2.Request] = []
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         self.seen.append(request)
