@@ -17,12 +17,14 @@ FROM ${BUILD_BASE} AS build
 LABEL io.runyard.stage=build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
-# The dependencies first, in a layer of their own (cached until pyproject.toml changes) ...
+# The dependencies first, in a layer of their own (cached until pyproject.toml or the SDK
+# changes); runyard-client, the Python SDK the CLI uses, comes from this repository ...
 COPY pyproject.toml README.md ./
+COPY sdk/python ./sdk/python
 RUN python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
         >/tmp/requirements.txt \
     && python3 -m venv /opt/venv \
-    && /opt/venv/bin/pip install -r /tmp/requirements.txt
+    && /opt/venv/bin/pip install ./sdk/python -r /tmp/requirements.txt
 # ... then the project itself.
 COPY runyard ./runyard
 COPY api ./api

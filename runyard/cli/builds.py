@@ -6,8 +6,8 @@ import argparse
 import time
 from typing import Any
 
-from runyard.cli.common import EXIT_FAILED, EXIT_OK, client_for, emit, say
-from runyard.client.http import RunyardClient
+from runyard.cli.common import EXIT_FAILED, EXIT_OK, as_json, client_for, emit, say
+from runyard_client import Runyard
 
 POLL_SECONDS = 1.0
 OPEN = ("queued", "building")
@@ -20,16 +20,16 @@ def engines_line(tool: str, build: dict[str, Any]) -> str:
     return f"{tool}  {build.get('tag', '')}  " + ("  ".join(parts) or "(no build yet)")
 
 
-def tool_build(client: RunyardClient, tool: str) -> dict[str, Any]:
+def tool_build(client: Runyard, tool: str) -> dict[str, Any]:
     """The tool's current build as ``GET /v1/tools`` shows it."""
     for item in client.tools():
-        if item["name"] == tool:
-            return dict(item.get("build") or {})
+        if item.name == tool:
+            return as_json(item.build) if item.build is not None else {}
     return {}
 
 
 def wait_for_build(
-    client: RunyardClient, tool: str, timeout: float, poll_seconds: float = POLL_SECONDS
+    client: Runyard, tool: str, timeout: float, poll_seconds: float = POLL_SECONDS
 ) -> dict[str, Any]:
     """Poll until no engine's build of the tool's digest is queued or building."""
     deadline = time.monotonic() + timeout
@@ -48,7 +48,7 @@ def wait_for_build(
 
 def _build(args: argparse.Namespace) -> int:
     client = client_for(args)
-    asked = client.build(args.tool, force=args.force)
+    asked = as_json(client.build_tool(args.tool, force=args.force))
     if not args.wait:
         emit(args, asked, f"{asked['tag']}: {asked['queued']} build(s) queued")
         return EXIT_OK
@@ -63,7 +63,7 @@ def _build(args: argparse.Namespace) -> int:
 def _builds(args: argparse.Namespace) -> int:
     client = client_for(args)
     if args.build_id:
-        build = client.get_build(args.build_id)
+        build = as_json(client.get_build(args.build_id))
         human = (
             f"{build['id']}  {build['tag']}  {build['engine_id']}  {build['status']}"
             f"  attempts {build['attempts']}\n{build.get('log') or ''}"
@@ -72,7 +72,9 @@ def _builds(args: argparse.Namespace) -> int:
             human += f"\nerror: {build['error']}"
         emit(args, build, human)
         return EXIT_OK
-    builds = client.builds(tool=args.tool, status=args.status, limit=args.limit)
+    builds = [
+        as_json(b) for b in client.list_builds(tool=args.tool, status=args.status, limit=args.limit)
+    ]
     rows = [f"{'ID':36}  {'TOOL':14}  {'DIGEST':12}  {'ENGINE':20}  {'STATUS':8}  CREATED"]
     rows += [
         f"{b['id']:36}  {b['tool'][:14]:14}  {b['digest'][:12]}  {b['engine_id'][:20]:20}  "

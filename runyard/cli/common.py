@@ -1,5 +1,5 @@
 """What every client command of the ``runyard`` console script shares: exit codes, the
-client, and how it prints."""
+client (the Python SDK's), and how it prints."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runyard.client.http import RunyardClient
+from pydantic import BaseModel
+
+from runyard_client import Runyard, RunyardError, UnavailableError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -42,9 +44,23 @@ class UsageError(Exception):
     """An argument the parser accepted but the command cannot use."""
 
 
-def client_for(args: argparse.Namespace) -> RunyardClient:
-    """The API client the command's ``--url`` and ``--api-key`` name."""
-    return RunyardClient(args.url, args.api_key)
+def client_for(args: argparse.Namespace) -> Runyard:
+    """The API client: ``--url`` and ``--api-key``, else ``RUNYARD_URL`` and
+    ``RUNYARD_API_KEY`` (the SDK's configuration)."""
+    return Runyard.from_env(url=args.url, api_key=args.api_key)
+
+
+def as_json(model: BaseModel) -> dict[str, Any]:
+    """What the API sent for ``model``: its fields, in the API's order, as JSON values
+    (fields the answer did not carry are left out)."""
+    return model.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+def error_exit(error: RunyardError) -> int:
+    """The exit code of a failed request: no answer at all, or an error of the API (or an
+    answer the client refused)."""
+    unreachable = isinstance(error, UnavailableError) and error.status is None
+    return EXIT_UNREACHABLE if unreachable else EXIT_API_ERROR
 
 
 def emit(args: argparse.Namespace, value: Any, human: str) -> None:

@@ -19,6 +19,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from pydantic import ValidationError
+
 import runyard
 from runyard.cli.builds import add_build_commands
 from runyard.cli.common import (
@@ -27,21 +29,22 @@ from runyard.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
-    EXIT_UNREACHABLE,
     EXIT_USAGE,
     OUTCOME_EXIT,
     UsageError,
+    as_json,
     client_for,
     emit,
+    error_exit,
     read_input,
     run_line,
     say,
 )
+from runyard.cli.spinner import Spinner
+from runyard.cli.waiting import follow_logs, wait_for_run
 from runyard.cli.workflows import add_workflow_commands
-from runyard.client.artifacts import download_all
-from runyard.client.http import ClientError, follow_logs
-from runyard.client.spinner import Spinner
 from runyard.platform.settings import Settings
+from runyard_client import Run, RunyardError
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -159,31 +162,24 @@ def _keys_revoke(args: argparse.Namespace) -> int:
 
 def _workflow_fields(args: argparse.Namespace) -> dict[str, Any]:
     """``depends_on`` from ``--after``, ``run_at`` from ``--at`` (local time if no offset)."""
-    fields: dict[str, Any] = {}
-    if args.after:
-        fields["depends_on"] = list(args.after)
+    fields: dict[str, Any] = {"depends_on": list(args.after or ()), "run_at": None}
     if args.at:
         try:
             at = datetime.fromisoformat(args.at)
         except ValueError as exc:
             raise UsageError(f"--at is not an RFC 3339 time: {args.at!r}") from exc
-        fields["run_at"] = (at if at.tzinfo else at.astimezone()).isoformat()
+        fields["run_at"] = at if at.tzinfo else at.astimezone()
     return fields
 
 
 def _submit(args: argparse.Namespace) -> int:
     """Without --wait, stdout is the run id; with it, the result (--json: the run)."""
     value = read_input(args.input)
-    extra = _workflow_fields(args)
+    fields = _workflow_fields(args) | {"callback_url": args.callback_url}
     client = client_for(args)
     if not args.wait:
-        run = client.submit(
-            args.tool,
-            value,
-            idempotency_key=args.idempotency_key,
-            callback_url=args.callback_url,
-            extra=extra,
-        )
+        submitted = client.submit(args.tool, value, idempotency_key=args.idempotency_key, **fields)
+        run = as_json(submitted)
         say(run_line(run))
         emit(args, run, str(run["id"]))
         return EXIT_OK
@@ -191,19 +187,14 @@ def _submit(args: argparse.Namespace) -> int:
     spinner = Spinner(sys.stderr, enabled=sys.stderr.isatty() and not args.json)
     seen: list[str] = []
 
-    def on_update(run: dict[str, Any]) -> None:
-        seen.append(str(run["id"]))
-        spinner.update(str(run["status"]))
+    def on_update(update: Run) -> None:
+        seen.append(str(update.id))
+        spinner.update(update.status.value)
 
     try:
         with spinner:
-            run = client.submit_and_wait(
-                args.tool,
-                value,
-                key,
-                on_update=on_update,
-                callback_url=args.callback_url,
-                extra=extra,
+            run = as_json(
+                wait_for_run(client, args.tool, value, key, on_update=on_update, **fields)
             )
     except KeyboardInterrupt:
         if seen:
@@ -218,7 +209,7 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _get(args: argparse.Namespace) -> int:
-    run = client_for(args).get(args.run_id)
+    run = as_json(client_for(args).get(args.run_id))
     human = run_line(run)
     if run.get("result") is not None:
         human += "\n" + json.dumps(run["result"], indent=2)
@@ -227,7 +218,7 @@ def _get(args: argparse.Namespace) -> int:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    page = client_for(args).runs(status=args.status, tool=args.tool, limit=args.limit)
+    page = as_json(client_for(args).list_page(status=args.status, tool=args.tool, limit=args.limit))
     rows = [f"{'ID':36}  {'TOOL':12}  {'STATUS':10}  REQUESTED"]
     rows += [
         f"{r['id']:36}  {r['tool'][:12]:12}  {r['status']:10}  {r['requested_at']}"
@@ -241,15 +232,15 @@ def _logs(args: argparse.Namespace) -> int:
     client = client_for(args)
     if args.follow:
         status, skipped = follow_logs(client, args.run_id, sys.stdout, sys.stderr)
-        if skipped or client.dropped_events:
-            say(f"note: skipped {skipped} malformed and {client.dropped_events} oversized events")
+        if skipped:
+            say(f"note: skipped {skipped} malformed events")
         return OUTCOME_EXIT.get(status, EXIT_FAILED)
-    sys.stdout.write(client.logs(args.run_id, args.stream))
+    sys.stdout.write(client.log_text(args.run_id, stream=args.stream))
     return EXIT_OK
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    run = client_for(args).cancel(args.run_id)
+    run = as_json(client_for(args).cancel(args.run_id))
     emit(args, run, f"cancel requested: {run_line(run)}")
     return 0
 
@@ -265,12 +256,13 @@ def _rm(args: argparse.Namespace) -> int:
 def _artifacts(args: argparse.Namespace) -> int:
     """Without --out, the list; with it, every file downloaded into DIR."""
     client = client_for(args)
+    listing = as_json(client.artifact_list(args.run_id))
     if args.out is None:
-        listing = client.artifacts(args.run_id)
         rows = [f"{a['size']:>12}  {a['sha256'][:12]}  {a['path']}" for a in listing["artifacts"]]
         emit(args, listing, "\n".join(rows) if rows else "(no artifacts)")
         return EXIT_OK
-    files = download_all(client, args.run_id, Path(args.out))
+    client.download_all(args.run_id, Path(args.out))
+    files = listing["artifacts"]
     total = sum(int(a["size"]) for a in files)
     emit(args, files, f"downloaded {len(files)} files ({total} bytes) into {args.out}")
     return EXIT_OK
@@ -278,8 +270,10 @@ def _artifacts(args: argparse.Namespace) -> int:
 
 def _webhook_set(args: argparse.Namespace) -> int:
     """stdout: the tenant's settings; the new secret, when one was made, is shown this once."""
-    settings = client_for(args).set_webhook(
-        args.tenant, args.webhook_url, rotate_secret=args.rotate_secret
+    settings = as_json(
+        client_for(args).set_tenant_webhook(
+            args.tenant, args.webhook_url, rotate_secret=args.rotate_secret
+        )
     )
     human = f"tenant {settings['tenant']}: default webhook {settings['url'] or '(none)'}"
     if settings.get("secret"):
@@ -347,7 +341,7 @@ def _add_webhook_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _tools(args: argparse.Namespace) -> int:
-    tools = client_for(args).tools()
+    tools = [as_json(tool) for tool in client_for(args).tools()]
     human = "\n".join(
         f"{t['name']:12}  {t['timeout_seconds']:>5}s  {t['memory_mb']:>5}MB  {t['description']}"
         for t in tools
@@ -358,8 +352,8 @@ def _tools(args: argparse.Namespace) -> int:
 
 def _add_client_commands(sub: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", default=os.environ.get("RUNYARD_URL", "http://127.0.0.1:8000"))
-    common.add_argument("--api-key", default=os.environ.get("RUNYARD_API_KEY"))
+    common.add_argument("--url", help="the API (default: RUNYARD_URL, else http://127.0.0.1:8000)")
+    common.add_argument("--api-key", help="the API key (default: RUNYARD_API_KEY)")
     common.add_argument("--json", action="store_true", help="machine-readable output")
     submit = sub.add_parser(
         "submit",
@@ -517,9 +511,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         say(f"runyard: error: {exc}")
         return EXIT_USAGE
-    except ClientError as exc:
+    except RunyardError as exc:
         say(f"error: {exc}")
-        return EXIT_UNREACHABLE if exc.unreachable else EXIT_API_ERROR
+        return error_exit(exc)
+    except ValidationError as exc:
+        say(f"error: the API's answer is not what this client reads: {exc}")
+        return EXIT_API_ERROR
 
 
 if __name__ == "__main__":

@@ -12,19 +12,25 @@ import sys
 import time
 from typing import Any
 
+from pydantic import ValidationError
+
 from runyard.cli.common import (
     EXIT_CODES_HELP,
     EXIT_FAILED,
     OUTCOME_EXIT,
+    UsageError,
+    as_json,
     client_for,
     emit,
     read_input,
     run_line,
     say,
 )
-from runyard.client.http import RunyardClient
+from runyard_client import Runyard
 
 ACTIVE_BATCH = ("queued", "running")
+# What a batch file may hold besides its runs.
+BATCH_FIELDS = ("runs", "callback_url")
 POLL_SECONDS = 1.0
 STATUS_ORDER = ("queued", "running", "succeeded", "failed", "timed_out", "cancelled")
 
@@ -37,7 +43,7 @@ def progress_line(batch: dict[str, Any]) -> str:
 
 
 def wait_for_batch(
-    client: RunyardClient, batch: dict[str, Any], poll_seconds: float = POLL_SECONDS
+    client: Runyard, batch: dict[str, Any], poll_seconds: float = POLL_SECONDS
 ) -> dict[str, Any]:
     """Poll the batch until no run of it is queued or running, printing its progress line
     (on a terminal, in place) whenever it changes; the final batch."""
@@ -54,7 +60,7 @@ def wait_for_batch(
                 sys.stderr.write("\n")
             return batch
         time.sleep(poll_seconds)
-        batch = client.batch(str(batch["id"]))
+        batch = as_json(client.get_batch(str(batch["id"])))
 
 
 def _batch_exit(batch: dict[str, Any]) -> int:
@@ -68,8 +74,21 @@ def _batch_submit(args: argparse.Namespace) -> int:
     body = read_input(source, "the batch file")
     if isinstance(body, list):
         body = {"runs": body}
+    if not isinstance(body, dict) or not isinstance(body.get("runs"), list):
+        raise UsageError('the batch file holds no list of runs ({"runs": [...]} or the list)')
+    unknown = sorted(set(body) - set(BATCH_FIELDS))
+    if unknown:
+        raise UsageError(f"the batch file has fields a batch does not: {', '.join(unknown)}")
     client = client_for(args)
-    batch = client.submit_batch(body, idempotency_key=args.idempotency_key)
+    try:
+        submitted = client.submit_batch(
+            body["runs"],
+            callback_url=body.get("callback_url"),
+            idempotency_key=args.idempotency_key,
+        )
+    except ValidationError as exc:
+        raise UsageError(f"the batch file's runs are not runs of a batch: {exc}") from exc
+    batch = as_json(submitted)
     refs = batch.get("run_ids", {})
     if args.wait:
         batch = {**wait_for_batch(client, batch), "run_ids": refs}
@@ -78,7 +97,7 @@ def _batch_submit(args: argparse.Namespace) -> int:
 
 
 def _batch_show(args: argparse.Namespace) -> int:
-    batch = client_for(args).batch(args.batch_id)
+    batch = as_json(client_for(args).get_batch(args.batch_id))
     rows = [progress_line(batch)]
     rows += [f"  {run['ref']:20}  {run['run_id']}  {run['status']}" for run in batch["runs"]]
     emit(args, batch, "\n".join(rows))
@@ -86,13 +105,15 @@ def _batch_show(args: argparse.Namespace) -> int:
 
 
 def _batch_act(args: argparse.Namespace) -> int:
-    batch = client_for(args).batch_action(args.batch_id, args.action)
+    client = client_for(args)
+    act = client.cancel_batch if args.action == "cancel" else client.retry_batch
+    batch = as_json(act(args.batch_id))
     emit(args, batch, progress_line(batch))
     return 0
 
 
 def _rerun(args: argparse.Namespace) -> int:
-    run = client_for(args).rerun(args.run_id)
+    run = as_json(client_for(args).rerun(args.run_id))
     say(run_line(run))
     emit(args, run, str(run["id"]))
     return 0
@@ -100,9 +121,7 @@ def _rerun(args: argparse.Namespace) -> int:
 
 def _events(args: argparse.Namespace) -> int:
     """The run's whole event log so far: NDJSON with --ndjson, else a line per event."""
-    for line in client_for(args).event_lines(args.run_id):
-        if not line:
-            continue
+    for line in client_for(args).events_ndjson(args.run_id):
         if args.ndjson:
             print(line)  # noqa: T201
             continue

@@ -43,14 +43,15 @@ def backend_kind(request: pytest.FixtureRequest) -> str:
 def open_yard(
     request: pytest.FixtureRequest, flavour: str, backend_kind: str
 ) -> Iterator[Callable[..., Yard]]:
-    """Opens a yard; ``max_queued`` caps the tenant's queued runs on either backend."""
+    """Opens a yard; ``max_queued`` caps the tenant's queued runs on either backend; ``admin``
+    gives the live backend's client an admin key."""
     if backend_kind == "live":
         # Set up before this fixture, so torn down after the API and worker it serves.
         database_url = request.getfixturevalue("database_url")
         engine = request.getfixturevalue("engine")
     with contextlib.ExitStack() as stack:
 
-        def open_one(*, max_queued: int = 0, max_retries: int = 3) -> Yard:
+        def open_one(*, max_queued: int = 0, max_retries: int = 3, admin: bool = False) -> Yard:
             faults = Faults()
             if backend_kind == "fake":
                 backend = FakeBackend(TOOLS, max_queued=max_queued)
@@ -59,7 +60,7 @@ def open_yard(
                 async_inner: httpx2.AsyncBaseTransport = fake_transport(backend)
             else:
                 url, key = stack.enter_context(
-                    live_backend(database_url, engine, tenant_max_queued=max_queued)
+                    live_backend(database_url, engine, admin=admin, tenant_max_queued=max_queued)
                 )
                 sync_inner, async_inner = httpx2.HTTPTransport(), httpx2.AsyncHTTPTransport()
             if flavour == "sync":

@@ -247,9 +247,12 @@ async def _awaited(coroutine: Any) -> Any:
 
 
 @contextlib.contextmanager
-def live_backend(database_url: str, engine: Engine, **settings: Any) -> Iterator[tuple[str, str]]:
+def live_backend(
+    database_url: str, engine: Engine, *, admin: bool = False, **settings: Any
+) -> Iterator[tuple[str, str]]:
     """The API on loopback (queue mode, waits capped at one second so long-polls come in
-    slices) and a worker whose fake runner runs the scenario tools; yields (url, api key)."""
+    slices) and a worker whose fake runner runs the scenario tools; yields (url, api key of
+    tenant acme, an admin's if ``admin``)."""
     registry = load_registry(HERE / "tools.toml", Settings(database_url="unused"))
     app = make_app(
         database_url, engine, registry, max_wait_seconds=1.0, events_poll_seconds=0.2, **settings
@@ -263,7 +266,7 @@ def live_backend(database_url: str, engine: Engine, **settings: Any) -> Iterator
     thread.start()
     try:
         with live_server(app) as url:
-            yield url, create_api_key(engine, "acme")
+            yield url, create_api_key(engine, "acme", admin=admin)
     finally:
         worker.stop()
         thread.join(timeout=20)

@@ -1,6 +1,7 @@
 """The SDK's models match the API's component schemas (the app's own ``/openapi.json``, built
 in-process): the same fields, required where the API always sends them, nullable where it may
-send null, and of the same kind of JSON value. ``submit`` offers exactly the fields of
+send null, and of the same kind of JSON value, in the same order (so a model dumped gives the
+document the API sent: the CLI prints them so). ``submit`` offers exactly the fields of
 ``POST /v1/runs``. Each run event class matches its type's schema (``RunEvent``'s member, its
 ``data`` read flat as the SDK reads it), and every type the API documents has a class."""
 
@@ -31,6 +32,9 @@ RESPONSES: list[tuple[type[BaseModel], str]] = [
     (models.BatchPage, "BatchPage"),
     (models.Problem, "ProblemOut"),
     (models.FieldProblem, "FieldError"),
+    (models.Build, "BuildOut"),
+    (models.BuildRequested, "BuildRequested"),
+    (models.TenantWebhook, "WebhookSettingsOut"),
 ]
 REQUESTS: list[tuple[type[BaseModel], str]] = [
     (models.Limits, "RunLimits"),
@@ -116,6 +120,13 @@ def drift(model: type[BaseModel], component: str, api: dict[str, Any]) -> list[s
 @pytest.mark.parametrize(("model", "component"), RESPONSES + REQUESTS)
 def test_model__matches_the_api_component(model, component, components):
     assert drift(model, component, components) == []
+
+
+@pytest.mark.parametrize(("model", "component"), RESPONSES)
+def test_model__has_the_api_components_fields_in_its_order(model, component, components):
+    extra = EXTRA.get((model.__name__, component), set())
+    ours = [name for name in sdk_schema(model)["properties"] if name not in extra]
+    assert ours == list(components[component]["properties"])
 
 
 def test_submit__offers_exactly_the_fields_of_a_run_submission(components):

@@ -454,5 +454,5 @@ def test_from_env__reads_the_url_and_the_key_in_both_flavours(monkeypatch: pytes
     monkeypatch.delenv("RUNYARD_API_KEY")
     with Runyard.from_env(transport=httpx2.MockTransport(answer)) as client:
         client.tools()
-    assert str(seen[-1].url) == "http://localhost:8000/v1/tools"
+    assert str(seen[-1].url) == "http://127.0.0.1:8000/v1/tools"
     assert "authorization" not in seen[-1].headers

@@ -3,6 +3,7 @@ worker, and the in-memory fake, which is so held to the real client's behaviour.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -23,6 +24,7 @@ from runyard_client import (
     UnavailableError,
     WaitTimeoutError,
 )
+from tests.integration.api.test_api_builds import live_worker
 from tests.sdk.conftest import Yard
 from tests.sdk.harness import Canned
 from tests.sdk.tools import BINARY, BINARY_SHA256
@@ -312,3 +314,74 @@ def test_wait_batch__ends_during_a_long_poll_or_times_out_with_the_batch_as_it_w
 
 def test_tools__lists_the_registered_tools(yard: Yard):
     assert {"echo", "fail", "chatty", "files"} <= {tool.name for tool in yard.client.tools()}
+
+
+def test_list_page__one_page_at_a_time_with_the_cursor_to_the_next(yard: Yard):
+    made = [yard.client.submit("echo", {"i": i}, run_at=LATER).id for i in range(3)]
+    first = yard.client.list_page(limit=2)
+    assert [run.id for run in first.items] == made[::-1][:2] and first.next_cursor
+    rest = yard.client.list_page(limit=2, cursor=first.next_cursor)
+    assert [run.id for run in rest.items] == made[:1] and rest.next_cursor is None
+    assert yard.client.list_page(status="succeeded", tool="echo").items == ()
+
+
+def test_artifact_list_and_log_text__as_the_api_has_them(yard: Yard):
+    run = yard.client.run("files", {}, timeout=30)
+    listing = yard.client.artifact_list(run.id)
+    assert (listing.run_id, listing.count) == (str(run.id), 2)
+    assert listing.total_bytes == sum(a.size for a in listing.artifacts) > len(BINARY)
+    assert listing.tar_url == f"/v1/runs/{run.id}/artifacts.tar"
+    assert list(listing.artifacts) == yard.client.artifacts(run.id)
+    chatty = yard.client.run("chatty", {"lines": 2}, timeout=30)
+    assert yard.client.log_text(chatty.id, stream="stdout") == "line 0\nline 1\n"
+    assert yard.client.log_text(chatty.id).splitlines() == list(yard.client.logs(chatty.id))
+
+
+def test_events_ndjson__the_whole_log_a_line_an_event_and_after_an_id(yard: Yard):
+    run = yard.client.run("chatty", {"lines": 2}, timeout=30)
+    skipped: list[object] = []
+    typed = list(yard.client.events(run.id, on_skip=skipped.append))
+    lines = list(yard.client.events_ndjson(run.id))
+    parsed = [json.loads(line) for line in lines]
+    assert [(e["id"], e["type"]) for e in parsed] == [(e.id, e.type) for e in typed]
+    assert parsed[-1]["data"]["status"] == "succeeded" and skipped == []
+    assert list(yard.client.events_ndjson(run.id, after=parsed[1]["id"])) == lines[2:]
+
+
+@pytest.mark.parametrize("backend_kind", ["live"])  # the fake has no builds (its README)
+def test_builds__an_admin_builds_a_tool_then_lists_and_reads_its_build(open_yard, engine):
+    yard = open_yard(admin=True)
+    live_worker(engine, "engine-sdk")  # the engine a build is queued on
+    asked = yard.client.build_tool("built")
+    assert (asked.tool, asked.queued) == ("built", 1)
+    assert asked.tag.startswith("runyard-build/built:")
+    [build] = yard.client.list_builds(tool="built")
+    assert (build.tag, build.digest, build.engine_id) == (asked.tag, asked.digest, "engine-sdk")
+    assert build.status == "queued" and build.log is None
+    assert yard.client.list_builds(tool="built", status="ready") == []
+    shown = yard.client.get_build(build.id)
+    assert shown.id == build.id and shown.log_size == 0
+    [tool] = [t for t in yard.client.tools() if t.name == "built"]
+    assert tool.build is not None and tool.build.engines == {"engine-sdk": "queued"}
+    assert yard.client.build_tool("built", force=True).queued == 0  # queued already
+    with pytest.raises(NotFoundError) as missing:
+        yard.client.get_build(uuid.uuid4())
+    assert missing.value.code == "build_not_found"
+    with pytest.raises(InvalidRequestError) as unbuilt:
+        yard.client.build_tool("echo")
+    assert unbuilt.value.code == "not_built"
+
+
+@pytest.mark.parametrize("backend_kind", ["live"])  # the fake has no webhooks (its README)
+def test_tenant_webhook__set_shows_the_secret_once_get_never(open_yard):
+    yard = open_yard(admin=True)
+    made = yard.client.set_tenant_webhook("acme", None)
+    assert made.tenant == "acme" and made.url is None and made.has_secret
+    assert made.secret is not None and made.secret.startswith("whsec_")
+    assert yard.client.set_tenant_webhook("acme", None).secret is None
+    rotated = yard.client.set_tenant_webhook("acme", None, rotate_secret=True).secret
+    assert rotated is not None and rotated != made.secret
+    shown = yard.client.get_tenant_webhook("acme")
+    assert (shown.has_secret, shown.secret) == (True, None)
+    with pytest.raises(InvalidRequestError):
+        yard.client.set_tenant_webhook("acme", "not a url")

@@ -1,13 +1,25 @@
-"""The CLI's contract that needs no server: version, exit code table, usage errors."""
+"""The CLI's contract that needs no server: version, exit code table, usage errors, and how
+it waits (against the SDK's in-memory API)."""
 
 from __future__ import annotations
 
 from importlib import metadata
 
+import httpx2
 import pytest
 
 from runyard.cli import common as cli_common
 from runyard.cli import main as cli
+from runyard.cli import waiting
+from runyard_client import (
+    ArtifactIntegrityError,
+    InvalidResponseError,
+    NotFoundError,
+    Runyard,
+    RunyardError,
+    UnavailableError,
+)
+from runyard_client.testing import FAKE_URL, FakeBackend, fake_transport
 
 
 def test_cli_version__is_the_installed_distributions(capsys: pytest.CaptureFixture[str]):
@@ -65,3 +77,79 @@ def test_cli_usage_error__exits_2_before_any_request(
         code = int(str(exc.code))
     assert code == cli_common.EXIT_USAGE
     assert "Traceback" not in capsys.readouterr().err
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_patience__bears_trouble_that_passes_for_its_window_only():
+    clock = Clock()
+    patience = waiting.Patience(60.0, clock)
+    down = UnavailableError("cannot reach the runyard API")
+    patience.failed(down)
+    clock.now = 60.0
+    patience.failed(down)
+    clock.now = 60.5
+    with pytest.raises(UnavailableError):
+        patience.failed(down)
+    patience.recovered()
+    clock.now = 200.0
+    patience.failed(UnavailableError("proxy", status=503))  # a new window
+    with pytest.raises(NotFoundError):
+        patience.failed(NotFoundError("gone", status=404))  # never borne
+
+
+class Flaky(httpx2.BaseTransport):
+    """The fake API, unreachable for ``drops`` requests after the first."""
+
+    def __init__(self, inner: httpx2.BaseTransport, drops: int) -> None:
+        self.inner, self.drops = inner, drops
+        self.seen: list[httpx2.Request] = []
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        self.seen.append(request)
+        if len(self.seen) > 1 and self.drops > 0:
+            self.drops -= 1
+            raise httpx2.ConnectError("connection refused (injected)", request=request)
+        return self.inner.handle_request(request)
+
+
+def test_wait_for_run__long_polls_one_keyed_submit_through_an_outage_to_the_end():
+    transport = Flaky(fake_transport(FakeBackend({"echo": lambda value: value})), drops=2)
+    updates: list[str] = []
+    pauses: list[float] = []
+    with Runyard(FAKE_URL, max_retries=0, transport=transport) as client:
+        run = waiting.wait_for_run(
+            client,
+            "echo",
+            {"a": 1},
+            "cli-key",
+            on_update=lambda run: updates.append(run.status.value),
+            pause=pauses.append,
+        )
+    assert (run.status.value, run.result) == ("succeeded", {"a": 1})
+    assert updates == ["queued", "succeeded"] and pauses == [1.0, 1.0]
+    assert {(r.method, r.url.path, r.headers["idempotency-key"]) for r in transport.seen} == {
+        ("POST", "/v1/runs", "cli-key")
+    }
+    assert "wait" not in transport.seen[0].url.params
+    assert all(r.url.params.get("wait") for r in transport.seen[1:])
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (UnavailableError("cannot reach the runyard API: ConnectError"), 6),
+        (UnavailableError("proxy", status=503), 5),
+        (NotFoundError("no run", status=404), 5),
+        (ArtifactIntegrityError("another SHA-256"), 5),
+        (InvalidResponseError("an event over 16 MiB"), 5),
+    ],
+)
+def test_error_exit__unreachable_only_without_any_answer(error: RunyardError, code: int):
+    assert cli_common.error_exit(error) == code

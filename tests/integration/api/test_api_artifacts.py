@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import httpx2
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
@@ -234,6 +235,11 @@ def test_cli__lists_and_downloads_every_artifact_into_a_directory(
         listed = cli("artifacts", run_id)
         assert listed.returncode == 0, listed.stderr
         assert [line.split("  ")[-1] for line in listed.stdout.splitlines()] == sorted(FILES)
+        as_json = cli("artifacts", run_id, "--json")
+        sent = httpx2.get(
+            f"{url}/v1/runs/{run_id}/artifacts", headers={"Authorization": f"Bearer {key}"}
+        )
+        assert as_json.stdout == json.dumps(sent.json(), indent=2) + "\n"  # as the API wrote it
         out = tmp_path / "got"
         fetched = cli("artifacts", run_id, "--out", str(out))
         assert fetched.returncode == 0, fetched.stderr

@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 from fastapi import FastAPI, Request, Response
 
@@ -73,6 +74,29 @@ def test_cli_submit_wait_json__stdout_is_the_final_run(api: Api):
     assert waiting.returncode == 0, err
     run = json.loads(out)
     assert run["id"] == str(run_id) and run["status"] == "succeeded" and run["result"] == {"b": 2}
+
+
+# --- JSON -------------------------------------------------------------------------------------
+
+
+def test_cli_json__is_the_document_the_api_sent(api: Api, tmp_path: Path):
+    run_id = api.run("submit", "echo", "--input", '{"b": [1, "x"], "a": 1.0}').stdout.strip()
+    api.finish(RunStatus.SUCCEEDED, result={"z": 1.5, "a": None, "nested": {"y": [True]}})
+    path = tmp_path / "batch.json"
+    path.write_text(json.dumps([{"ref": "one", "tool": "echo"}, {"tool": "echo"}]))
+    batch_id = api.run("batch", "submit", str(path)).stdout.strip()
+    headers = {"Authorization": f"Bearer {api.key}"}
+    for args, url_path, params in [
+        (["get", run_id], f"/v1/runs/{run_id}", {}),
+        (["ls", "--limit", "2"], "/v1/runs", {"limit": "2"}),
+        (["tools"], "/v1/tools", {}),
+        (["batch", "get", batch_id], f"/v1/batches/{batch_id}", {}),
+    ]:
+        shown = api.run(*args, "--json")
+        assert shown.returncode == 0, shown.stderr
+        sent = httpx2.get(api.url + url_path, params=params, headers=headers).json()
+        # The same keys in the same order with the same values, as the API wrote them.
+        assert shown.stdout == json.dumps(sent, indent=2) + "\n", args
 
 
 # --- exit codes and errors -------------------------------------------------------------------
@@ -149,6 +173,11 @@ def stub_sse_api(streams: list[bytes], last_ids: list[str | None], final: str) -
 
 def test_cli_logs_follow__survives_any_event_and_resumes_after_a_dropped_stream():
     big = "x" * (2 * 1024 * 1024)
+    at = "2026-01-01T00:00:00+00:00"  # every event of the API carries its time
+
+    def data(**fields: str) -> str:
+        return json.dumps({"at": at, **fields})
+
     first = sse(
         "retry: 100\n\n",
         ": keepalive\n\n",
@@ -156,15 +185,15 @@ def test_cli_logs_follow__survives_any_event_and_resumes_after_a_dropped_stream(
         "id: 2\nevent: brand-new-type\ndata: whatever\n\n",  # unknown type
         "id: 3\nevent: stdout\ndata: not json at all\n\n",  # malformed: skipped
         "id: 4\nevent: stdout\ndata: [1, 2]\n\n",  # JSON, but not an object: skipped
-        'id: 5\nevent: stdout\ndata: {"text":\ndata: "multi\\n"}\n\n',  # multi-line data
-        f"id: 6\nevent: stdout\ndata: {json.dumps({'text': big + chr(10)})}\n\n",  # > 1 MiB
+        f'id: 5\nevent: stdout\ndata: {{"at": "{at}", "text":\ndata: "multi\\n"}}\n\n',  # 2 lines
+        f"id: 6\nevent: stdout\ndata: {data(text=big + chr(10))}\n\n",  # > 1 MiB
         "id: 7\nevent: status\ndata: {broken\n\n",  # a status that is not JSON
-        'id: 8\r\nevent: stderr\r\ndata: {"text": "to stderr\\n"}\r\n\r\n',  # CRLF lines
+        f"id: 8\r\nevent: stderr\r\ndata: {data(text='to stderr' + chr(10))}\r\n\r\n",  # CRLF
         "id: 9\nevent: stdout\ndata: " + json.dumps({"text": "cut off"}),  # stream drops
     )
     second = sse(
-        'id: 10\nevent: stdout\ndata: {"text": "after resume\\n"}\n\n',
-        'id: 11\nevent: status\ndata: {"status": "failed"}\n\n',
+        f"id: 10\nevent: stdout\ndata: {data(text='after resume' + chr(10))}\n\n",
+        f"id: 11\nevent: status\ndata: {data(status='failed')}\n\n",
     )
     last_ids: list[str | None] = []
     app = stub_sse_api([first, second], last_ids, final="failed")

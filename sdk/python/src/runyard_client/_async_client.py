@@ -7,7 +7,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -18,7 +18,7 @@ import httpx2
 
 from runyard_client import _calls as calls
 from runyard_client._calls import DEFAULT_URL, WAIT_SLICE_SECONDS, Call, Id, Pager
-from runyard_client._config import ClientConfig, error_of, transport_error
+from runyard_client._config import ClientConfig, error_of, stream_error, transport_error
 from runyard_client._files import (
     CHUNK_BYTES,
     AsyncVerifiedFile,
@@ -28,9 +28,11 @@ from runyard_client._files import (
     plan,
 )
 from runyard_client._flow import (
+    MAX_EVENT_BYTES,
     Attempts,
     Deadline,
     EventFollow,
+    EventLog,
     LineSplitter,
     LongPoll,
     finished,
@@ -40,15 +42,20 @@ from runyard_client._flow import (
 )
 from runyard_client._retry import RetryPolicy
 from runyard_client.errors import RunyardError
-from runyard_client.events import Event
+from runyard_client.events import Event, SkippedEvent
 from runyard_client.models import (
     Artifact,
+    ArtifactList,
     Batch,
     BatchItem,
     BatchSummary,
+    Build,
+    BuildRequested,
     Limits,
     Run,
+    RunPage,
     RunStatus,
+    TenantWebhook,
     Tool,
 )
 
@@ -81,13 +88,15 @@ class AsyncRunyard:
     def from_env(
         cls,
         *,
+        url: str | None = None,
+        api_key: str | None = None,
         timeout: float = 30.0,
         max_retries: int = 3,
         transport: httpx2.AsyncBaseTransport | None = None,
     ) -> Self:
-        """A client of ``RUNYARD_URL`` (default ``http://localhost:8000``) with the key in
-        ``RUNYARD_API_KEY``."""
-        config = ClientConfig.from_env()
+        """A client of ``RUNYARD_URL`` (default ``http://127.0.0.1:8000``) with the key in
+        ``RUNYARD_API_KEY``; a ``url`` or ``api_key`` given (a command line's flags) wins."""
+        config = ClientConfig.from_env(url=url, api_key=api_key)
         return cls(
             config.url,
             config.api_key,
@@ -203,12 +212,55 @@ class AsyncRunyard:
         """Delete a finished run with its events and artifacts."""
         await self._send(calls.delete(run_id))
 
+    async def list_page(
+        self,
+        *,
+        status: RunStatus | str | None = None,
+        tool: str | None = None,
+        mode: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> RunPage:
+        """One page of the runs the filters match, newest first; its ``next_cursor`` (None on
+        the last page) is the ``cursor`` of the next."""
+        return await self._send(calls.list_page(status, tool, mode, limit, cursor))
+
     # --- events and logs -------------------------------------------------------------------
 
-    def events(self, run_id: Id, after: int | None = None) -> AsyncIterator[Event]:
+    def events(
+        self,
+        run_id: Id,
+        after: int | None = None,
+        *,
+        on_skip: Callable[[SkippedEvent], object] | None = None,
+    ) -> AsyncIterator[Event]:
         """The run's events (after the event id ``after``), live until its final status;
-        a dropped connection resumes after the last event received."""
-        return self._follow(EventFollow(run_id, after, self._config.retry))
+        a dropped connection resumes after the last event received. A message whose data is
+        not what its type carries is passed over and handed to ``on_skip``."""
+        return self._follow(EventFollow(run_id, after, self._config.retry, on_skip=on_skip))
+
+    async def events_ndjson(self, run_id: Id, after: int | None = None) -> AsyncIterator[str]:
+        """The run's events so far as NDJSON: each line (a JSON object with ``id``,
+        ``type``, ``at`` and ``data``) as the API wrote it, to keep or hand to other tools;
+        a dropped download resumes after the last line received."""
+        log = EventLog(run_id, after, self._config.retry)
+        while True:
+            try:
+                async with self._http.stream("GET", log.path, params=log.params()) as response:
+                    if response.status_code >= 400:
+                        await response.aread()
+                        raise error_of(response)
+                    async for text in response.aiter_text():
+                        for line in log.feed(text):
+                            yield line
+                    for line in log.close():
+                        yield line
+                return
+            except httpx2.TransportError as exc:
+                pause = log.failed(transport_error(exc))
+            except RunyardError as error:
+                pause = log.failed(error)
+            await anyio.sleep(pause)
 
     async def logs(
         self,
@@ -233,11 +285,23 @@ class AsyncRunyard:
         for line in splitter.close():
             yield line
 
+    async def log_text(
+        self, run_id: Id, *, stream: Literal["stdout", "stderr", "both"] = "both"
+    ) -> str:
+        """The run's output so far as one text, exactly as the API has it (``logs`` gives
+        it line by line)."""
+        return await self._send(calls.logs(run_id, stream))
+
     # --- artifacts -------------------------------------------------------------------------
 
     async def artifacts(self, run_id: Id) -> builtins.list[Artifact]:
         """The files a finished run left, with their sizes and SHA-256."""
         return await self._send(calls.artifacts(run_id))
+
+    async def artifact_list(self, run_id: Id) -> ArtifactList:
+        """A finished run's whole artifact listing: ``count``, ``total_bytes``, the
+        ``tar_url`` of them all in one tar, and the ``artifacts``."""
+        return await self._send(calls.artifact_list(run_id))
 
     async def download(
         self, run_id: Id, path: str | Artifact, dest: str | os.PathLike[str]
@@ -302,6 +366,37 @@ class AsyncRunyard:
         """The registered tools with their limits and input schemas."""
         return await self._send(calls.tools())
 
+    # --- builds and tenants (admin keys) --------------------------------------------------
+
+    async def build_tool(self, tool: str, *, force: bool = False) -> BuildRequested:
+        """Queue the build of a tool built from source on every engine with a live worker
+        of its queue, ahead of runs or after a failure (``force``: also where it is ready);
+        an admin key."""
+        return await self._send(calls.build_tool(tool, force))
+
+    async def list_builds(
+        self, *, tool: str | None = None, status: str | None = None, limit: int = 100
+    ) -> builtins.list[Build]:
+        """Builds, newest first, without their logs (``status``: queued, building, ready
+        or failed)."""
+        return await self._send(calls.list_builds(tool, status, limit))
+
+    async def get_build(self, build_id: Id) -> Build:
+        """One build with its log's tail."""
+        return await self._send(calls.get_build(build_id))
+
+    async def get_tenant_webhook(self, tenant: str) -> TenantWebhook:
+        """A tenant's default webhook URL and whether it has a signing secret (never the
+        secret); an admin key."""
+        return await self._send(calls.get_tenant_webhook(tenant))
+
+    async def set_tenant_webhook(
+        self, tenant: str, url: str | None, *, rotate_secret: bool = False
+    ) -> TenantWebhook:
+        """Set a tenant's default webhook URL (None: no default); the answer that makes a
+        signing secret (the first, or ``rotate_secret``) carries it, this once. An admin key."""
+        return await self._send(calls.set_tenant_webhook(tenant, url, rotate_secret))
+
     # --- I/O -------------------------------------------------------------------------------
 
     async def _answer(self, call: Call[T]) -> T:
@@ -350,6 +445,7 @@ class AsyncRunyard:
                     follow.path,
                     headers=follow.headers(),
                     timeout=self._config.read_timeout(follow.read_seconds()),
+                    max_event_size=MAX_EVENT_BYTES,
                 ) as source:
                     if source.response.status_code >= 400:
                         await source.response.aread()
@@ -363,6 +459,8 @@ class AsyncRunyard:
                             yield event
                             if follow.done:
                                 break
+            except httpx2.SSEError as exc:
+                raise stream_error(exc) from exc
             except httpx2.TransportError as exc:
                 pause = follow.failed(transport_error(exc))
             except RunyardError as error:

@@ -22,10 +22,13 @@ from runyard_client.models import (
     BatchItem,
     BatchPage,
     BatchSummary,
+    Build,
+    BuildRequested,
     Limits,
     Run,
     RunPage,
     RunStatus,
+    TenantWebhook,
     Tool,
 )
 
@@ -36,9 +39,11 @@ JsonInput = Any
 # Each long-poll asks the API to hold the answer this long (it caps it at its own
 # RUNYARD_MAX_WAIT_SECONDS); short enough for proxies that cut idle connections.
 WAIT_SLICE_SECONDS = 30.0
-DEFAULT_URL = "http://localhost:8000"
+# Where ``runyard api`` and ``runyard dev`` listen unless told otherwise.
+DEFAULT_URL = "http://127.0.0.1:8000"
 
 _TOOLS = TypeAdapter(builtins.list[Tool])
+_BUILDS = TypeAdapter(builtins.list[Build])
 
 
 @dataclass(frozen=True)
@@ -290,3 +295,69 @@ def run_pager(
 def batch_pager(page_size: int, limit: int | None) -> Pager[BatchPage, BatchSummary]:
     """Every batch of the caller's tenant, newest first."""
     return Pager("/v1/batches", _batch_page, {}, page_size, limit)
+
+
+def list_page(
+    status: RunStatus | str | None,
+    tool: str | None,
+    mode: str | None,
+    limit: int,
+    cursor: str | None,
+) -> Call[RunPage]:
+    """One page of the runs the filters match, newest first."""
+    given = {"status": None if status is None else str(status), "tool": tool, "mode": mode}
+    params: dict[str, str | int | float] = {k: v for k, v in given.items() if v is not None}
+    params["limit"] = limit
+    if cursor is not None:
+        params["cursor"] = cursor
+    return Call("GET", "/v1/runs", _run_page, params=params)
+
+
+def artifact_list(run_id: Id) -> Call[ArtifactList]:
+    """A terminal run's whole artifact listing: counts, the tar's URL, the artifacts."""
+    return Call(
+        "GET",
+        f"/v1/runs/{segment(run_id)}/artifacts",
+        lambda r: ArtifactList.model_validate_json(r.content),
+    )
+
+
+def build_tool(tool: str, force: bool) -> Call[BuildRequested]:
+    """Queue the build of a tool's current source (admin)."""
+    params: dict[str, str | int | float] = {"force": "true"} if force else {}
+    return Call(
+        "POST",
+        f"/v1/tools/{segment(tool)}/build",
+        lambda r: BuildRequested.model_validate_json(r.content),
+        params=params,
+    )
+
+
+def list_builds(tool: str | None, status: str | None, limit: int) -> Call[builtins.list[Build]]:
+    """Builds, newest first, without their logs."""
+    given = {"tool": tool, "status": status}
+    params: dict[str, str | int | float] = {k: v for k, v in given.items() if v is not None}
+    params["limit"] = limit
+    return Call("GET", "/v1/builds", lambda r: _BUILDS.validate_json(r.content), params=params)
+
+
+def get_build(build_id: Id) -> Call[Build]:
+    """One build with its log's tail."""
+    return Call(
+        "GET", f"/v1/builds/{segment(build_id)}", lambda r: Build.model_validate_json(r.content)
+    )
+
+
+def _tenant_webhook(response: httpx2.Response) -> TenantWebhook:
+    return TenantWebhook.model_validate_json(response.content)
+
+
+def get_tenant_webhook(tenant: str) -> Call[TenantWebhook]:
+    """A tenant's default webhook (admin)."""
+    return Call("GET", f"/v1/tenants/{segment(tenant)}/webhook", _tenant_webhook)
+
+
+def set_tenant_webhook(tenant: str, url: str | None, rotate_secret: bool) -> Call[TenantWebhook]:
+    """Set a tenant's default webhook URL (admin); a new secret comes back once."""
+    body = {"url": url, "rotate_secret": rotate_secret}
+    return Call("PUT", f"/v1/tenants/{segment(tenant)}/webhook", _tenant_webhook, json=body)

@@ -12,7 +12,12 @@ import httpx2
 from runyard_client._calls import DEFAULT_URL, Call
 from runyard_client._retry import RetryPolicy
 from runyard_client._version import __version__
-from runyard_client.errors import RunyardError, connection_error, error_from_response
+from runyard_client.errors import (
+    InvalidResponseError,
+    RunyardError,
+    connection_error,
+    error_from_response,
+)
 
 USER_AGENT = f"runyard-client/{__version__}"
 
@@ -30,7 +35,8 @@ class ClientConfig:
     def from_env(
         cls, environ: Mapping[str, str] | None = None, **overrides: object
     ) -> ClientConfig:
-        """``RUNYARD_URL`` (default ``http://localhost:8000``) and ``RUNYARD_API_KEY``."""
+        """``RUNYARD_URL`` (default ``http://127.0.0.1:8000``) and ``RUNYARD_API_KEY``; the
+        ``overrides`` that are not None win."""
         env = os.environ if environ is None else environ
         values: dict[str, object] = {
             "url": env.get("RUNYARD_URL") or DEFAULT_URL,
@@ -73,3 +79,9 @@ def transport_error(exc: httpx2.TransportError) -> RunyardError:
     error = connection_error(exc)
     error.__cause__ = exc
     return error
+
+
+def stream_error(exc: httpx2.SSEError) -> RunyardError:
+    """The error of an event stream that cannot be read (an event over the size bound, an
+    answer that is no event stream): sending the request again would not help."""
+    return InvalidResponseError(f"the event stream cannot be read: {exc}")

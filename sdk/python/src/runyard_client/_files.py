@@ -53,9 +53,15 @@ def plan(artifacts: list[Artifact], dest: str | os.PathLike[str]) -> list[tuple[
 
 
 def destination(dest: str | os.PathLike[str], artifact_path: str) -> Path:
-    """The file ``download`` writes: ``dest``, or inside it when it is a directory."""
+    """The file ``download`` writes: ``dest``, or inside it (under the artifact's file name)
+    when it is a directory."""
     target = Path(dest)
-    return target / artifact_path.rsplit("/", 1)[-1] if target.is_dir() else target
+    if not target.is_dir():
+        return target
+    name = artifact_path.rsplit("/", 1)[-1]
+    if name in ("", ".", "..") or "\0" in name:
+        raise UnsafePathError(f"refusing to write artifact {artifact_path!r}: it has no file name")
+    return target / name
 
 
 class VerifiedFile:

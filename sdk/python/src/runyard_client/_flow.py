@@ -4,6 +4,7 @@ which only do the I/O and the sleeping."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -13,8 +14,20 @@ from typing import Generic, TypeVar
 from runyard_client import _calls as calls
 from runyard_client._calls import WAIT_SLICE_SECONDS, Call, Id, segment
 from runyard_client._retry import RetryPolicy
-from runyard_client.errors import RunyardError, WaitTimeoutError, is_transient
-from runyard_client.events import Event, StderrEvent, StdoutEvent, event_from_sse, is_terminal
+from runyard_client.errors import (
+    InvalidResponseError,
+    RunyardError,
+    WaitTimeoutError,
+    is_transient,
+)
+from runyard_client.events import (
+    Event,
+    SkippedEvent,
+    StderrEvent,
+    StdoutEvent,
+    event_from_sse,
+    is_terminal,
+)
 from runyard_client.models import Batch, Run
 
 T = TypeVar("T")
@@ -27,6 +40,11 @@ RECONNECT_SECONDS = 1.0
 # A long-poll answered sooner than this without the end (an API that holds answers for less,
 # or not at all) is not asked again before this has passed since it was sent.
 MIN_POLL_SECONDS = 1.0
+# The largest event a stream may send (the API's log chunks are a few KiB): far above what
+# it sends, low enough to bound memory whatever a server sends.
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+# How much of why an event was skipped is kept.
+SKIP_ERROR_CHARS = 300
 
 
 class Attempts:
@@ -185,8 +203,10 @@ class EventFollow:
         policy: RetryPolicy,
         deadline: Deadline | None = None,
         read_seconds: float = STREAM_READ_SECONDS,
+        on_skip: Callable[[SkippedEvent], object] | None = None,
     ) -> None:
         self.path = f"/v1/runs/{segment(run_id)}/events"
+        self._on_skip = on_skip
         self.last_id = "" if after is None else str(after)
         self.done = False
         self._deadline = deadline or Deadline(None)
@@ -213,18 +233,32 @@ class EventFollow:
             self.done = True
 
     def receive(self, event_id: str, kind: str, data: str, retry: int | None) -> Event | None:
-        """One message: the typed event, or None for a message without an id."""
+        """One message: the typed event, or None for a message without an id and for one
+        whose data is not what its type carries (skipped: logged, and given to ``on_skip``)."""
         if retry is not None:
             self._reconnect = min(max(retry / 1000, 0.1), 30.0)
         if not event_id or not data:
             return None
-        event = event_from_sse(event_id, kind, data)
-        self.last_id = event_id
         self._progress = True
         self._attempts.progressed()
+        if event_id.isascii() and event_id.isdigit():
+            self.last_id = event_id  # resume after it, readable or not
+        try:
+            event = event_from_sse(event_id, kind, data)
+        except ValueError as exc:  # not JSON, not an object, not the fields of its type
+            self._skip(SkippedEvent(id=event_id, type=kind, error=str(exc)[:SKIP_ERROR_CHARS]))
+            return None
         if is_terminal(event):
             self.done = True
         return event
+
+    def _skip(self, skipped: SkippedEvent) -> None:
+        logger.info(
+            "skipped an event that is not what its type carries",
+            extra={"event_id": skipped.id, "event_type": skipped.type, "error": skipped.error},
+        )
+        if self._on_skip is not None:
+            self._on_skip(skipped)
 
     def failed(self, error: RunyardError) -> float:
         """The connection failed with ``error``: the pause before the next one; raises when
@@ -274,3 +308,65 @@ class LineSplitter:
 def log_lines(text: str) -> list[str]:
     """The lines of a whole log text."""
     return text.splitlines()
+
+
+class EventLog:
+    """Downloading a run's event log as NDJSON across connections: text in, whole lines out
+    as the API wrote them; after a drop, the rest is asked for after the last event received.
+    A line longer than ``MAX_EVENT_BYTES`` ends it (memory stays bounded)."""
+
+    def __init__(
+        self, run_id: Id, after: int | None, policy: RetryPolicy, max_bytes: int = MAX_EVENT_BYTES
+    ) -> None:
+        self.path = f"/v1/runs/{segment(run_id)}/events"
+        self._after = after
+        self._max_bytes = max_bytes
+        self._attempts = Attempts(policy, safe=True, what=f"GET {self.path} (NDJSON)")
+        self._pending: list[str] = []
+        self._pending_size = 0
+
+    def params(self) -> dict[str, str | int | float]:
+        """The query of the next request."""
+        params: dict[str, str | int | float] = {"format": "ndjson"}
+        if self._after is not None:
+            params["after"] = self._after
+        return params
+
+    def feed(self, text: str) -> list[str]:
+        """The lines ``text`` completes (blank ones left out)."""
+        *done, rest = text.split("\n")
+        lines = []
+        for piece in done:
+            self._pending.append(piece)
+            lines.append("".join(self._pending))
+            self._pending, self._pending_size = [], 0
+        if rest:
+            self._pending.append(rest)
+            self._pending_size += len(rest)
+            if self._pending_size > self._max_bytes:
+                raise InvalidResponseError(
+                    f"a line of the event log is longer than {self._max_bytes} characters"
+                )
+        return [line for line in lines if self._received(line)]
+
+    def close(self) -> list[str]:
+        """The answer ended: its last line, if it had no newline."""
+        line = "".join(self._pending)
+        self._pending, self._pending_size = [], 0
+        return [line] if self._received(line) else []
+
+    def _received(self, line: str) -> bool:
+        if not line.strip():
+            return False
+        self._attempts.progressed()
+        try:
+            self._after = int(json.loads(line)["id"])
+        except (ValueError, TypeError, KeyError):
+            pass  # not an event the API writes: handed on as it is, no place to resume
+        return True
+
+    def failed(self, error: RunyardError) -> float:
+        """The download failed with ``error``: the pause before asking for the rest; raises
+        when it may not retry. An unfinished line is dropped (it comes again)."""
+        self._pending, self._pending_size = [], 0
+        return self._attempts.failed(error)

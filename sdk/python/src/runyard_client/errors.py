@@ -77,6 +77,13 @@ class UnavailableError(RunyardError):
     default_code = "unavailable"
 
 
+class InvalidResponseError(RunyardError):
+    """The answer is not one the API gives: an event stream that is not one, or an event
+    larger than the client reads; sending the request again would not help."""
+
+    default_code = "invalid_response"
+
+
 class ArtifactIntegrityError(RunyardError):
     """A download did not match the SHA-256 (or size) the API listed; nothing was kept."""
 

@@ -140,6 +140,15 @@ class OtherEvent(BaseEvent):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
+class SkippedEvent(Model):
+    """A message of the stream that could not be read as an event (its data is not the JSON
+    its type carries): passed over, and handed to ``events(on_skip=...)`` if given."""
+
+    id: str
+    type: str
+    error: str
+
+
 KNOWN_EVENTS: dict[str, type[BaseEvent]] = {
     "status": StatusEvent,
     "claimed": ClaimedEvent,

@@ -117,6 +117,47 @@ class Tool(Model):
     build: ToolBuild | None = None
 
 
+class Build(Model):
+    """A build of a tool built from source: one digest on one engine (``log``: its tail,
+    only when one build is read)."""
+
+    id: uuid.UUID
+    tag: str
+    tool: str
+    digest: str
+    engine_id: str
+    status: str
+    attempts: int
+    max_attempts: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    deadline_at: datetime | None
+    locked_by: str | None
+    error: str | None
+    image_id: str | None
+    log_size: int
+    log: str | None = None
+
+
+class BuildRequested(Model):
+    """What a build request queued: ``queued`` builds on engines with a live worker."""
+
+    tool: str
+    tag: str
+    digest: str
+    queued: int
+
+
+class TenantWebhook(Model):
+    """A tenant's default webhook; ``secret`` only in the answer that made it (once)."""
+
+    tenant: str
+    url: str | None
+    has_secret: bool
+    secret: str | None = None
+
+
 class Artifact(Model):
     """One file a run's tool left under /runyard/out, with its SHA-256."""
 

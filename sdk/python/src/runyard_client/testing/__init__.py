@@ -13,8 +13,8 @@ test meets the same methods, models, errors and retries. Tools are Python callab
 A tool that raises makes its run fail (``error_code`` ``tool_failed``, ``error`` its
 message); one that takes a second argument gets a ``ToolContext`` to print log lines and keep
 artifacts. Queued runs run when the next request comes in (``auto_run=False``: only on
-``backend.run_pending()``). Not modelled: input schemas, webhooks, sync mode, retries of
-failed attempts, ``running`` as a lasting state.
+``backend.run_pending()``). Not modelled: input schemas, webhooks (and a tenant's webhook
+settings), builds, sync mode, retries of failed attempts, ``running`` as a lasting state.
 """
 
 from __future__ import annotations
