@@ -30,6 +30,8 @@ from runyard_client._flow import MAX_EVENT_BYTES
 URL = "http://yard.test"
 RUN = "00000000-0000-0000-0000-000000000001"
 AT = "2026-01-01T00:00:00+00:00"
+# What a log chunk's data carries besides its text (the API always sends them).
+CHUNK_FIELDS = f'"at": "{AT}", "attempt": 1, "until": "{AT}"'
 Handler = Callable[[httpx2.Request], httpx2.Response]
 
 
@@ -82,6 +84,11 @@ def call(flavour: str, handler: Handler, method: str, *args: Any, **kwargs: Any)
     return asyncio.run(main())
 
 
+def chunk(text: str) -> str:
+    """A log chunk's data as the API sends it."""
+    return json.dumps({"at": AT, "attempt": 1, "until": AT, "text": text})
+
+
 def message(event_id: str, kind: str, data: str, end: str = "\n") -> str:
     lines = [f"id: {event_id}", f"event: {kind}", *(f"data: {d}" for d in data.split("\n"))]
     return end.join(lines) + end + end
@@ -96,21 +103,23 @@ HOSTILE = "".join(
         "retry: 1\n\n",
         ": keepalive\n\n",
         "foo: an unknown field\n\n",
-        message("1", "stdout", json.dumps({"at": AT, "text": "one\n"})),
+        message("1", "stdout", chunk("one\n")),
         message("2", "stdout", "not json at all"),
         message("3", "stdout", "[1, 2]"),
-        message("4", "stdout", json.dumps({"at": AT})),  # no text
+        message("4", "stdout", json.dumps({"at": AT, "attempt": 1, "until": AT})),  # no text
         message("5", "claimed", json.dumps({"worker": "w"})),  # no at, no attempt
         message("6", "brand-new", "whatever"),
         message("7", "brand-new", json.dumps({"at": AT, "x": 1})),  # a newer type
-        message("8", "stdout", '{"at": "' + AT + '",\n"text": "two\\n"}'),  # two data lines
-        message("9", "stderr", json.dumps({"at": AT, "text": "crlf"}), end="\r\n"),
-        message("10", "stdout", json.dumps({"at": AT, "text": "cr\n"}), end="\r"),
-        message("x1", "stdout", json.dumps({"at": AT, "text": "id"})),  # an id that is no id
+        message("8", "stdout", "{" + CHUNK_FIELDS + ',\n"text": "two\\n"}'),  # two data lines
+        message("9", "stderr", chunk("crlf"), end="\r\n"),
+        message("10", "stdout", chunk("cr\n"), end="\r"),
+        message("x1", "stdout", chunk("id")),  # an id that is no id
     ]
 ).encode()
 # A JSON string with bytes that are not UTF-8: they are replaced, not raised.
-BROKEN_UTF8 = b'id: 12\nevent: stdout\ndata: {"at": "' + AT.encode() + b'", "text": "\xff\xfe"}\n\n'
+BROKEN_UTF8 = (
+    b"id: 12\nevent: stdout\ndata: {" + CHUNK_FIELDS.encode() + b', "text": "\xff\xfe"}\n\n'
+)
 
 
 @pytest.mark.parametrize("chunk", [None, 1, 7])
@@ -143,7 +152,7 @@ def test_events__odd_messages_are_passed_over_and_reported_the_rest_typed(
 
 def test_events__a_stream_that_ends_early_resumes_after_the_last_event(flavour: str):
     streams = [
-        "retry: 1\n\n" + message("5", "stdout", json.dumps({"at": AT, "text": "a"})),
+        "retry: 1\n\n" + message("5", "stdout", chunk("a")),
         message("3", "stdout", "broken") + "id: 9\nevent: stdout\ndata: {cut",  # no end
         status(4, "cancelled"),
     ]
@@ -160,7 +169,7 @@ def test_events__a_stream_that_ends_early_resumes_after_the_last_event(flavour: 
 
 def test_events__a_data_line_of_several_mib_arrives(flavour: str):
     text = "y" * (3 * 1024 * 1024)
-    body = message("1", "stdout", json.dumps({"at": AT, "text": text})) + status(2, "succeeded")
+    body = message("1", "stdout", chunk(text)) + status(2, "succeeded")
     events = call(
         flavour, lambda request: answer(Pieces(split(body.encode(), 64 * 1024))), "events", RUN
     )

@@ -175,8 +175,11 @@ def test_cli_logs_follow__survives_any_event_and_resumes_after_a_dropped_stream(
     big = "x" * (2 * 1024 * 1024)
     at = "2026-01-01T00:00:00+00:00"  # every event of the API carries its time
 
-    def data(**fields: str) -> str:
+    def data(**fields: object) -> str:
         return json.dumps({"at": at, **fields})
+
+    def chunk(text: str) -> str:  # a log chunk as the API sends it
+        return data(attempt=1, until=at, text=text)
 
     first = sse(
         "retry: 100\n\n",
@@ -185,14 +188,15 @@ def test_cli_logs_follow__survives_any_event_and_resumes_after_a_dropped_stream(
         "id: 2\nevent: brand-new-type\ndata: whatever\n\n",  # unknown type
         "id: 3\nevent: stdout\ndata: not json at all\n\n",  # malformed: skipped
         "id: 4\nevent: stdout\ndata: [1, 2]\n\n",  # JSON, but not an object: skipped
-        f'id: 5\nevent: stdout\ndata: {{"at": "{at}", "text":\ndata: "multi\\n"}}\n\n',  # 2 lines
-        f"id: 6\nevent: stdout\ndata: {data(text=big + chr(10))}\n\n",  # > 1 MiB
+        f'id: 5\nevent: stdout\ndata: {{"at": "{at}", "attempt": 1, "until": "{at}",'
+        '"text":\ndata: "multi\\n"}\n\n',  # 2 data lines
+        f"id: 6\nevent: stdout\ndata: {chunk(big + chr(10))}\n\n",  # > 1 MiB
         "id: 7\nevent: status\ndata: {broken\n\n",  # a status that is not JSON
-        f"id: 8\r\nevent: stderr\r\ndata: {data(text='to stderr' + chr(10))}\r\n\r\n",  # CRLF
+        f"id: 8\r\nevent: stderr\r\ndata: {chunk('to stderr' + chr(10))}\r\n\r\n",  # CRLF
         "id: 9\nevent: stdout\ndata: " + json.dumps({"text": "cut off"}),  # stream drops
     )
     second = sse(
-        f"id: 10\nevent: stdout\ndata: {data(text='after resume' + chr(10))}\n\n",
+        f"id: 10\nevent: stdout\ndata: {chunk('after resume' + chr(10))}\n\n",
         f"id: 11\nevent: status\ndata: {data(status='failed')}\n\n",
     )
     last_ids: list[str | None] = []
