@@ -16,11 +16,13 @@ import runyard
 from api.deps import Services
 from api.docs_pages import install_docs
 from api.guard import RequestGuard
+from api.http_metrics import RequestMetrics
 from api.openapi import OPENAPI_TAGS, install_openapi
 from api.problems import install_problem_handlers
 from api.routes import artifacts as artifact_routes
-from api.routes import batches, events, health, keys, metrics, run_delete, runs, tools, webhooks
+from api.routes import batches, events, health, keys, run_delete, runs, tools, webhooks
 from api.routes import builds as builds_routes
+from api.routes import metrics as metrics_routes
 from api.ui.install import install_ui
 from runyard.artifact_store import ArtifactStore
 from runyard.artifact_stores.factory import store_from_settings
@@ -38,6 +40,7 @@ from runyard.platform.settings import Settings, libpq_url
 from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.queue.builds import BuildQueue
 from runyard.queue.workers import WorkerRegistry
+from runyard.reads.metrics import Metrics, Role
 from runyard.reads.notify import RunNotifier
 from runyard.registry.tools import ToolRegistry, load_registry
 from runyard.runner import Runner
@@ -71,6 +74,7 @@ def _start_sync_mode(
     own_engine: bool,
     timeouts: DbTimeouts,
     artifacts: ArtifactStore,
+    metrics: Metrics,
 ) -> tuple[SyncExecutor, list[Engine], list[Chore]]:
     """Sync mode (``RUNYARD_QUEUE_ENABLED=false``): the inline executor, its lease renewals
     (on a small pool of its own unless the engine was injected), and its chores: adopting the
@@ -97,6 +101,7 @@ def _start_sync_mode(
         heartbeat_queue=heartbeat_queue,
         registry=WorkerRegistry(queue.engine),
         artifacts=artifacts,
+        metrics=metrics,
     )
     sweeper = Sweeper(queue.engine, sync_runner, grace_seconds=settings.sweep_grace_seconds)
     sync.start()
@@ -120,6 +125,7 @@ def _start_upkeep(
     own_engine: bool,
     timeouts: DbTimeouts,
     artifacts: ArtifactStore,
+    metrics: Metrics,
 ) -> tuple[Upkeep, list[Engine]]:
     """Sync mode: retention and webhook delivery in this process (no reaper needed for them);
     deliveries on a small pool of their own unless the engine was injected."""
@@ -135,7 +141,7 @@ def _start_upkeep(
         )
     upkeep = Upkeep(
         queue,
-        WebhookDeliverer(engine, config),
+        WebhookDeliverer(engine, config, metrics=metrics),
         retention_seconds=retention_seconds(settings.retention_days),
         batch_size=settings.reaper_batch_size,
         interval_seconds=settings.reaper_interval_seconds,
@@ -151,6 +157,7 @@ def create_app(
     engine: Engine | None = None,
     registry: ToolRegistry | None = None,
     runner: Runner | None = None,
+    metrics: Metrics | None = None,
 ) -> FastAPI:
     """Build the app: routes, request guard, problem handlers, /docs, and /ui when enabled.
 
@@ -160,11 +167,15 @@ def create_app(
     ``runner`` (else a Docker runner from ``settings``), its renewal thread, the orphan
     settling and sweep chores on a thread of their own, and retention and webhook delivery
     (``runyard.maintenance.upkeep``).
+
+    Its series go to ``metrics`` (``runyard dev`` passes the one its worker and reaper write
+    to, so ``/metrics`` shows theirs too), else to a registry of its own.
     """
 
     # No API statement waits for a run (``?wait`` and SSE sleep on LISTEN between short
     # reads), so the API gets the same statement and lock timeouts as the worker.
     timeouts = DbTimeouts.from_settings(settings)
+    app_metrics = (metrics or Metrics()).export(Role.API)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -180,6 +191,7 @@ def create_app(
             )
         )
         engines = [db] if own_engine else []
+        app_metrics.watch_queue(db)
         chores: list[Chore] = []
         queue = ApiQueue(
             db,
@@ -208,7 +220,7 @@ def create_app(
         artifacts = store_from_settings(settings, db)
         if not settings.queue_enabled:
             sync, engines_, chores = _start_sync_mode(
-                settings, queue, runner, own_engine, timeouts, artifacts
+                settings, queue, runner, own_engine, timeouts, artifacts, app_metrics
             )
             engines += engines_
             notifier.add_listener(sync.on_notification)
@@ -223,20 +235,30 @@ def create_app(
             migration_heads=script_heads(),
             events_limiter=anyio.CapacityLimiter(settings.events_db_concurrency),
             submissions=Submissions(
-                queue, tools, caps, notifier, sync=sync, limits=limits, builds=builds
+                queue,
+                tools,
+                caps,
+                notifier,
+                sync=sync,
+                limits=limits,
+                builds=builds,
+                metrics=app_metrics,
             ),
-            batches=Batches(queue, tools, caps, queue_mode=sync is None),
+            batches=Batches(queue, tools, caps, queue_mode=sync is None, metrics=app_metrics),
             sync=sync,
             artifacts=ArtifactReads(db, artifacts),
             builds=builds,
             build_reads=BuildReads(db),
+            metrics=app_metrics,
         )
         app.state.services = services
         background = Chores(chores, thread_name="runyard-sync-chores")
         background.start()
         upkeep: Upkeep | None = None
         if not settings.queue_enabled:
-            upkeep, upkeep_engines = _start_upkeep(settings, queue, own_engine, timeouts, artifacts)
+            upkeep, upkeep_engines = _start_upkeep(
+                settings, queue, own_engine, timeouts, artifacts, app_metrics
+            )
             engines += upkeep_engines
         listening = asyncio.create_task(notifier.run(), name="runyard-listen")
         try:
@@ -269,8 +291,10 @@ def create_app(
         max_json_depth=settings.max_json_depth,
         form_path_prefix="/ui/" if settings.ui_enabled else None,
     )
+    # Added last, so outermost of ours: it counts the guard's refusals too.
+    app.add_middleware(RequestMetrics, metrics=app_metrics)
     app.include_router(health.router)
-    app.include_router(metrics.router)
+    app.include_router(metrics_routes.router)
     app.include_router(runs.router)
     app.include_router(events.router)
     app.include_router(tools.router)

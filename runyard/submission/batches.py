@@ -19,8 +19,10 @@ from runyard.domain.graph import ACTIVE, GraphProblem, Node, batch_status, summa
 from runyard.platform.db import autocommit
 from runyard.queue import AdmissionCaps, AdmissionRefused, ApiQueue
 from runyard.queue.graph import GraphResult, GraphRun, GraphSubmit, GraphWriter
+from runyard.reads.metrics import Metrics
 from runyard.registry.tools import ToolRegistry
 from runyard.submission.request import RunRequest
+from runyard.submission.results import submission_result
 
 
 class BatchItemProblem(Exception):
@@ -224,8 +226,10 @@ class Batches:
         caps: AdmissionCaps,
         *,
         queue_mode: bool = True,
+        metrics: Metrics | None = None,
     ) -> None:
         self._queue = queue
+        self._metrics = metrics or Metrics()
         self._engine: Engine = queue.engine
         self._registry = registry
         self._caps = caps
@@ -248,7 +252,20 @@ class Batches:
         self, tenant: str, items: Sequence[BatchItem], idempotency_key: str | None
     ) -> tuple[GraphResult, BatchView]:
         """``submit``, and the batch as written (as a read right after the commit shows it;
-        read back for an idempotent replay)."""
+        read back for an idempotent replay). Counts its runs by result."""
+        try:
+            result, view = self._submit_viewed(tenant, items, idempotency_key)
+        except Exception as exc:
+            label = submission_result(exc)
+            self._metrics.submissions.labels(result=label).inc(len(items))
+            raise
+        label = submission_result(None, created=result.created)
+        self._metrics.submissions.labels(result=label).inc(len(items))
+        return result, view
+
+    def _submit_viewed(
+        self, tenant: str, items: Sequence[BatchItem], idempotency_key: str | None
+    ) -> tuple[GraphResult, BatchView]:
         dependencies = sum(len(item.request.depends_on) for item in items)
         problem = dependencies_problem(dependencies, self._caps.batch_max_dependencies)
         if problem is not None:
