@@ -256,12 +256,14 @@ class Batches:
         try:
             result, view = self._submit_viewed(tenant, items, idempotency_key)
         except Exception as exc:
-            label = submission_result(exc)
-            self._metrics.submissions.labels(result=label).inc(len(items))
+            self._count(len(items), submission_result(exc))
             raise
-        label = submission_result(None, created=result.created)
-        self._metrics.submissions.labels(result=label).inc(len(items))
+        self._count(len(items), submission_result(None, created=result.created))
         return result, view
+
+    def _count(self, runs: int, result: str) -> None:
+        """Count ``runs`` submitted runs (those of a batch, or of its retry) as ``result``."""
+        self._metrics.submissions.labels(result=result).inc(runs)
 
     def _submit_viewed(
         self, tenant: str, items: Sequence[BatchItem], idempotency_key: str | None
@@ -403,7 +405,6 @@ class Batches:
             except Exception as exc:
                 raise BatchItemProblem(index, exc) from exc
             runs.append(GraphRun(run, Node(ref, request.depends_on)))
-        self._check_room()
         graph = GraphSubmit(
             tenant,
             runs,
@@ -411,5 +412,11 @@ class Batches:
             batch_id=batch_id,
             replaces=tuple(old.id for old in again.values()),
         )
-        result = self._writer.submit(graph, self._caps)
+        try:
+            self._check_room()
+            result = self._writer.submit(graph, self._caps)
+        except Exception as exc:
+            self._count(len(runs), submission_result(exc))
+            raise
+        self._count(len(runs), submission_result(None, created=result.created))
         return result, dict(zip(again, result.run_ids, strict=True))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from runyard.domain.graph import GraphProblem
+from runyard.queue.graph import BatchRetried
 from runyard.queue.values import AdmissionRefused, IdempotencyConflict
 from runyard.submission.request import InvalidInput, UnknownTool
 
@@ -12,6 +13,7 @@ REQUEST_ERRORS: tuple[type[Exception], ...] = (
     InvalidInput,
     IdempotencyConflict,
     GraphProblem,
+    BatchRetried,
 )
 
 
@@ -23,7 +25,8 @@ def submission_result(
 ) -> str:
     """``created`` or ``replayed`` (an idempotent repeat) for a submit that succeeded;
     ``refused`` (an admission cap), ``rejected`` (one of ``request_errors``, itself or as the
-    cause) or ``error`` for one that did not."""
+    cause: unknown tool, bad input, idempotency conflict, a bad graph, a batch retried twice)
+    or ``error`` for one that did not."""
     if error is None:
         return "created" if created else "replayed"
     cause = error.__cause__ if error.__cause__ is not None else error

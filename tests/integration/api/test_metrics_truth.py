@@ -16,6 +16,8 @@ from sqlalchemy import Engine
 
 from api.main import create_app
 from reaper.service import Reaper, ReaperConfig
+from runyard.domain.attempt import AttemptResult
+from runyard.domain.states import ErrorCode, RunStatus
 from runyard.queue import JobQueue
 from runyard.queue.workers import WorkerRegistry
 from runyard.reads.metrics import Metrics, Role
@@ -28,6 +30,8 @@ from tests.webhook_receiver import receiver_on
 from worker.service import Worker, WorkerConfig
 
 RUNS = 3
+SUCCEEDED = AttemptResult(status=RunStatus.SUCCEEDED, exit_code=0)
+FAILED = AttemptResult(status=RunStatus.FAILED, exit_code=1, error_code=ErrorCode.TOOL_FAILED)
 
 
 @dataclass
@@ -143,3 +147,33 @@ def test_split_services__each_serves_its_own_series(
     assert "runyard_worker_engine_up" in worker_names - api_names - reaper_names
     assert "runyard_api_submissions" in api_names - worker_names - reaper_names
     assert "runyard_reaper_actions" in reaper_names - api_names - worker_names
+
+
+def test_batches__count_their_runs_and_their_retries(
+    database_url: str, engine: Engine, registry: ToolRegistry
+):
+    metrics = Metrics()
+    app = create_app(make_settings(database_url), engine=engine, registry=registry, metrics=metrics)
+    queue = JobQueue(engine)
+    acme = bearer(engine, "acme")
+    body = {"runs": [{"ref": "ok", "tool": "echo"}, {"ref": "flaky", "tool": "echo"}]}
+    key = {**acme, "Idempotency-Key": "batch-1"}
+    with TestClient(app) as client:
+        batch = client.post("/v1/batches", json=body, headers=key).json()
+        assert client.post("/v1/batches", json=body, headers=key).status_code in (200, 202)
+        for job in queue.claim(worker_id="w", engine_id="e", limit=10, lease_seconds=30):
+            failed = str(job.run_id) == batch["run_ids"]["flaky"]
+            queue.finalize(job.job_id, job.lease_token, FAILED if failed else SUCCEEDED)
+        retry = f"/v1/batches/{batch['id']}/retry"
+        assert client.post(retry, headers=acme).status_code == 202
+        # Refused before any run is made (the retried run is still queued): nothing counted.
+        assert client.post(retry, headers=acme).status_code == 409
+
+    def submitted(result: str) -> float | None:
+        return metrics.registry.get_sample_value(
+            "runyard_api_submissions_total", {"result": result}
+        )
+
+    assert submitted("created") == 2 + 1  # the batch's two, the retry's one
+    assert submitted("replayed") == 2
+    assert submitted("rejected") is None
