@@ -17,6 +17,7 @@ from runyard.builds.reads import BuildReads
 from runyard.platform.settings import Settings
 from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.queue.builds import BuildQueue
+from runyard.reads.metrics import Metrics
 from runyard.reads.notify import RunNotifier
 from runyard.registry.tools import ToolRegistry
 from runyard.submission.batches import Batches
@@ -54,6 +55,9 @@ class Services:
     # Builds of the tools built from source: their transitions and their reads.
     builds: BuildQueue
     build_reads: BuildReads
+    # The series /metrics serves: this process's (and in ``runyard dev`` the worker's and the
+    # reaper's), with the queue gauges.
+    metrics: Metrics
     # Sync mode only: the inline executor, whose slots have threads of their own.
     sync: SyncExecutor | None = None
     open_streams: int = 0

@@ -21,6 +21,7 @@ from reaper.__main__ import build_deliverer, build_reaper
 from runyard.platform.db import migrate
 from runyard.platform.logs import configure
 from runyard.platform.settings import Settings
+from runyard.reads.metrics import Metrics
 from worker.__main__ import build_worker
 from worker.wakeup import Wakeups
 
@@ -55,9 +56,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure(settings.log_level, settings.log_format)
     migrate(settings.database_url)
 
-    worker = build_worker(settings)
-    reaper = build_reaper(settings)
-    deliverer = build_deliverer(settings)
+    # One registry for the three: the API's /metrics serves the worker's and reaper's series.
+    metrics = Metrics()
+    worker = build_worker(settings, metrics=metrics)
+    reaper = build_reaper(settings, metrics)
+    deliverer = build_deliverer(settings, metrics)
     plan = settings.connection_plan()
     wakeups = Wakeups(plan.listen_url, worker.notify_job, worker.notify_cancel)
     wakeups.start()
@@ -79,7 +82,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(banner, flush=True)  # noqa: T201
     try:
-        uvicorn.run(create_app(settings), host=host, port=port, log_config=None, access_log=False)
+        uvicorn.run(
+            create_app(settings, metrics=metrics),
+            host=host,
+            port=port,
+            log_config=None,
+            access_log=False,
+        )
     finally:
         wakeups.stop()
         worker.hand_over()

@@ -16,11 +16,13 @@ import runyard
 from api.deps import Services
 from api.docs_pages import install_docs
 from api.guard import RequestGuard
+from api.http_metrics import RequestMetrics
 from api.openapi import OPENAPI_TAGS, install_openapi
 from api.problems import install_problem_handlers
 from api.routes import artifacts as artifact_routes
-from api.routes import batches, events, health, keys, metrics, run_delete, runs, tools, webhooks
+from api.routes import batches, events, health, keys, run_delete, runs, tools, webhooks
 from api.routes import builds as builds_routes
+from api.routes import metrics as metrics_routes
 from api.ui.install import install_ui
 from runyard.artifact_store import ArtifactStore
 from runyard.artifact_stores.factory import store_from_settings
@@ -38,6 +40,7 @@ from runyard.platform.settings import Settings, libpq_url
 from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.queue.builds import BuildQueue
 from runyard.queue.workers import WorkerRegistry
+from runyard.reads.metrics import Metrics, Role
 from runyard.reads.notify import RunNotifier
 from runyard.reads.runs import RunReader
 from runyard.registry.reload import live_registry
@@ -74,6 +77,7 @@ def _start_sync_mode(
     own_engine: bool,
     timeouts: DbTimeouts,
     artifacts: ArtifactStore,
+    metrics: Metrics,
 ) -> tuple[SyncExecutor, list[Engine], list[Chore]]:
     """Sync mode (``RUNYARD_QUEUE_ENABLED=false``): the inline executor, its lease renewals
     (on a small pool of its own unless the engine was injected), and its chores: adopting the
@@ -100,6 +104,7 @@ def _start_sync_mode(
         heartbeat_queue=heartbeat_queue,
         registry=WorkerRegistry(queue.engine),
         artifacts=artifacts,
+        metrics=metrics,
     )
     sweeper = Sweeper(queue.engine, sync_runner, grace_seconds=settings.sweep_grace_seconds)
     sync.start()
@@ -123,6 +128,7 @@ def _start_upkeep(
     own_engine: bool,
     timeouts: DbTimeouts,
     artifacts: ArtifactStore,
+    metrics: Metrics,
 ) -> tuple[Upkeep, list[Engine]]:
     """Sync mode: retention and webhook delivery in this process (no reaper needed for them);
     deliveries on a small pool of their own unless the engine was injected."""
@@ -138,7 +144,7 @@ def _start_upkeep(
         )
     upkeep = Upkeep(
         queue,
-        WebhookDeliverer(engine, config),
+        WebhookDeliverer(engine, config, metrics=metrics),
         retention_seconds=retention_seconds(settings.retention_days),
         batch_size=settings.reaper_batch_size,
         interval_seconds=settings.reaper_interval_seconds,
@@ -154,6 +160,7 @@ def create_app(
     engine: Engine | None = None,
     registry: ToolRegistry | None = None,
     runner: Runner | None = None,
+    metrics: Metrics | None = None,
 ) -> FastAPI:
     """Build the app: routes, request guard, problem handlers, /docs, and /ui when enabled.
 
@@ -163,11 +170,15 @@ def create_app(
     ``runner`` (else a Docker runner from ``settings``), its renewal thread, the orphan
     settling and sweep chores on a thread of their own, and retention and webhook delivery
     (``runyard.maintenance.upkeep``).
+
+    Its series go to ``metrics`` (``runyard dev`` passes the one its worker and reaper write
+    to, so ``/metrics`` shows theirs too), else to a registry of its own.
     """
 
     # No API statement waits for a run (``?wait`` and SSE sleep on LISTEN between short
     # reads), so the API gets the same statement and lock timeouts as the worker.
     timeouts = DbTimeouts.from_settings(settings)
+    app_metrics = (metrics or Metrics()).export(Role.API)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -183,6 +194,7 @@ def create_app(
             )
         )
         engines = [db] if own_engine else []
+        app_metrics.watch_queue(db)
         chores: list[Chore] = []
         queue = ApiQueue(
             db,
@@ -217,12 +229,12 @@ def create_app(
         artifacts = store_from_settings(settings, db)
         if not settings.queue_enabled:
             sync, engines_, chores = _start_sync_mode(
-                settings, queue, runner, own_engine, timeouts, artifacts
+                settings, queue, runner, own_engine, timeouts, artifacts, app_metrics
             )
             engines += engines_
             notifier.add_listener(sync.on_notification)
         limits = WaitLimits(settings.max_wait_seconds, settings.events_poll_seconds)
-        batch_uses = Batches(queue, tools, caps, queue_mode=sync is None)
+        batch_uses = Batches(queue, tools, caps, queue_mode=sync is None, metrics=app_metrics)
         waits = Waits(notifier, RunReader(db), batch_uses, limits)
         services = Services(
             settings=settings,
@@ -233,13 +245,16 @@ def create_app(
             caps=caps,
             migration_heads=script_heads(),
             events_limiter=anyio.CapacityLimiter(settings.events_db_concurrency),
-            submissions=Submissions(queue, tools, caps, waits, sync=sync, builds=builds),
+            submissions=Submissions(
+                queue, tools, caps, waits, sync=sync, builds=builds, metrics=app_metrics
+            ),
             batches=batch_uses,
             waits=waits,
             sync=sync,
             artifacts=ArtifactReads(db, artifacts),
             builds=builds,
             build_reads=BuildReads(db),
+            metrics=app_metrics,
         )
         app.state.services = services
         background = Chores(chores, thread_name="runyard-sync-chores")
@@ -247,7 +262,9 @@ def create_app(
         reload.start()
         upkeep: Upkeep | None = None
         if not settings.queue_enabled:
-            upkeep, upkeep_engines = _start_upkeep(settings, queue, own_engine, timeouts, artifacts)
+            upkeep, upkeep_engines = _start_upkeep(
+                settings, queue, own_engine, timeouts, artifacts, app_metrics
+            )
             engines += upkeep_engines
         listening = asyncio.create_task(notifier.run(), name="runyard-listen")
         try:
@@ -281,8 +298,10 @@ def create_app(
         max_json_depth=settings.max_json_depth,
         form_path_prefix="/ui/" if settings.ui_enabled else None,
     )
+    # Added last, so outermost of ours: it counts the guard's refusals too.
+    app.add_middleware(RequestMetrics, metrics=app_metrics)
     app.include_router(health.router)
-    app.include_router(metrics.router)
+    app.include_router(metrics_routes.router)
     app.include_router(runs.router)
     app.include_router(events.router)
     app.include_router(tools.router)

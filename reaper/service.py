@@ -13,7 +13,7 @@ from runyard.domain.adoption import AdoptionFacts, decide
 from runyard.domain.states import RunStatus
 from runyard.maintenance.retention import prune_expired
 from runyard.queue import JobQueue, OrphanedJob
-from runyard.reads.metrics import Metrics
+from runyard.reads.metrics import Metrics, Role
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class Reaper:
         self._queue = queue
         # Retention removes deleted runs' artifacts from it too (a local directory's files).
         self._artifacts = artifacts
-        self._metrics = metrics or Metrics()
+        self._metrics = (metrics or Metrics()).export(Role.REAPER)
         self._config = config
         self._stop = threading.Event()
 

@@ -131,8 +131,11 @@ def registry_watch(settings: Settings, runner: DockerRunner, registry: ToolRegis
     return registry_reload(watcher, thread_name="runyard-registry-reload")
 
 
-def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
-    """Wire a worker from settings: engine, queue, Docker runner, registry."""
+def build_worker(
+    settings: Settings, concurrency: int | None = None, metrics: Metrics | None = None
+) -> Worker:
+    """Wire a worker from settings: engine, queue, Docker runner, registry; its series go to
+    ``metrics`` (``runyard dev`` shares one) and are served on the worker's metrics port."""
     slots = concurrency or settings.worker_concurrency
     engine, heartbeat_engine = worker_engines(
         settings.database_url,
@@ -163,7 +166,7 @@ def build_worker(settings: Settings, concurrency: int | None = None) -> Worker:
         backoff_max_seconds=settings.retry_backoff_max_seconds,
     )
     sweeper = Sweeper(engine, runner, grace_seconds=settings.sweep_grace_seconds)
-    metrics = Metrics()
+    metrics = metrics or Metrics()
     if settings.worker_metrics_port:
         metrics.serve(settings.worker_metrics_port, settings.metrics_host)
     heartbeat_queue = JobQueue(heartbeat_engine)

@@ -22,7 +22,7 @@ from runyard.maintenance.chores import Chores
 from runyard.maintenance.sweep import Sweeper
 from runyard.queue import ClaimedJob, JobQueue
 from runyard.queue.workers import WorkerRegistry
-from runyard.reads.metrics import Metrics
+from runyard.reads.metrics import Metrics, Role
 from runyard.runner import Runner, RunnerUnavailable
 from worker.builds import BuildAgent
 from worker.cleanup import Cleaner
@@ -72,7 +72,7 @@ class Worker:
         self._chores = chores or Chores([])
         # Builds of the tools built from source that the runs of this engine wait for.
         self._builds = builds
-        self._metrics = metrics or Metrics()
+        self._metrics = (metrics or Metrics()).export(Role.WORKER, Role.ATTEMPTS)
         self._metrics.slots_total.set(config.concurrency)
         # Heartbeats get their own connection so a busy pool never starves a lease.
         self._heartbeat_queue = heartbeat_queue or queue

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 from prometheus_client import generate_latest
-from sqlalchemy import Engine, text
+from sqlalchemy import text
 
 from api.deps import ServicesDep
-from runyard.reads.metrics import Metrics
 
 router = APIRouter(tags=["health"])
 
@@ -23,14 +20,6 @@ ACTIVE_RUNS = text(
 )
 
 
-@lru_cache(maxsize=8)
-def _queue_metrics(engine: Engine) -> Metrics:
-    """Queue depth and oldest due job, read from the database at each scrape."""
-    metrics = Metrics()
-    metrics.watch_queue(engine)
-    return metrics
-
-
 @router.get(
     "/metrics",
     operation_id="getMetrics",
@@ -38,7 +27,8 @@ def _queue_metrics(engine: Engine) -> Metrics:
     responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
 )
 def metrics(services: ServicesDep) -> PlainTextResponse:
-    """Queued and running runs by mode, sync slots, open event streams."""
+    """Queued and running runs by mode, sync slots, open event streams, and the series of
+    this process's registry (in ``runyard dev``, the worker's and the reaper's too)."""
     with services.engine.connect() as conn:
         rows = conn.execute(ACTIVE_RUNS).all()
     counts = {(row.status, row.mode): int(row.n) for row in rows}
@@ -62,8 +52,8 @@ def metrics(services: ServicesDep) -> PlainTextResponse:
         "# TYPE runyard_event_streams gauge",
         f"runyard_event_streams {services.open_streams}",
     ]
-    queue_text = generate_latest(_queue_metrics(services.engine).registry).decode()
+    registry_text = generate_latest(services.metrics.registry).decode()
     return PlainTextResponse(
-        "\n".join(lines) + "\n" + queue_text,
+        "\n".join(lines) + "\n" + registry_text,
         media_type="text/plain; version=0.0.4; charset=utf-8",
     )

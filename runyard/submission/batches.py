@@ -19,8 +19,10 @@ from runyard.domain.graph import ACTIVE, GraphProblem, Node, batch_status, summa
 from runyard.platform.db import autocommit
 from runyard.queue import AdmissionCaps, AdmissionRefused, ApiQueue
 from runyard.queue.graph import GraphResult, GraphRun, GraphSubmit, GraphWriter
+from runyard.reads.metrics import Metrics
 from runyard.registry.tools import ToolRegistry
 from runyard.submission.request import RunRequest
+from runyard.submission.results import submission_result
 
 
 class BatchItemProblem(Exception):
@@ -240,8 +242,10 @@ class Batches:
         caps: AdmissionCaps,
         *,
         queue_mode: bool = True,
+        metrics: Metrics | None = None,
     ) -> None:
         self._queue = queue
+        self._metrics = metrics or Metrics()
         self._engine: Engine = queue.engine
         self._registry = registry
         self._caps = caps
@@ -264,7 +268,22 @@ class Batches:
         self, tenant: str, items: Sequence[BatchItem], idempotency_key: str | None
     ) -> tuple[GraphResult, BatchView]:
         """``submit``, and the batch as written (as a read right after the commit shows it;
-        read back for an idempotent replay)."""
+        read back for an idempotent replay). Counts its runs by result."""
+        try:
+            result, view = self._submit_viewed(tenant, items, idempotency_key)
+        except Exception as exc:
+            self._count(len(items), submission_result(exc))
+            raise
+        self._count(len(items), submission_result(None, created=result.created))
+        return result, view
+
+    def _count(self, runs: int, result: str) -> None:
+        """Count ``runs`` submitted runs (those of a batch, or of its retry) as ``result``."""
+        self._metrics.submissions.labels(result=result).inc(runs)
+
+    def _submit_viewed(
+        self, tenant: str, items: Sequence[BatchItem], idempotency_key: str | None
+    ) -> tuple[GraphResult, BatchView]:
         dependencies = sum(len(item.request.depends_on) for item in items)
         problem = dependencies_problem(dependencies, self._caps.batch_max_dependencies)
         if problem is not None:
@@ -406,7 +425,6 @@ class Batches:
             except Exception as exc:
                 raise BatchItemProblem(index, exc) from exc
             runs.append(GraphRun(run, Node(ref, request.depends_on)))
-        self._check_room()
         graph = GraphSubmit(
             tenant,
             runs,
@@ -414,5 +432,11 @@ class Batches:
             batch_id=batch_id,
             replaces=tuple(old.id for old in again.values()),
         )
-        result = self._writer.submit(graph, self._caps)
+        try:
+            self._check_room()
+            result = self._writer.submit(graph, self._caps)
+        except Exception as exc:
+            self._count(len(runs), submission_result(exc))
+            raise
+        self._count(len(runs), submission_result(None, created=result.created))
         return result, dict(zip(again, result.run_ids, strict=True))

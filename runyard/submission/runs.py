@@ -18,15 +18,20 @@ from runyard.domain.graph import GraphProblem, Node
 from runyard.queue import AdmissionCaps, AdmissionRefused, ApiQueue, EnqueueResult, NewRun
 from runyard.queue.builds import BuildQueue
 from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
+from runyard.reads.metrics import Metrics
 from runyard.reads.runs import RunReader, RunView
 from runyard.registry.tools import ToolRegistry
 from runyard.submission.request import RunRequest
+from runyard.submission.results import REQUEST_ERRORS, submission_result
 from runyard.submission.waits import Caller, Waits
 from runyard.sync.executor import SyncExecutor
 
 
 class QueueModeOnly(Exception):
     """A workflow feature asked of an API that runs tools inline (sync mode)."""
+
+
+SUBMIT_REQUEST_ERRORS = (*REQUEST_ERRORS, QueueModeOnly)
 
 
 @dataclass(frozen=True)
@@ -55,8 +60,10 @@ class Submissions:
         *,
         sync: SyncExecutor | None = None,
         builds: BuildQueue | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._queue = queue
+        self._metrics = metrics or Metrics()
         # Submits of a digest whose build failed fail at once (until an admin rebuilds).
         self._builds = builds
         self._registry = registry
@@ -72,7 +79,22 @@ class Submissions:
         """Check, then enqueue, or in sync mode insert claimed (one thread hop, blocking).
 
         Raises ``UnknownTool``, ``InvalidInput``, ``AdmissionRefused``, ``IdempotencyConflict``.
+        Counts the submit by result.
         """
+        try:
+            result, view = self._accept(request, read_back=read_back)
+        except Exception as exc:
+            label = submission_result(exc, request_errors=SUBMIT_REQUEST_ERRORS)
+            self._metrics.submissions.labels(result=label).inc()
+            raise
+        self._metrics.submissions.labels(
+            result=submission_result(None, created=result.created)
+        ).inc()
+        return result, view
+
+    def _accept(
+        self, request: RunRequest, *, read_back: bool
+    ) -> tuple[EnqueueResult, RunView | None]:
         run = request.prepare(self._registry)
         build_tag = built_tag(run)
         if build_tag is not None and self._sync is not None:

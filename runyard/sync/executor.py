@@ -34,7 +34,7 @@ from runyard.queue.values import (
     NewRun,
 )
 from runyard.queue.workers import WorkerRegistry
-from runyard.reads.metrics import Metrics
+from runyard.reads.metrics import Metrics, Role
 from runyard.runner import Runner
 
 logger = logging.getLogger(__name__)
@@ -78,8 +78,8 @@ class SyncExecutor:
         self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="runyard-sync")
         self._lease = lease_seconds
         self.owner_id = owner_id or new_owner_id("api")
-        # Its own metrics unless given some: the API's registry does not count them.
-        metrics = metrics or Metrics()
+        # The API's metrics, so its /metrics counts the runs it ran inline.
+        metrics = (metrics or Metrics()).export(Role.ATTEMPTS)
         self._owner = AttemptOwner(
             queue,
             runner,

@@ -46,7 +46,7 @@ from runyard.domain.webhook_fairness import (
 )
 from runyard.platform.db import autocommit
 from runyard.platform.settings import Settings
-from runyard.reads.metrics import Metrics
+from runyard.reads.metrics import Metrics, Role
 from runyard.reads.runs import RunReader, RunView
 from runyard.webhooks.http import HttpAttempt, post
 from runyard.webhooks.resolver import BoundedResolver
@@ -225,7 +225,7 @@ class WebhookDeliverer:
         self._engine = engine
         self._config = config
         self._owner = owner or f"{socket.gethostname()}-{os.getpid()}-webhooks"
-        self._metrics = metrics or Metrics()
+        self._metrics = (metrics or Metrics()).export(Role.WEBHOOKS)
         self._resolver = BoundedResolver(
             threads=config.resolver_threads,
             timeout_seconds=config.timeout_seconds,
