@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import faulthandler
 import logging
 import math
 import signal
@@ -213,6 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = Settings()
     configure(settings.log_level, settings.log_format)
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: what a stuck worker waits on.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         worker = build_worker(settings, args.concurrency)
         worker.start()

@@ -9,9 +9,11 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
@@ -106,8 +108,44 @@ class Dashboard:
         return [url for url in self.requests if not url.startswith(self.url + "/")]
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Keep each phase's report on the test, so a fixture's teardown can see a failure."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
+
+
+def _failed(request: pytest.FixtureRequest) -> bool:
+    report = getattr(request.node, "report_call", None)
+    return report is not None and report.failed
+
+
+def _diagnose(engine: Engine, worker: subprocess.Popen[bytes], log_path: Path) -> None:
+    """After a failure: the worker's thread stacks and what its database was waiting on."""
+    worker.send_signal(signal.SIGUSR1)
+    time.sleep(1)
+    with engine.connect() as conn:
+        activity = conn.execute(text(DIAGNOSE_ACTIVITY)).all()
+    out = ["== database sessions of the test (pid, state, waiting on, open for, blocked by, query)"]
+    out += [" | ".join(str(value) for value in row) for row in activity]
+    out.append("== worker log (the last 80 lines that are not sweeps)")
+    lines = log_path.read_text(errors="replace").splitlines()
+    out += [line for line in lines if "sweep" not in line][-80:]
+    sys.stdout.write("\n".join(out) + "\n")  # pytest shows it with the failure
+
+
+DIAGNOSE_ACTIVITY = """
+    SELECT pid, state, wait_event_type || ':' || wait_event, now() - xact_start,
+           pg_blocking_pids(pid), left(regexp_replace(query, '\\s+', ' ', 'g'), 160)
+    FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+"""
+
+
 @pytest.fixture
-def dashboard(database_url: str, engine: Engine, tmp_path: Path) -> Iterator[Dashboard]:
+def dashboard(
+    database_url: str, engine: Engine, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Dashboard]:
     """The API in-process on loopback plus ``python -m worker``; cleaned up after."""
     registry = load_registry(ROOT / "tests" / "tools.toml", Settings(database_url="unused"))
     app = make_app(database_url, engine, registry, events_poll_seconds=0.5)
@@ -128,6 +166,8 @@ def dashboard(database_url: str, engine: Engine, tmp_path: Path) -> Iterator[Das
         with live_server(app) as url:
             yield Dashboard(url=url, engine=engine)
     finally:
+        if _failed(request):
+            _diagnose(engine, worker, tmp_path / "worker.log")
         worker.send_signal(signal.SIGTERM)
         try:
             worker.wait(timeout=30)
