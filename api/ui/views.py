@@ -8,9 +8,9 @@ import re
 import secrets
 import uuid
 from typing import Annotated, Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import ValidationError
@@ -46,7 +46,7 @@ from runyard.reads.dashboard import (
 )
 from runyard.reads.dashboard_workflows import dependencies, scheduled_runs
 from runyard.reads.pools import live_workers_by_queue
-from runyard.reads.runs import WORKER_LIVE_SECONDS, BadCursor, RunFilter, RunReader
+from runyard.reads.runs import WORKER_LIVE_SECONDS, RunReader
 from runyard.tenancy.auth import authenticate, priority_ceiling
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -67,18 +67,23 @@ NOTICES = {
 }
 
 
-async def form_fields(request: Request) -> dict[str, str]:
+async def form_pairs(request: Request, max_fields: int = MAX_FORM_FIELDS) -> list[tuple[str, str]]:
     """A url-encoded form body from a page of this origin (the guard has checked its size
-    and media type); every dashboard POST, login included, reads its form through here."""
+    and media type), as its name-value pairs; every dashboard POST reads its form here."""
     check_same_origin(request)
     body = (await request.body()).decode("utf-8", errors="replace")
     try:
-        pairs = parse_qsl(body, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
+        pairs = parse_qsl(body, keep_blank_values=True, max_num_fields=max_fields)
     except ValueError as exc:
         raise UiError(400, "Bad form", "The form has too many fields.") from exc
     if any("\x00" in name or "\x00" in value for name, value in pairs):
         raise UiError(400, "Bad form", "NUL characters are not allowed in a form.")
-    return dict(pairs)
+    return pairs
+
+
+async def form_fields(request: Request) -> dict[str, str]:
+    """A form's fields by name (the last value of a repeated one), login included."""
+    return dict(await form_pairs(request))
 
 
 def _clamp(value: str | None, longest: int) -> str | None:
@@ -168,77 +173,6 @@ async def logout(request: Request, session: SessionDep) -> Response:
     response = RedirectResponse("/ui/login?notice=logged_out", status_code=303)
     response.delete_cookie(COOKIE_NAME, path=COOKIE_PATH, httponly=True, samesite="strict")
     return response
-
-
-def _run_filters(session_tenant: str | None, status: str | None, tool: str | None) -> RunFilter:
-    chosen_status = None
-    if status:
-        try:
-            chosen_status = RunStatus(status)
-        except ValueError:
-            chosen_status = None
-    return RunFilter(tenant=session_tenant, status=chosen_status, tool=_clamp(tool, 63) or None)
-
-
-def _runs_context(services: ServicesDep, filters: RunFilter, cursor: str | None) -> dict[str, Any]:
-    reader = RunReader(services.engine)
-    try:
-        rows, next_cursor = reader.page(filters, limit=PAGE_SIZE, cursor=cursor)
-    except BadCursor:
-        # A mangled link: show the newest page rather than an error.
-        cursor = None
-        rows, next_cursor = reader.page(filters, limit=PAGE_SIZE)
-    query: dict[str, str] = {}
-    if filters.status is not None:
-        query["status"] = filters.status.value
-    if filters.tool is not None:
-        query["tool"] = filters.tool
-    older = urlencode({**query, "cursor": next_cursor}) if next_cursor else None
-    later = [run.id for run in rows if run.status == RunStatus.QUEUED and run.run_at is not None]
-    return {
-        "runs": rows,
-        "scheduled": scheduled_runs(services.engine, later),
-        "filters": filters,
-        "query": urlencode(query),
-        "rows_query": urlencode({**query, **({"cursor": cursor} if cursor else {})}),
-        "older_query": older,
-        "first_page": cursor is None,
-    }
-
-
-def runs_listing(
-    services: ServicesDep,
-    session: SessionDep,
-    status: str | None = None,
-    tool: str | None = None,
-    cursor: str | None = None,
-) -> dict[str, Any]:
-    """One page of the runs the caller may see, from the page's query."""
-    filters = _run_filters(visible_tenant(session.principal), status, tool)
-    return _runs_context(services, filters, _clamp(cursor, 200))
-
-
-RunsListingDep = Annotated[dict[str, Any], Depends(runs_listing)]
-
-
-@router.get("/runs")
-def runs_page(
-    request: Request, services: ServicesDep, ui: UiDep, listing: RunsListingDep
-) -> HTMLResponse:
-    """Runs newest first, filtered by status and tool, refreshed in place by app.js."""
-    context = {
-        **listing,
-        "statuses": [s.value for s in RunStatus],
-        "tools": sorted(services.registry.tools),
-        "title": "Runs",
-    }
-    return page(ui, request, "runs.html", context)
-
-
-@router.get("/runs/rows")
-def runs_rows(request: Request, ui: UiDep, listing: RunsListingDep) -> HTMLResponse:
-    """The table body of the runs page, for its live refresh."""
-    return page(ui, request, "_run_rows.html", listing)
 
 
 def _load_run(services: ServicesDep, session: Session, run_id: str) -> ToolRun:

@@ -61,6 +61,8 @@ function liveRunsTable(tbody) {
     if (busy || pause.paused || document.hidden) return;
     // Never pull the rug from under a keyboard user's focus.
     if (tbody.contains(document.activeElement)) return;
+    // Nor wipe a selection made for a bulk action.
+    if (tbody.querySelector("input[type=checkbox]:checked")) return;
     busy = true;
     try {
       const html = await fetchFragment(tbody.dataset.refresh);
