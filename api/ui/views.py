@@ -7,12 +7,12 @@ from __future__ import annotations
 import re
 import secrets
 import uuid
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from pydantic import ValidationError
 
 from api.actions import events as event_actions
@@ -32,12 +32,12 @@ from api.ui.context import (
     check_csrf,
     check_same_origin,
 )
+from api.ui.run_logs import log_context
 from api.ui.session import COOKIE_NAME, COOKIE_PATH, Session, key_prefix
 from runyard.domain.states import TERMINAL_STATUSES, RunStatus
 from runyard.platform.models import ToolRun
 from runyard.queue.values import SYNC_QUEUE
 from runyard.reads.dashboard import (
-    log_snapshot,
     queue_activity,
     queue_overview,
     run_holder,
@@ -64,6 +64,7 @@ NOTICES = {
     "batch_nothing_to_retry": "Every run of the batch succeeded; nothing was retried.",
     "batch_not_finished": "The batch still has runs queued or running; retry it once they end.",
     "batch_retried": "These runs were just retried by someone else.",
+    "rerun_started": "Re-run started: this is a new run of the same tool and input.",
 }
 
 
@@ -175,7 +176,7 @@ async def logout(request: Request, session: SessionDep) -> Response:
     return response
 
 
-def _load_run(services: ServicesDep, session: Session, run_id: str) -> ToolRun:
+def load_visible_run(services: ServicesDep, session: Session, run_id: str) -> ToolRun:
     """The run if the caller may see it; the dashboard's 404 otherwise."""
     run = RunReader(services.engine).get(_parse_run_id(run_id), visible_tenant(session.principal))
     if run is None:
@@ -209,18 +210,13 @@ def _panel_context(services: ServicesDep, run: ToolRun) -> dict[str, Any]:
 def run_page(
     run_id: str, request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
 ) -> HTMLResponse:
-    """One run: summary, result, logs (live while it runs), timeline, cancel."""
-    run = _load_run(services, session, run_id)
-    context = _panel_context(services, run)
-    if context["terminal"]:
-        stdout, stderr, upto, attempt = run.stdout or "", run.stderr or "", 0, run.attempts
-    else:
-        snapshot = log_snapshot(services.engine, run.id)
-        stdout, stderr, upto = snapshot.stdout, snapshot.stderr, snapshot.upto
-        attempt = snapshot.attempt
-    context.update(
-        title=f"Run {run.id}", stdout=stdout, stderr=stderr, upto=upto, log_attempt=attempt
-    )
+    """One run: summary, logs (live while it runs), result, artifacts, timeline, input."""
+    run = load_visible_run(services, session, run_id)
+    context = {
+        **_panel_context(services, run),
+        **log_context(services, run),
+        "title": f"Run {run.id}",
+    }
     return page(ui, request, "run.html", context)
 
 
@@ -228,9 +224,18 @@ def run_page(
 def run_panel(
     run_id: str, request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
 ) -> HTMLResponse:
-    """The summary and timeline of a run page, for its live refresh."""
-    run = _load_run(services, session, run_id)
+    """The summary of a run page, for its live refresh."""
+    run = load_visible_run(services, session, run_id)
     return page(ui, request, "_run_panel.html", _panel_context(services, run))
+
+
+@router.get("/runs/{run_id}/details")
+def run_details(
+    run_id: str, request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
+) -> HTMLResponse:
+    """The result, artifacts and timeline of a run page, for its live refresh."""
+    run = load_visible_run(services, session, run_id)
+    return page(ui, request, "_run_details.html", _panel_context(services, run))
 
 
 @router.get("/runs/{run_id}/logs")
@@ -238,15 +243,8 @@ def run_logs_fragment(
     run_id: str, request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
 ) -> HTMLResponse:
     """The stored (capped) logs of a finished run, swapped in when it ends."""
-    run = _load_run(services, session, run_id)
-    context = {
-        "run": run,
-        "stdout": run.stdout or "",
-        "stderr": run.stderr or "",
-        "upto": 0,
-        "log_attempt": run.attempts,
-    }
-    return page(ui, request, "_run_logs.html", context)
+    run = load_visible_run(services, session, run_id)
+    return page(ui, request, "_run_logs.html", {"run": run, **log_context(services, run)})
 
 
 @router.get("/runs/{run_id}/events")
@@ -284,6 +282,44 @@ async def cancel(
             raise
         notice = "already_finished"
     return RedirectResponse(f"/ui/runs/{parsed}?notice={notice}", status_code=303)
+
+
+@router.post("/runs/{run_id}/rerun")
+async def rerun(
+    run_id: str, request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
+) -> Response:
+    """Re-run from the run page (the API's own rerun), then show the new run."""
+    check_csrf(session, await form_fields(request))
+    parsed = _parse_run_id(run_id)
+    try:
+        submitted = await run_actions.rerun(request, services, session.principal, parsed)
+    except Problem as exc:
+        if exc.status == 404:
+            raise no_run(run_id) from exc
+        raise UiError(exc.status, "Not re-run", exc.detail) from exc
+    return RedirectResponse(f"/ui/runs/{submitted.run.id}?notice=rerun_started", status_code=303)
+
+
+@router.get("/runs/{run_id}/log.txt")
+def download_log(
+    run_id: str,
+    services: ServicesDep,
+    session: SessionDep,
+    stream: Annotated[Literal["stdout", "stderr", "both"], Query()] = "both",
+) -> PlainTextResponse:
+    """The log as text (the API's logs action: the stored, capped log of a finished run, the
+    current attempt's chunks so far of a live one), as a download."""
+    parsed = _parse_run_id(run_id)
+    try:
+        run, text = run_actions.run_logs(
+            services, session.principal, parsed, run_actions.log_streams(stream)
+        )
+    except Problem as exc:
+        raise no_run(run_id) from exc
+    name = f"run-{run.id}-{stream}.txt"
+    return PlainTextResponse(
+        text, headers={"Content-Disposition": f'attachment; filename="{name}"'}
+    )
 
 
 def _submit_context(

@@ -179,6 +179,15 @@ class Holder:
 
 
 @dataclass(frozen=True)
+class LogChunk:
+    """One stored piece of a stream and when the worker stored it."""
+
+    stream: str
+    at: datetime
+    text: str
+
+
+@dataclass(frozen=True)
 class LogSnapshot:
     """The live log chunks of ``attempt`` up to event ``upto``; later ones come over SSE."""
 
@@ -186,6 +195,7 @@ class LogSnapshot:
     stderr: str
     upto: int
     attempt: int
+    chunks: tuple[LogChunk, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -333,15 +343,18 @@ def log_snapshot(engine: Engine, run_id: uuid.UUID) -> LogSnapshot:
     with engine.connect() as conn:
         rows = conn.execute(LOG_SNAPSHOT, {"run_id": run_id}).all()
     out = {stream: "" for stream in LOG_STREAMS}
+    chunks = []
     for row in rows:
         if row.type is not None:
             out[row.type] += row.text or ""
+            chunks.append(LogChunk(row.type, row.at, row.text or ""))
     first = rows[0] if rows else None
     return LogSnapshot(
         stdout=out["stdout"],
         stderr=out["stderr"],
         upto=int(first.upto or 0) if first else 0,
         attempt=int(first.attempts) if first else 0,
+        chunks=tuple(chunks),
     )
 
 

@@ -151,8 +151,15 @@ function liveBatch(panel) {
   const timer = setInterval(tick, Number(panel.dataset.interval || "2000"));
 }
 
+function clockOf(iso) {
+  // The UTC time of day of an ISO timestamp, as the server stamps log lines.
+  const at = new Date(iso);
+  return Number.isNaN(at.getTime()) ? "" : at.toISOString().slice(11, 19);
+}
+
 function liveRunPage(page) {
   const panel = document.getElementById("run-panel");
+  const details = document.getElementById("run-details");
   const announce = document.getElementById("live-status");
   let logs = document.getElementById("run-logs");
   let lastId = Number(logs.dataset.upto || "0");
@@ -172,15 +179,23 @@ function liveRunPage(page) {
     panelTimer = null;
     const seq = ++panelSeq;
     const before = currentStatus();
-    const html = await fetchFragment(page.dataset.panel);
+    const [html, more] = await Promise.all([
+      fetchFragment(page.dataset.panel),
+      details ? fetchFragment(page.dataset.details) : Promise.resolve(null),
+    ]);
     // An answer older than a later request's must not overwrite it.
     if (html === null || seq !== panelSeq) return;
-    if (panel.contains(document.activeElement)) {
+    if (panel.contains(document.activeElement) ||
+        (details && details.contains(document.activeElement))) {
       panelTimer = setTimeout(refreshPanel, 1000);
       return;
     }
     panel.innerHTML = html;
     refreshRelativeTimes(panel);
+    if (details && more !== null) {
+      details.innerHTML = more;
+      refreshRelativeTimes(details);
+    }
     const after = currentStatus();
     if (after && after !== before && announce) announce.textContent = "Run " + after;
   }
@@ -196,10 +211,20 @@ function liveRunPage(page) {
     logs = document.getElementById("run-logs");
   }
 
-  function append(stream, text) {
+  function append(stream, text, at) {
     const pre = document.getElementById(stream);
     const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
-    pre.append(document.createTextNode(text));
+    if (!text) return;
+    const chunk = document.createElement("span");
+    chunk.className = "chunk";
+    // A chunk that starts a line shows its time, as the server renders stored chunks.
+    const shown = pre.textContent;
+    if (at && (shown === "" || shown.endsWith("\n"))) {
+      chunk.dataset.time = clockOf(at);
+      chunk.title = at;
+    }
+    chunk.textContent = text;
+    pre.append(chunk);
     if (atBottom) pre.scrollTop = pre.scrollHeight;
   }
 
@@ -238,7 +263,7 @@ function liveRunPage(page) {
           document.getElementById("stdout").textContent = "";
           document.getElementById("stderr").textContent = "";
         }
-        if (data.attempt === attempt) append(stream, data.text || "");
+        if (data.attempt === attempt) append(stream, data.text || "", data.at);
       });
     }
     for (const type of TIMELINE_EVENTS) {
