@@ -158,11 +158,17 @@ def _bulk_report(request: Request) -> str | None:
     return describe(BulkAction(action), outcome)
 
 
-@router.get("")
+@router.get("", response_model=None)
 def runs_page(
     request: Request, services: ServicesDep, ui: UiDep, listing: RunsListingDep
-) -> HTMLResponse:
+) -> HTMLResponse | RedirectResponse:
     """Runs newest first, filtered and searched, refreshed in place by app.js."""
+    if any(
+        not value for name, value in request.query_params.multi_items() if name in FILTER_FIELDS
+    ):
+        # The filter form sends its empty fields too: show the short URL worth sharing.
+        kept = [(n, v) for n, v in request.query_params.multi_items() if v]
+        return RedirectResponse(f"/ui/runs?{urlencode(kept)}" if kept else "/ui/runs", 303)
     context = {
         **listing,
         "statuses": [s.value for s in RunStatus],

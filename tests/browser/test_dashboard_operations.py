@@ -1,0 +1,127 @@
+"""The dashboard's operator tools in headless Chromium against the real API, a real worker
+and real Docker: search and filters kept in the URL, bulk actions asked first and reported,
+the run page's logs with times and downloads, and Re-run."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, expect
+
+from runyard.tenancy.auth import create_api_key
+from tests.browser.conftest import Dashboard
+from tests.browser.test_dashboard import LIVE, assert_same_origin_only, log_in
+from tests.integration.api.test_api_helpers import run_status, wait_until
+
+pytestmark = [pytest.mark.docker, pytest.mark.browser, pytest.mark.timeout(240)]
+
+
+def post_run(context: Any, key: str, tool: str, value: Any) -> str:
+    response = context.request.post(
+        "/v1/runs", data={"tool": tool, "input": value}, headers={"Authorization": f"Bearer {key}"}
+    )
+    assert response.status == 202, response.text()
+    return str(response.json()["id"])
+
+
+def test_search_and_filters__live_in_the_url_and_survive_a_reload(
+    browser: Browser, dashboard: Dashboard
+):
+    context = dashboard.context(browser)
+    page = context.new_page()
+    key = create_api_key(dashboard.engine, "acme")
+    log_in(page, key)
+    wanted = post_run(context, key, "echo", {"word": "needle-4711"})
+    failing = post_run(context, key, "fail", {})
+    post_run(context, key, "echo", {"word": "hay"})
+    wait_until(lambda: run_status(dashboard.engine, failing) == "failed", timeout=LIVE / 1000)
+
+    page.get_by_label("Search").fill("needle-4711")
+    page.get_by_label("Search").press("Enter")
+    expect(page).to_have_url(re.compile(r"/ui/runs\?q=needle-4711$"))
+    rows = page.locator("#run-rows tr[data-run]")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_have_attribute("data-run", wanted)
+    page.reload()
+    expect(page.get_by_label("Search")).to_have_value("needle-4711")
+    expect(rows).to_have_count(1)
+
+    # By id prefix, then by tool and status: the failure's row shows its error code.
+    page.goto(f"/ui/runs?q={failing[:8]}")
+    expect(rows).to_have_count(1)
+    page.goto("/ui/runs")
+    page.get_by_label("Status").select_option("failed")
+    page.get_by_role("button", name="Filter").click()
+    expect(page).to_have_url(re.compile(r"status=failed"))
+    expect(page.locator(f'tr[data-run="{failing}"] .error-code')).not_to_be_empty()
+    # A date range with nothing in it.
+    page.goto("/ui/runs?to=2000-01-01")
+    expect(page.get_by_label("to", exact=True)).to_have_value("2000-01-01")
+    expect(page.locator("#run-rows")).to_contain_text("No runs match.")
+    context.close()
+    assert_same_origin_only(dashboard)
+
+
+def test_bulk_cancel__of_selected_runs_asks_then_reports(browser: Browser, dashboard: Dashboard):
+    context = dashboard.context(browser)
+    page = context.new_page()
+    key = create_api_key(dashboard.engine, "acme")
+    log_in(page, key)
+    # The worker has two slots: the finished run first, then two that hold them.
+    done = post_run(context, key, "echo", {})
+    wait_until(lambda: run_status(dashboard.engine, done) == "succeeded", timeout=LIVE / 1000)
+    sleepers = [post_run(context, key, "sleep", {"seconds": 120}) for _ in range(2)]
+    page.reload()
+
+    for run_id in [*sleepers, done]:
+        page.get_by_label(f"Select run {run_id}").check()
+    page.get_by_label("With runs").select_option("cancel")
+    page.get_by_role("button", name="Selected…").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Cancel 2 runs?")
+    expect(page.locator("#bulk-plan")).to_contain_text("1 will be skipped (already finished)")
+    assert {run_status(dashboard.engine, run_id) for run_id in sleepers} <= {"queued", "running"}
+    page.get_by_role("button", name="Cancel 2 runs").click()
+    expect(page.locator("#bulk-report")).to_have_text("2 cancelled, 1 skipped (already finished).")
+    for run_id in sleepers:
+        expect(page.locator(f'tr[data-run="{run_id}"] .status')).to_have_text(
+            "cancelled", timeout=LIVE
+        )
+    context.close()
+    assert_same_origin_only(dashboard)
+
+
+def test_run_page__logs_with_times_a_download_and_rerun(browser: Browser, dashboard: Dashboard):
+    context = dashboard.context(browser)
+    page = context.new_page()
+    key = create_api_key(dashboard.engine, "acme")
+    log_in(page, key)
+    run_id = post_run(context, key, "sleep", {"seconds": 1})
+    page.goto(f"/ui/runs/{run_id}")
+    expect(page.locator("#run-status")).to_have_attribute("data-status", "succeeded", timeout=LIVE)
+    stdout = page.locator("#stdout")
+    expect(stdout).to_contain_text("sleeping 1")
+    # The logs come before the details, and a line carries its time.
+    stdout_top = stdout.bounding_box()
+    timeline_top = page.locator("#timeline").bounding_box()
+    assert stdout_top is not None and timeline_top is not None
+    assert stdout_top["y"] < timeline_top["y"]
+    expect(stdout.locator(".chunk[data-time]").first).to_have_attribute(
+        "data-time", re.compile(r"^\d\d:\d\d:\d\d$")
+    )
+    with page.expect_download() as download:
+        page.locator("#stdout-download").click()
+    saved = download.value
+    assert saved.suggested_filename == f"run-{run_id}-stdout.txt"
+    assert "sleeping 1" in Path(saved.path()).read_text(encoding="utf-8")
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Re-run").click()
+    expect(page).to_have_url(re.compile(r"/ui/runs/[0-9a-f-]{36}\?notice=rerun_started$"))
+    assert run_id not in page.url
+    expect(page.locator(".notice")).to_contain_text("Re-run started")
+    expect(page.locator("#run-rerun-of")).to_contain_text(run_id)
+    context.close()
+    assert_same_origin_only(dashboard)
