@@ -4,8 +4,6 @@ submit, cancel and the live stream through the actions the JSON API calls too
 
 from __future__ import annotations
 
-import re
-import secrets
 import uuid
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qsl
@@ -13,15 +11,12 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
-from pydantic import ValidationError
 
 from api.actions import events as event_actions
 from api.actions import runs as run_actions
 from api.actions.events import MAX_EVENT_ID
 from api.deps import ServicesDep, visible_tenant
-from api.guard import BadJson, parse_json
 from api.problems import Problem
-from api.schemas import RunCreate
 from api.ui.artifact_views import artifact_rows
 from api.ui.charts import QueueCharts, counts_chart, waits_chart
 from api.ui.context import (
@@ -47,12 +42,11 @@ from runyard.reads.dashboard import (
 from runyard.reads.dashboard_workflows import dependencies, scheduled_runs
 from runyard.reads.pools import live_workers_by_queue
 from runyard.reads.runs import WORKER_LIVE_SECONDS, RunReader
-from runyard.tenancy.auth import authenticate, priority_ceiling
+from runyard.tenancy.auth import authenticate
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
 PAGE_SIZE = 25
-FORM_KEY = re.compile(r"[A-Za-z0-9_-]{8,64}")
 MAX_FORM_FIELDS = 20
 NOTICES = {
     "cancel_requested": "Cancel requested: the run stops within a few seconds.",
@@ -320,72 +314,6 @@ def download_log(
     return PlainTextResponse(
         text, headers={"Content-Disposition": f'attachment; filename="{name}"'}
     )
-
-
-def _submit_context(
-    services: ServicesDep, tool: str | None, input_text: str, error: str | None
-) -> dict[str, Any]:
-    registry = services.registry
-    chosen = tool if tool in registry.tools else None
-    return {
-        "title": "Submit a run",
-        "tools": [registry.tools[name] for name in sorted(registry.tools)],
-        "chosen": chosen,
-        "input_text": input_text,
-        "error": error,
-        # A fresh Idempotency-Key per form: submitting the same form twice makes one run.
-        "form_key": secrets.token_urlsafe(16),
-        "sync_mode": services.sync is not None,
-    }
-
-
-@router.get("/submit")
-def submit_form(
-    request: Request,
-    services: ServicesDep,
-    ui: UiDep,
-    session: SessionDep,
-    tool: str | None = None,
-) -> HTMLResponse:
-    """A form: pick a tool, write its JSON input."""
-    return page(ui, request, "submit.html", _submit_context(services, _clamp(tool, 63), "{}", None))
-
-
-@router.post("/submit")
-async def submit(
-    request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
-) -> Response:
-    """Submit through the API's own path (admission, idempotency, sync mode), then show it."""
-    fields = await form_fields(request)
-    check_csrf(session, fields)
-    tool = fields.get("tool", "")
-    input_text = fields.get("input", "")
-
-    def again(message: str, status_code: int) -> HTMLResponse:
-        context = _submit_context(services, tool, input_text, message)
-        return page(ui, request, "submit.html", context, status_code=status_code)
-
-    try:
-        value = parse_json(input_text.encode(), services.settings.max_json_depth)
-    except BadJson as exc:
-        return again(f"The input is not valid JSON: {exc.detail}", 422)
-    try:
-        body = RunCreate(tool=tool, input=value)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        return again(f"{where}: {first['msg']}", 422)
-    form_key = fields.get("form_key", "")
-    key = form_key if FORM_KEY.fullmatch(form_key) else None
-    try:
-        submitted = await run_actions.submit(
-            request,
-            services,
-            body.request(session.principal.tenant, key, priority_ceiling(session.principal)),
-        )
-    except Problem as exc:
-        return again(exc.detail, exc.status)
-    return RedirectResponse(f"/ui/runs/{submitted.run.id}", status_code=303)
 
 
 @router.get("/queue")

@@ -304,7 +304,22 @@ function confirmForms() {
   }
 }
 
+function schemaFields() {
+  // The submit form: show (and send) only the chosen tool's fields.
+  const select = document.getElementById("tool");
+  const sets = document.querySelectorAll("fieldset[data-tool-fields]");
+  if (!select || sets.length === 0) return;
+  select.addEventListener("change", () => {
+    for (const set of sets) {
+      const mine = set.dataset.toolFields === select.value;
+      set.hidden = !mine;
+      set.disabled = !mine;
+    }
+  });
+}
+
 document.addEventListener("DOMContentLoaded", () => {
+  schemaFields();
   refreshRelativeTimes();
   setInterval(refreshRelativeTimes, 15000);
   confirmForms();

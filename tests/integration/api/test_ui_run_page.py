@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from runyard.domain.attempt import AttemptResult
 from runyard.domain.states import RunStatus
@@ -104,3 +104,37 @@ def test_rerun_button__starts_a_new_run_of_the_same_input(ui: TestClient, engine
     token = csrf(ui, "/ui/runs")
     assert ui.post(f"/ui/runs/{run_id}/rerun", data={"csrf_token": token}).status_code == 404
     assert count(engine, "SELECT count(*) FROM tool_runs WHERE rerun_of = :id", id=run_id) == 1
+
+
+def test_submit_form__has_fields_from_the_schema_and_errors_by_field(
+    ui: TestClient, engine: Engine
+):
+    log_in(ui, create_api_key(engine, "acme"))
+    form = ui.get("/ui/submit?tool=sleep").text
+    assert 'id="f-sleep-seconds"' in form and 'name="field.seconds"' in form
+    assert '<span class="visually-hidden">(required)</span>' in form
+    assert 'id="input"' in form  # the raw JSON box stays
+    token = csrf(ui, "/ui/submit?tool=sleep")
+    base = {"csrf_token": token, "tool": "sleep", "input": "{}", "input_from": "fields"}
+
+    bad = ui.post("/ui/submit", data={**base, "field.seconds": "lots", "form_key": "k" * 16})
+    assert bad.status_code == 422
+    assert 'id="f-sleep-seconds-error"' in bad.text and "must be a number" in bad.text
+    assert 'value="lots"' in bad.text  # the form keeps what was typed
+    too_long = ui.post("/ui/submit", data={**base, "field.seconds": "7200", "form_key": "l" * 16})
+    assert "7200 is greater than the maximum of 3600" in too_long.text
+    missing = ui.post("/ui/submit", data={**base, "field.seconds": "", "form_key": "m" * 16})
+    assert "seconds is required" in missing.text
+    assert count(engine, "SELECT count(*) FROM tool_runs") == 0
+
+    # Raw JSON that breaks the schema is shown on the fields too.
+    raw = {**base, "input_from": "json", "input": '{"seconds": -1}', "form_key": "n" * 16}
+    wrong = ui.post("/ui/submit", data=raw)
+    assert wrong.status_code == 422 and 'id="json-field-errors"' in wrong.text
+    assert 'id="f-sleep-seconds-error"' in wrong.text and 'value="-1"' in wrong.text
+
+    ok = ui.post("/ui/submit", data={**base, "field.seconds": "0.5", "form_key": "o" * 16})
+    assert ok.status_code == 303
+    with engine.connect() as conn:
+        stored = conn.execute(text("SELECT input FROM tool_runs")).scalar_one()
+    assert stored == {"seconds": 0.5}
