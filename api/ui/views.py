@@ -161,6 +161,31 @@ async def login(request: Request, services: ServicesDep, ui: UiDep) -> Response:
     return response
 
 
+THEME_COOKIE = "runyard_theme"
+THEMES = ("auto", "dark", "light")
+
+
+@router.post("/theme")
+async def choose_theme(request: Request) -> Response:
+    """Remember the colour theme in a cookie (``auto`` follows the system) and go back; a
+    preference, not tenant data, so it needs no session and no CSRF token."""
+    fields = await form_fields(request)
+    theme = fields.get("theme", "auto")
+    response = RedirectResponse(_safe_next(fields.get("back")), status_code=303)
+    if theme in ("dark", "light"):
+        response.set_cookie(
+            THEME_COOKIE,
+            theme,
+            max_age=365 * 86_400,
+            path=COOKIE_PATH,
+            httponly=True,
+            samesite="strict",
+        )
+    else:
+        response.delete_cookie(THEME_COOKIE, path=COOKIE_PATH, httponly=True, samesite="strict")
+    return response
+
+
 @router.post("/logout")
 async def logout(request: Request, session: SessionDep) -> Response:
     """Forget the session cookie."""

@@ -152,3 +152,76 @@ def test_submit_form__fields_from_the_schema_with_errors_by_field(
     assert len(refused) == 1
     dashboard.console_errors.remove(refused[0])
     assert_same_origin_only(dashboard)
+
+
+# The lowest contrast ratio (WCAG 2) of any visible text on the page against the background
+# it is drawn on, with the element that has it.
+LOWEST_CONTRAST = """
+() => {
+  const rgb = (s) => (s.match(/[\\d.]+/g) || []).map(Number);
+  const lum = ([r, g, b]) => {
+    const f = (c) => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; };
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+  };
+  const background = (el) => {
+    for (let e = el; e; e = e.parentElement) {
+      const c = rgb(getComputedStyle(e).backgroundColor);
+      if (c.length === 3 || (c.length === 4 && c[3] > 0.5)) return c.slice(0, 3);
+    }
+    return rgb(getComputedStyle(document.documentElement).backgroundColor).slice(0, 3);
+  };
+  let worst = { ratio: 99, what: "" };
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const el = node.parentElement;
+    if (!node.textContent.trim() || !el || el.closest("svg, .visually-hidden, [hidden]")) continue;
+    if (!el.getClientRects().length) continue;
+    const a = lum(rgb(getComputedStyle(el).color).slice(0, 3));
+    const b = lum(background(el));
+    const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    if (ratio < worst.ratio) worst = { ratio, what: el.outerHTML.slice(0, 120) };
+  }
+  return worst;
+}
+"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_themes__the_toggle_is_remembered_and_every_page_keeps_its_contrast(
+    browser: Browser, dashboard: Dashboard, scheme: str
+):
+    key = create_api_key(dashboard.engine, "ops", admin=True)
+    context = dashboard.context(browser)
+    page = context.new_page()
+    log_in(page, key)
+    failing = post_run(context, key, "fail", {})
+    wait_until(lambda: run_status(dashboard.engine, failing) == "failed", timeout=LIVE / 1000)
+    # "auto" follows the system's preference.
+    background = "getComputedStyle(document.documentElement).backgroundColor"
+    page.emulate_media(color_scheme="dark")
+    assert page.evaluate(background) == "rgb(13, 17, 23)"
+    page.emulate_media(color_scheme="light")
+    assert page.evaluate(background) == "rgb(246, 247, 249)"
+    # The toggle: auto -> dark -> light, each remembered across pages.
+    page.get_by_role("button", name="Theme: auto").click()
+    expect(page.locator("html")).to_have_attribute("data-theme", "dark")
+    if scheme == "light":
+        page.get_by_role("button", name="Theme: dark").click()
+        expect(page.locator("html")).to_have_attribute("data-theme", "light")
+    expect(page).to_have_url(re.compile(r"/ui/runs$"))
+    for path in (
+        "/ui/runs",
+        f"/ui/runs/{failing}",
+        "/ui/batches",
+        "/ui/submit?tool=sleep",
+        "/ui/queue",
+        "/ui/workers",
+        "/ui/tools",
+        "/ui/builds",
+    ):
+        page.goto(path)
+        expect(page.locator("html")).to_have_attribute("data-theme", scheme)
+        worst = page.evaluate(LOWEST_CONTRAST)
+        assert worst["ratio"] >= 4.5, (path, worst)
+    context.close()
+    assert_same_origin_only(dashboard)

@@ -138,3 +138,17 @@ def test_submit_form__has_fields_from_the_schema_and_errors_by_field(
     with engine.connect() as conn:
         stored = conn.execute(text("SELECT input FROM tool_runs")).scalar_one()
     assert stored == {"seconds": 0.5}
+
+
+def test_theme__the_toggle_sets_a_cookie_the_pages_follow(ui: TestClient, engine: Engine):
+    log_in(ui, create_api_key(engine, "acme"))
+    assert "data-theme" not in ui.get("/ui/runs").text.split(">", 2)[1]  # auto: the system's
+    chosen = ui.post("/ui/theme", data={"theme": "dark", "back": "/ui/queue?x=1"})
+    assert chosen.status_code == 303 and chosen.headers["location"] == "/ui/queue?x=1"
+    assert "runyard_theme=dark" in chosen.headers["set-cookie"]
+    assert '<html lang="en" data-theme="dark">' in ui.get("/ui/queue").text
+    away = ui.post("/ui/theme", data={"theme": "auto", "back": "https://elsewhere.example/"})
+    assert away.headers["location"] == "/ui/runs"  # never off the dashboard
+    assert 'data-theme="dark"' not in ui.get("/ui/runs").text
+    forged = ui.post("/ui/theme", data={"theme": "dark"}, headers={"Sec-Fetch-Site": "cross-site"})
+    assert forged.status_code == 403
