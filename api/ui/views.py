@@ -42,6 +42,7 @@ from runyard.reads.dashboard import (
 from runyard.reads.dashboard_workflows import dependencies, scheduled_runs
 from runyard.reads.pools import live_workers_by_queue
 from runyard.reads.runs import WORKER_LIVE_SECONDS, RunReader
+from runyard.reads.tool_figures import TOOL_WINDOW_SECONDS, tool_figures
 from runyard.tenancy.auth import authenticate
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -377,7 +378,14 @@ def workers_page(
 def tools_page(
     request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
 ) -> HTMLResponse:
-    """The tool registry with its limits and input schemas."""
+    """The tool registry with its limits and input schemas, and each tool's last day."""
     registry = services.registry
     tools = [registry.tools[name] for name in sorted(registry.tools)]
-    return page(ui, request, "tools.html", {"title": "Tools", "tools": tools})
+    figures = tool_figures(services.engine, visible_tenant(session.principal))
+    context = {
+        "title": "Tools",
+        "tools": tools,
+        "figures": figures,
+        "window_hours": TOOL_WINDOW_SECONDS // 3600,
+    }
+    return page(ui, request, "tools.html", context)
