@@ -225,3 +225,29 @@ def test_themes__the_toggle_is_remembered_and_every_page_keeps_its_contrast(
         assert worst["ratio"] >= 4.5, (path, worst)
     context.close()
     assert_same_origin_only(dashboard)
+
+
+def test_tools_and_queue__figures_and_charts_split_failures_from_successes(
+    browser: Browser, dashboard: Dashboard
+):
+    context = dashboard.context(browser)
+    page = context.new_page()
+    key = create_api_key(dashboard.engine, "acme")
+    log_in(page, key)
+    runs = [post_run(context, key, "fail", {}), post_run(context, key, "echo", {"n": 1})]
+    ended = ("failed", "succeeded")
+    wait_until(
+        lambda: all(run_status(dashboard.engine, run_id) in ended for run_id in runs),
+        timeout=LIVE / 1000,
+    )
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Tools").click()
+    expect(page.locator("#figures-fail .runs")).to_have_text("1")
+    expect(page.locator("#figures-fail .failure-rate")).to_contain_text("100% (1 of 1)")
+    expect(page.locator("#figures-echo .failure-rate")).to_contain_text("0% (0 of 1)")
+    expect(page.locator("#figures-echo .p50")).not_to_have_text("—")
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Queue").click()
+    expect(page.locator("svg.chart rect.bar.failed")).to_have_count(1)
+    expect(page.locator("svg.chart rect.bar.succeeded")).to_have_count(1)
+    expect(page.locator("svg.chart rect.bar.failed title")).to_contain_text("1 failed")
+    context.close()
+    assert_same_origin_only(dashboard)
