@@ -50,7 +50,8 @@ class SearchPage:
     searched_to: datetime | None = None
 
 
-def _filtered(search: RunSearch, cursor: str | None) -> Select[ToolRun]:
+def filtered(search: RunSearch, cursor: str | None = None) -> Select[ToolRun]:
+    """The runs the filters select, newest first (the caller adds the LIMIT)."""
     query = select(ToolRun)
     if search.tenant is not None:
         query = query.where(ToolRun.tenant == search.tenant)
@@ -73,11 +74,26 @@ def _filtered(search: RunSearch, cursor: str | None) -> Select[ToolRun]:
     return query.order_by(ToolRun.requested_at.desc(), ToolRun.id.desc())
 
 
+def window_marks(query: Select[ToolRun], term: SearchTerm) -> Select[datetime, uuid.UUID, bool]:
+    """One pass over the newest ``TEXT_SEARCH_WINDOW`` runs of ``query``: each one's place
+    and whether its input or error holds the text (no row bodies leave the database)."""
+    window = query.limit(TEXT_SEARCH_WINDOW).subquery()
+    scanned = aliased(ToolRun, window)
+    found = []
+    if term.in_input:
+        found.append(Cast(scanned.input, Text).icontains(term.text, autoescape=True))
+    if term.in_error:
+        found.append(scanned.error.icontains(term.text, autoescape=True))
+    return select(scanned.requested_at, scanned.id, or_(*found).label("hit")).order_by(
+        scanned.requested_at.desc(), scanned.id.desc()
+    )
+
+
 def search_runs(
     engine: Engine, search: RunSearch, *, limit: int, cursor: str | None = None
 ) -> SearchPage:
     """Newest first, keyset-paginated on ``(requested_at, id)``; raises ``BadCursor``."""
-    query = _filtered(search, cursor)
+    query = filtered(search, cursor)
     term = search.term
     with Session(engine, expire_on_commit=False) as session:
         if term is None or term.text is None:
@@ -86,19 +102,7 @@ def search_runs(
             more = len(rows) > limit
             rows = rows[:limit]
             return SearchPage(rows, encode_cursor(rows[-1]) if more and rows else None)
-        window = query.limit(TEXT_SEARCH_WINDOW).subquery()
-        scanned = aliased(ToolRun, window)
-        found = []
-        if term.in_input:
-            found.append(Cast(scanned.input, Text).icontains(term.text, autoescape=True))
-        if term.in_error:
-            found.append(scanned.error.icontains(term.text, autoescape=True))
-        # One pass over the window: each row's place and whether it matches (no row bodies).
-        marks = session.execute(
-            select(scanned.requested_at, scanned.id, or_(*found).label("hit")).order_by(
-                scanned.requested_at.desc(), scanned.id.desc()
-            )
-        ).all()
+        marks = session.execute(window_marks(query, term)).all()
         hits = [mark.id for mark in marks if mark.hit][: limit + 1]
         by_id = {
             run.id: run for run in session.scalars(select(ToolRun).where(ToolRun.id.in_(hits)))

@@ -5,7 +5,9 @@ first and then reported, tenant-scoped and CSRF-protected."""
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,7 +18,13 @@ from runyard.domain.attempt import AttemptResult
 from runyard.domain.run_search import SearchIn, parse_search
 from runyard.domain.states import ErrorCode, RunStatus
 from runyard.queue import JobQueue
-from runyard.reads.run_search import TEXT_SEARCH_WINDOW, RunSearch, search_runs
+from runyard.reads.run_search import (
+    TEXT_SEARCH_WINDOW,
+    RunSearch,
+    filtered,
+    search_runs,
+    window_marks,
+)
 from runyard.registry.tools import ToolRegistry
 from runyard.tenancy.auth import create_api_key
 from tests.integration.api.test_api_helpers import bearer, make_app
@@ -212,3 +220,52 @@ def test_bulk__needs_the_csrf_token_and_a_known_action(ui: TestClient, engine: E
     assert forged.status_code == 403
     assert bulk(ui, {"action": "explode", "scope": "matching"}).status_code == 400
     assert count_status(engine, "cancelled") == 0
+
+
+def plan_of(engine: Engine, statement: Any) -> str:
+    with engine.connect() as conn:
+        compiled = statement.compile(dialect=conn.dialect)
+        rows = conn.exec_driver_sql("EXPLAIN " + str(compiled), compiled.params).scalars()
+        return "\n".join(rows)
+
+
+@pytest.mark.parametrize(
+    ("search", "index"),
+    [
+        (RunSearch(tenant="acme", term=parse_search("3f2a", SearchIn.AUTO)), "pk_tool_runs"),
+        (
+            RunSearch(tenant="acme", requested_from=datetime(2026, 11, 1, tzinfo=UTC)),
+            "ix_tool_runs_tenant_requested",
+        ),
+        (RunSearch(tenant="acme", batch_id=uuid.uuid4()), "ix_tool_runs_batch"),
+    ],
+)
+def test_search_statements__read_through_an_index(engine: Engine, search: RunSearch, index: str):
+    seed_month(engine)
+    plan = plan_of(engine, filtered(search).limit(26))
+    assert f" {index} " in plan and "Seq Scan" not in plan, plan
+
+
+def test_text_search__scans_a_limited_window_of_the_tenants_index(engine: Engine):
+    seed_month(engine)
+    term = parse_search("needle", SearchIn.AUTO)
+    assert term is not None
+    plan = plan_of(engine, window_marks(filtered(RunSearch(tenant="acme", term=term)), term))
+    assert "ix_tool_runs_tenant_requested" in plan and "Seq Scan" not in plan, plan
+    assert re.search(r"Limit .*\n.*Index Scan using ix_tool_runs_tenant_requested", plan), plan
+
+
+def seed_month(engine: Engine) -> None:
+    """A month of runs of two tenants, and fresh statistics, so plans are the real ones."""
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                """
+                INSERT INTO tool_runs (id, tenant, tool, spec, input, status, requested_at)
+                SELECT gen_random_uuid(), CASE WHEN g % 2 = 0 THEN 'acme' ELSE 'other' END,
+                       'echo', '{}', '{"n": 1}', 'succeeded', now() - make_interval(mins => g * 5)
+                FROM generate_series(1, 8000) g
+                """
+            )
+        )
+        conn.execute(text("ANALYZE tool_runs"))
