@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -205,17 +206,28 @@ def _selected_runs(services: Services, session: Session, ids: list[str]) -> list
     return rows
 
 
+@dataclass(frozen=True)
+class BulkTargets:
+    """The runs a bulk form names, with the filters and how "all matching" was bounded."""
+
+    runs: list[ToolRun]
+    query: ListQuery
+    capped: bool = False  # more runs match than BULK_CAP
+    searched_to: datetime | None = None  # a text search stopped at its window here
+
+
 def _bulk_targets(
     services: Services, session: Session, fields: list[tuple[str, str]]
-) -> tuple[list[ToolRun], bool, ListQuery]:
-    """The runs a bulk form names, whether "all matching" stopped at the cap, the filters."""
+) -> BulkTargets:
     single = dict(fields)
     query = read_filters(session, single)
     if single.get("scope") == "matching":
         found = search_runs(services.engine, query.search, limit=BULK_CAP)
-        return found.runs, found.next_cursor is not None, query
+        if found.searched_to is not None:
+            return BulkTargets(found.runs, query, searched_to=found.searched_to)
+        return BulkTargets(found.runs, query, capped=found.next_cursor is not None)
     ids = [value for name, value in fields if name == "run"]
-    return _selected_runs(services, session, ids), False, query
+    return BulkTargets(_selected_runs(services, session, ids), query)
 
 
 async def _apply(
@@ -261,7 +273,8 @@ async def bulk(request: Request, services: ServicesDep, ui: UiDep, session: Sess
             "Not in sync mode",
             "In sync mode runs are re-run one at a time, from a run's page.",
         )
-    runs, capped, query = await run_in_threadpool(_bulk_targets, services, session, fields)
+    targets = await run_in_threadpool(_bulk_targets, services, session, fields)
+    runs, query = targets.runs, targets.query
     back = f"/ui/runs?{query.encoded}" if query.params else "/ui/runs"
     if single.get("confirmed") != "yes":
         verb, _, skip_reason = ACTION_WORDS[action]
@@ -272,7 +285,9 @@ async def bulk(request: Request, services: ServicesDep, ui: UiDep, session: Sess
             "planned": plan(action, [run.status for run in runs]),
             "skip_reason": skip_reason,
             "runs": runs,
-            "capped": capped,
+            "capped": targets.capped,
+            "searched_to": targets.searched_to,
+            "search_window": TEXT_SEARCH_WINDOW,
             "bulk_cap": BULK_CAP,
             "scope": single.get("scope", "selected"),
             "params": query.params,

@@ -294,6 +294,19 @@ function liveRunPage(page) {
   open();
 }
 
+function onceForms() {
+  // A form that starts work (bulk actions) is sent once: a second click does nothing.
+  for (const form of document.querySelectorAll("form[data-once]")) {
+    form.addEventListener("submit", (event) => {
+      if (form.dataset.sent) {
+        event.preventDefault();
+        return;
+      }
+      form.dataset.sent = "1";
+    });
+  }
+}
+
 function confirmForms() {
   for (const form of document.querySelectorAll("form[data-confirm]")) {
     if (form.dataset.confirmBound) continue;
@@ -320,6 +333,7 @@ function schemaFields() {
 
 document.addEventListener("DOMContentLoaded", () => {
   schemaFields();
+  onceForms();
   refreshRelativeTimes();
   setInterval(refreshRelativeTimes, 15000);
   confirmForms();

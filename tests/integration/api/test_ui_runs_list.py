@@ -269,3 +269,20 @@ def seed_month(engine: Engine) -> None:
             )
         )
         conn.execute(text("ANALYZE tool_runs"))
+
+
+def test_bulk_over_a_text_search__says_the_window_it_looked_at(ui: TestClient, engine: Engine):
+    submit(ui, engine, "acme", {"word": "needle"})
+    seed_month(engine)  # 4,000 newer runs of acme
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE tool_runs SET requested_at = now() - interval '60 days'"
+                " WHERE input ? 'word'"
+            )
+        )
+    log_in(ui, create_api_key(engine, "acme"))
+    asked = bulk(ui, {"action": "cancel", "scope": "matching", "q": "needle"})
+    assert asked.status_code == 200
+    assert 'id="bulk-window"' in asked.text and "newest 2000 runs" in asked.text
+    assert "Cancel 0 runs?" in asked.text
