@@ -1,5 +1,6 @@
 """A run's actions: load or show it for a caller (at once, or once it ends), submit (watching
-the client), cancel, rerun; and the problem document of a refused submit."""
+the client), cancel, rerun, delete, read its logs; and the problem document of a refused
+submit."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from fastapi.concurrency import run_in_threadpool
 from api.deps import Services, visible_tenant
 from api.problems import Problem
 from runyard.domain.graph import GraphProblem
+from runyard.maintenance.retention import Deleted
+from runyard.maintenance.retention import delete_run as delete_stored_run
 from runyard.platform.models import ToolRun
 from runyard.queue import AdmissionRefused, IdempotencyConflict
 from runyard.queue.graph import UnknownDependency
-from runyard.reads.runs import RunReader, RunView
+from runyard.reads.runs import LOG_STREAMS, RunReader, RunView
 from runyard.submission.batches import TooManyDependencies
 from runyard.submission.request import (
     AboveMaximum,
@@ -190,3 +193,40 @@ async def rerun(
         rerun_of=old.id,
     )
     return await submit(request, services, run_request)
+
+
+def delete_run(services: Services, principal: Principal, run_id: uuid.UUID) -> None:
+    """Delete a terminal run and all that belongs to it; 404 if the caller cannot see it,
+    409 ``run_not_finished`` (with ``run_status``) while it is queued or running."""
+    outcome, status = delete_stored_run(
+        services.engine, run_id, visible_tenant(principal), services.artifacts.store
+    )
+    if outcome is Deleted.NOT_FOUND:
+        raise Problem(404, "run_not_found", f"no run {run_id}")
+    if outcome is Deleted.NOT_TERMINAL:
+        raise Problem(
+            409,
+            "run_not_finished",
+            f"the run is {status}; only a terminal run can be deleted (cancel it first)",
+            run_status=status,
+        )
+
+
+def run_logs(
+    services: Services, principal: Principal, run_id: uuid.UUID, streams: tuple[str, ...]
+) -> tuple[ToolRun, str]:
+    """The run and its log text: live chunks of the current attempt while it is not
+    terminal, the stored (capped) streams once it is; 404 if the caller cannot see it."""
+    run = load_run(services, principal, run_id)
+    if run.status.is_terminal:
+        text = "".join((run.stdout or "") if s == "stdout" else (run.stderr or "") for s in streams)
+    elif run.attempts > 0:
+        text = RunReader(services.engine).live_logs(run_id, run.attempts, streams)
+    else:
+        text = ""
+    return run, text
+
+
+def log_streams(stream: str) -> tuple[str, ...]:
+    """The streams a ``stream`` choice names (``both``: stdout then stderr)."""
+    return LOG_STREAMS if stream == "both" else (stream,)

@@ -6,11 +6,10 @@ import uuid
 
 from fastapi import APIRouter, Response
 
-from api.deps import PrincipalDep, ServicesDep, visible_tenant
+from api.actions import runs as run_actions
+from api.deps import PrincipalDep, ServicesDep
 from api.openapi import COMMON_ERRORS, problem
-from api.problems import Problem
 from api.routes import RUN_NOT_FOUND
-from runyard.maintenance.retention import Deleted, delete_run
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=COMMON_ERRORS)
 
@@ -28,16 +27,5 @@ router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=COMMON_ERRORS)
 )
 def remove_run(run_id: uuid.UUID, services: ServicesDep, principal: PrincipalDep) -> Response:
     """Delete a terminal run and all that belongs to it; its pending webhook goes too."""
-    outcome, status = delete_run(
-        services.engine, run_id, visible_tenant(principal), services.artifacts.store
-    )
-    if outcome is Deleted.NOT_FOUND:
-        raise Problem(404, "run_not_found", f"no run {run_id}")
-    if outcome is Deleted.NOT_TERMINAL:
-        raise Problem(
-            409,
-            "run_not_finished",
-            f"the run is {status}; only a terminal run can be deleted (cancel it first)",
-            run_status=status,
-        )
+    run_actions.delete_run(services, principal, run_id)
     return Response(status_code=204)

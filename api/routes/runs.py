@@ -18,7 +18,7 @@ from api.problems import Problem
 from api.routes import RUN_NOT_FOUND, IdempotencyKey, WaitSeconds
 from api.schemas import RunCreate, RunOut, RunPage
 from runyard.domain.states import RunMode, RunStatus
-from runyard.reads.runs import LOG_STREAMS, BadCursor, RunFilter, RunReader, RunView
+from runyard.reads.runs import BadCursor, RunFilter, RunReader, RunView
 from runyard.registry.tools import TOOL_NAME_PATTERN
 from runyard.tenancy.auth import priority_ceiling
 
@@ -184,14 +184,7 @@ def run_logs(
 ) -> PlainTextResponse:
     """stdout and/or stderr: live chunks of the current attempt while the run is not
     terminal, the stored (capped) streams once it is."""
-    run = run_actions.load_run(services, principal, run_id)
-    streams = LOG_STREAMS if stream == "both" else (stream,)
-    if run.status.is_terminal:
-        text = "".join((run.stdout or "") if s == "stdout" else (run.stderr or "") for s in streams)
-    elif run.attempts > 0:
-        text = RunReader(services.engine).live_logs(run_id, run.attempts, streams)
-    else:
-        text = ""
+    run, text = run_actions.run_logs(services, principal, run_id, run_actions.log_streams(stream))
     headers = {
         "X-Runyard-Run-Status": run.status.value,
         "X-Runyard-Stdout-Truncated": str(run.stdout_truncated).lower(),

@@ -83,30 +83,51 @@ def _frame(
     return Markup("".join(parts))
 
 
+# The finished bar's segments, bottom up, with the class that colours each (app.css).
+OUTCOMES: tuple[tuple[str, Callable[[QueueMinute], int]], ...] = (
+    ("succeeded", lambda m: m.succeeded),
+    ("failed", lambda m: m.failed),
+    ("cancelled", lambda m: m.cancelled),
+)
+
+
 def counts_chart(activity: QueueActivity, chart_id: str) -> Markup:
-    """Runs started and finished per minute, as pairs of bars."""
+    """Runs started per minute beside runs finished, the finished bar split into those that
+    succeeded, failed (or timed out) and were cancelled."""
     minutes = activity.minutes
     started = sum(m.started for m in minutes)
     finished = sum(m.finished for m in minutes)
     top = nice_ceiling(max([m.started for m in minutes] + [m.finished for m in minutes] + [1]))
     slot = PLOT_W / max(1, len(minutes))
     body = []
+
+    def bar(x: float, low: float, value: int, css: str, words: str) -> None:
+        y_top, y_low = _y(low + value, top), _y(low, top)
+        body.append(
+            f'<rect class="bar {css}" x="{x:.1f}" y="{y_top:.1f}" '
+            f'width="{slot * 0.4:.1f}" height="{y_low - y_top:.1f}">'
+            f"<title>{words}</title></rect>"
+        )
+
     for index, minute in enumerate(minutes):
         x = LEFT + index * slot
-        for offset, value, css, verb in (
-            (0.1, minute.started, "started", "started"),
-            (0.5, minute.finished, "finished", "finished"),
-        ):
-            if not value:
-                continue
-            y = _y(value, top)
-            body.append(
-                f'<rect class="bar {css}" x="{x + slot * offset:.1f}" y="{y:.1f}" '
-                f'width="{slot * 0.4:.1f}" height="{TOP + PLOT_H - y:.1f}">'
-                f"<title>{_hhmm(minute.minute)} UTC: {value} {verb}</title></rect>"
-            )
+        when = f"{_hhmm(minute.minute)} UTC"
+        if minute.started:
+            bar(x + slot * 0.1, 0, minute.started, "started", f"{when}: {minute.started} started")
+        low = 0
+        for css, pick in OUTCOMES:
+            value = pick(minute)
+            if value:
+                words = f"{when}: {value} {css} (of {minute.finished} finished)"
+                bar(x + slot * 0.5, low, value, css, words)
+                low += value
+    failed = sum(m.failed for m in minutes)
+    cancelled = sum(m.cancelled for m in minutes)
     title = f"Runs started and finished per minute, queue {activity.queue}"
-    summary = f"{started} started and {finished} finished in the last {len(minutes)} minutes"
+    summary = (
+        f"{started} started and {finished} finished ({finished - failed - cancelled} succeeded,"
+        f" {failed} failed or timed out, {cancelled} cancelled) in the last {len(minutes)} minutes"
+    )
     return _frame(chart_id, title, summary, minutes, top, lambda v: f"{v:g}", body)
 
 

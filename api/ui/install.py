@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from api.deps import DEV_TENANT
-from api.ui import artifact_views, build_views
+from api.ui import artifact_views, build_views, run_list, submit_views
 from api.ui.batch_views import router as batch_router
 from api.ui.context import (
     STATIC_PREFIX,
@@ -57,7 +57,10 @@ def install_ui(app: FastAPI, settings: Settings) -> None:
     app.add_exception_handler(LoginRequired, login_required_response)
     app.add_exception_handler(UiError, ui_error_response)
     app.mount(STATIC_PREFIX.rstrip("/"), StaticFiles(directory=STATIC_DIR), name="ui-static")
+    # The runs list first: its /ui/runs/rows and /ui/runs/bulk are not run ids.
+    app.include_router(run_list.router)
     app.include_router(router)
+    app.include_router(submit_views.router)
     app.include_router(artifact_views.router)
     app.include_router(build_views.router)
     app.include_router(batch_router)

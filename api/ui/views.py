@@ -4,24 +4,19 @@ submit, cancel and the live stream through the actions the JSON API calls too
 
 from __future__ import annotations
 
-import re
-import secrets
 import uuid
-from typing import Annotated, Any
-from urllib.parse import parse_qsl, urlencode
+from typing import Annotated, Any, Literal
+from urllib.parse import parse_qsl
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import HTMLResponse, RedirectResponse
-from pydantic import ValidationError
+from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 
 from api.actions import events as event_actions
 from api.actions import runs as run_actions
 from api.actions.events import MAX_EVENT_ID
 from api.deps import ServicesDep, visible_tenant
-from api.guard import BadJson, parse_json
 from api.problems import Problem
-from api.schemas import RunCreate
 from api.ui.artifact_views import artifact_rows
 from api.ui.charts import QueueCharts, counts_chart, waits_chart
 from api.ui.context import (
@@ -32,12 +27,12 @@ from api.ui.context import (
     check_csrf,
     check_same_origin,
 )
+from api.ui.run_logs import log_context
 from api.ui.session import COOKIE_NAME, COOKIE_PATH, Session, key_prefix
 from runyard.domain.states import TERMINAL_STATUSES, RunStatus
 from runyard.platform.models import ToolRun
 from runyard.queue.values import SYNC_QUEUE
 from runyard.reads.dashboard import (
-    log_snapshot,
     queue_activity,
     queue_overview,
     run_holder,
@@ -46,13 +41,13 @@ from runyard.reads.dashboard import (
 )
 from runyard.reads.dashboard_workflows import dependencies, scheduled_runs
 from runyard.reads.pools import live_workers_by_queue
-from runyard.reads.runs import WORKER_LIVE_SECONDS, BadCursor, RunFilter, RunReader
-from runyard.tenancy.auth import authenticate, priority_ceiling
+from runyard.reads.runs import WORKER_LIVE_SECONDS, RunReader
+from runyard.reads.tool_figures import TOOL_WINDOW_SECONDS, tool_figures
+from runyard.tenancy.auth import authenticate
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
 PAGE_SIZE = 25
-FORM_KEY = re.compile(r"[A-Za-z0-9_-]{8,64}")
 MAX_FORM_FIELDS = 20
 NOTICES = {
     "cancel_requested": "Cancel requested: the run stops within a few seconds.",
@@ -64,21 +59,27 @@ NOTICES = {
     "batch_nothing_to_retry": "Every run of the batch succeeded; nothing was retried.",
     "batch_not_finished": "The batch still has runs queued or running; retry it once they end.",
     "batch_retried": "These runs were just retried by someone else.",
+    "rerun_started": "Re-run started: this is a new run of the same tool and input.",
 }
 
 
-async def form_fields(request: Request) -> dict[str, str]:
+async def form_pairs(request: Request, max_fields: int = MAX_FORM_FIELDS) -> list[tuple[str, str]]:
     """A url-encoded form body from a page of this origin (the guard has checked its size
-    and media type); every dashboard POST, login included, reads its form through here."""
+    and media type), as its name-value pairs; every dashboard POST reads its form here."""
     check_same_origin(request)
     body = (await request.body()).decode("utf-8", errors="replace")
     try:
-        pairs = parse_qsl(body, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
+        pairs = parse_qsl(body, keep_blank_values=True, max_num_fields=max_fields)
     except ValueError as exc:
         raise UiError(400, "Bad form", "The form has too many fields.") from exc
     if any("\x00" in name or "\x00" in value for name, value in pairs):
         raise UiError(400, "Bad form", "NUL characters are not allowed in a form.")
-    return dict(pairs)
+    return pairs
+
+
+async def form_fields(request: Request) -> dict[str, str]:
+    """A form's fields by name (the last value of a repeated one), login included."""
+    return dict(await form_pairs(request))
 
 
 def _clamp(value: str | None, longest: int) -> str | None:
@@ -161,6 +162,31 @@ async def login(request: Request, services: ServicesDep, ui: UiDep) -> Response:
     return response
 
 
+THEME_COOKIE = "runyard_theme"
+THEMES = ("auto", "dark", "light")
+
+
+@router.post("/theme")
+async def choose_theme(request: Request) -> Response:
+    """Remember the colour theme in a cookie (``auto`` follows the system) and go back; a
+    preference, not tenant data, so it needs no session and no CSRF token."""
+    fields = await form_fields(request)
+    theme = fields.get("theme", "auto")
+    response = RedirectResponse(_safe_next(fields.get("back")), status_code=303)
+    if theme in ("dark", "light"):
+        response.set_cookie(
+            THEME_COOKIE,
+            theme,
+            max_age=365 * 86_400,
+            path=COOKIE_PATH,
+            httponly=True,
+            samesite="strict",
+        )
+    else:
+        response.delete_cookie(THEME_COOKIE, path=COOKIE_PATH, httponly=True, samesite="strict")
+    return response
+
+
 @router.post("/logout")
 async def logout(request: Request, session: SessionDep) -> Response:
     """Forget the session cookie."""
@@ -170,78 +196,7 @@ async def logout(request: Request, session: SessionDep) -> Response:
     return response
 
 
-def _run_filters(session_tenant: str | None, status: str | None, tool: str | None) -> RunFilter:
-    chosen_status = None
-    if status:
-        try:
-            chosen_status = RunStatus(status)
-        except ValueError:
-            chosen_status = None
-    return RunFilter(tenant=session_tenant, status=chosen_status, tool=_clamp(tool, 63) or None)
-
-
-def _runs_context(services: ServicesDep, filters: RunFilter, cursor: str | None) -> dict[str, Any]:
-    reader = RunReader(services.engine)
-    try:
-        rows, next_cursor = reader.page(filters, limit=PAGE_SIZE, cursor=cursor)
-    except BadCursor:
-        # A mangled link: show the newest page rather than an error.
-        cursor = None
-        rows, next_cursor = reader.page(filters, limit=PAGE_SIZE)
-    query: dict[str, str] = {}
-    if filters.status is not None:
-        query["status"] = filters.status.value
-    if filters.tool is not None:
-        query["tool"] = filters.tool
-    older = urlencode({**query, "cursor": next_cursor}) if next_cursor else None
-    later = [run.id for run in rows if run.status == RunStatus.QUEUED and run.run_at is not None]
-    return {
-        "runs": rows,
-        "scheduled": scheduled_runs(services.engine, later),
-        "filters": filters,
-        "query": urlencode(query),
-        "rows_query": urlencode({**query, **({"cursor": cursor} if cursor else {})}),
-        "older_query": older,
-        "first_page": cursor is None,
-    }
-
-
-def runs_listing(
-    services: ServicesDep,
-    session: SessionDep,
-    status: str | None = None,
-    tool: str | None = None,
-    cursor: str | None = None,
-) -> dict[str, Any]:
-    """One page of the runs the caller may see, from the page's query."""
-    filters = _run_filters(visible_tenant(session.principal), status, tool)
-    return _runs_context(services, filters, _clamp(cursor, 200))
-
-
-RunsListingDep = Annotated[dict[str, Any], Depends(runs_listing)]
-
-
-@router.get("/runs")
-def runs_page(
-    request: Request, services: ServicesDep, ui: UiDep, listing: RunsListingDep
-) -> HTMLResponse:
-    """Runs newest first, filtered by status and tool, refreshed in place by app.js."""
-    context = {
-        **listing,
-        "statuses": [s.value for s in RunStatus],
-        "tools": sorted(services.registry.tools),
-        "title": "Runs",
-    }
-    return page(ui, request, "runs.html", context)
-
-
-@router.get("/runs/rows")
-def runs_rows(request: Request, ui: UiDep, listing: RunsListingDep) -> HTMLResponse:
-    """The table body of the runs page, for its live refresh."""
-    return page(ui, request, "_run_rows.html", listing)
-
-
-def _load_run(services: ServicesDep, session: Session, run_id: str) -> ToolRun:
+def load_visible_run(services: ServicesDep, session: Session, run_id: str) -> ToolRun:
     """The run if the caller may see it; the dashboard's 404 otherwise."""
     run = RunReader(services.engine).get(_parse_run_id(run_id), visible_tenant(session.principal))
     if run is None:
@@ -275,18 +230,13 @@ def _panel_context(services: ServicesDep, run: ToolRun) -> dict[str, Any]:
 def run_page(
     run_id: str, request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
 ) -> HTMLResponse:
-    """One run: summary, result, logs (live while it runs), timeline, cancel."""
-    run = _load_run(services, session, run_id)
-    context = _panel_context(services, run)
-    if context["terminal"]:
-        stdout, stderr, upto, attempt = run.stdout or "", run.stderr or "", 0, run.attempts
-    else:
-        snapshot = log_snapshot(services.engine, run.id)
-        stdout, stderr, upto = snapshot.stdout, snapshot.stderr, snapshot.upto
-        attempt = snapshot.attempt
-    context.update(
-        title=f"Run {run.id}", stdout=stdout, stderr=stderr, upto=upto, log_attempt=attempt
-    )
+    """One run: summary, logs (live while it runs), result, artifacts, timeline, input."""
+    run = load_visible_run(services, session, run_id)
+    context = {
+        **_panel_context(services, run),
+        **log_context(services, run),
+        "title": f"Run {run.id}",
+    }
     return page(ui, request, "run.html", context)
 
 
@@ -294,9 +244,18 @@ def run_page(
 def run_panel(
     run_id: str, request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
 ) -> HTMLResponse:
-    """The summary and timeline of a run page, for its live refresh."""
-    run = _load_run(services, session, run_id)
+    """The summary of a run page, for its live refresh."""
+    run = load_visible_run(services, session, run_id)
     return page(ui, request, "_run_panel.html", _panel_context(services, run))
+
+
+@router.get("/runs/{run_id}/details")
+def run_details(
+    run_id: str, request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
+) -> HTMLResponse:
+    """The result, artifacts and timeline of a run page, for its live refresh."""
+    run = load_visible_run(services, session, run_id)
+    return page(ui, request, "_run_details.html", _panel_context(services, run))
 
 
 @router.get("/runs/{run_id}/logs")
@@ -304,15 +263,8 @@ def run_logs_fragment(
     run_id: str, request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
 ) -> HTMLResponse:
     """The stored (capped) logs of a finished run, swapped in when it ends."""
-    run = _load_run(services, session, run_id)
-    context = {
-        "run": run,
-        "stdout": run.stdout or "",
-        "stderr": run.stderr or "",
-        "upto": 0,
-        "log_attempt": run.attempts,
-    }
-    return page(ui, request, "_run_logs.html", context)
+    run = load_visible_run(services, session, run_id)
+    return page(ui, request, "_run_logs.html", {"run": run, **log_context(services, run)})
 
 
 @router.get("/runs/{run_id}/events")
@@ -352,70 +304,42 @@ async def cancel(
     return RedirectResponse(f"/ui/runs/{parsed}?notice={notice}", status_code=303)
 
 
-def _submit_context(
-    services: ServicesDep, tool: str | None, input_text: str, error: str | None
-) -> dict[str, Any]:
-    registry = services.registry
-    chosen = tool if tool in registry.tools else None
-    return {
-        "title": "Submit a run",
-        "tools": [registry.tools[name] for name in sorted(registry.tools)],
-        "chosen": chosen,
-        "input_text": input_text,
-        "error": error,
-        # A fresh Idempotency-Key per form: submitting the same form twice makes one run.
-        "form_key": secrets.token_urlsafe(16),
-        "sync_mode": services.sync is not None,
-    }
-
-
-@router.get("/submit")
-def submit_form(
-    request: Request,
-    services: ServicesDep,
-    ui: UiDep,
-    session: SessionDep,
-    tool: str | None = None,
-) -> HTMLResponse:
-    """A form: pick a tool, write its JSON input."""
-    return page(ui, request, "submit.html", _submit_context(services, _clamp(tool, 63), "{}", None))
-
-
-@router.post("/submit")
-async def submit(
-    request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
+@router.post("/runs/{run_id}/rerun")
+async def rerun(
+    run_id: str, request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
 ) -> Response:
-    """Submit through the API's own path (admission, idempotency, sync mode), then show it."""
-    fields = await form_fields(request)
-    check_csrf(session, fields)
-    tool = fields.get("tool", "")
-    input_text = fields.get("input", "")
+    """Re-run from the run page (the API's own rerun), then show the new run."""
+    check_csrf(session, await form_fields(request))
+    parsed = _parse_run_id(run_id)
+    try:
+        submitted = await run_actions.rerun(request, services, session.principal, parsed)
+    except Problem as exc:
+        if exc.status == 404:
+            raise no_run(run_id) from exc
+        raise UiError(exc.status, "Not re-run", exc.detail) from exc
+    return RedirectResponse(f"/ui/runs/{submitted.run.id}?notice=rerun_started", status_code=303)
 
-    def again(message: str, status_code: int) -> HTMLResponse:
-        context = _submit_context(services, tool, input_text, message)
-        return page(ui, request, "submit.html", context, status_code=status_code)
 
+@router.get("/runs/{run_id}/log.txt")
+def download_log(
+    run_id: str,
+    services: ServicesDep,
+    session: SessionDep,
+    stream: Annotated[Literal["stdout", "stderr", "both"], Query()] = "both",
+) -> PlainTextResponse:
+    """The log as text (the API's logs action: the stored, capped log of a finished run, the
+    current attempt's chunks so far of a live one), as a download."""
+    parsed = _parse_run_id(run_id)
     try:
-        value = parse_json(input_text.encode(), services.settings.max_json_depth)
-    except BadJson as exc:
-        return again(f"The input is not valid JSON: {exc.detail}", 422)
-    try:
-        body = RunCreate(tool=tool, input=value)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        return again(f"{where}: {first['msg']}", 422)
-    form_key = fields.get("form_key", "")
-    key = form_key if FORM_KEY.fullmatch(form_key) else None
-    try:
-        submitted = await run_actions.submit(
-            request,
-            services,
-            body.request(session.principal.tenant, key, priority_ceiling(session.principal)),
+        run, text = run_actions.run_logs(
+            services, session.principal, parsed, run_actions.log_streams(stream)
         )
     except Problem as exc:
-        return again(exc.detail, exc.status)
-    return RedirectResponse(f"/ui/runs/{submitted.run.id}", status_code=303)
+        raise no_run(run_id) from exc
+    name = f"run-{run.id}-{stream}.txt"
+    return PlainTextResponse(
+        text, headers={"Content-Disposition": f'attachment; filename="{name}"'}
+    )
 
 
 @router.get("/queue")
@@ -454,7 +378,14 @@ def workers_page(
 def tools_page(
     request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
 ) -> HTMLResponse:
-    """The tool registry with its limits and input schemas."""
+    """The tool registry with its limits and input schemas, and each tool's last day."""
     registry = services.registry
     tools = [registry.tools[name] for name in sorted(registry.tools)]
-    return page(ui, request, "tools.html", {"title": "Tools", "tools": tools})
+    figures = tool_figures(services.engine, visible_tenant(session.principal))
+    context = {
+        "title": "Tools",
+        "tools": tools,
+        "figures": figures,
+        "window_hours": TOOL_WINDOW_SECONDS // 3600,
+    }
+    return page(ui, request, "tools.html", context)

@@ -81,7 +81,9 @@ STARTS_PER_MINUTE_ALL = text(_STARTS.format(tenant=""))
 STARTS_PER_MINUTE_OF_TENANT = text(_STARTS.format(tenant="AND r.tenant = :tenant"))
 # The status list matches the partial index of terminal runs by finished_at.
 _FINISHES = """
-    SELECT j.queue, date_trunc('minute', r.finished_at) AS minute, count(*) AS finished
+    SELECT j.queue, date_trunc('minute', r.finished_at) AS minute, count(*) AS finished,
+           count(*) FILTER (WHERE r.status IN ('failed', 'timed_out')) AS failed,
+           count(*) FILTER (WHERE r.status = 'cancelled') AS cancelled
     FROM tool_runs r JOIN tool_run_jobs j ON j.run_id = r.id
     WHERE r.status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
       AND r.finished_at >= :since
@@ -137,13 +139,21 @@ class QueueOverview:
 
 @dataclass(frozen=True)
 class QueueMinute:
-    """One minute of one queue: runs started and finished, and the started runs' waits."""
+    """One minute of one queue: runs started and finished (of those, how many failed or
+    timed out and how many were cancelled; the rest succeeded), and the started runs' waits."""
 
     minute: datetime
     started: int = 0
     finished: int = 0
     wait_p50: float | None = None
     wait_p95: float | None = None
+    failed: int = 0
+    cancelled: int = 0
+
+    @property
+    def succeeded(self) -> int:
+        """Finished runs that neither failed nor were cancelled."""
+        return self.finished - self.failed - self.cancelled
 
 
 @dataclass(frozen=True)
@@ -179,6 +189,15 @@ class Holder:
 
 
 @dataclass(frozen=True)
+class LogChunk:
+    """One stored piece of a stream and when the worker stored it."""
+
+    stream: str
+    at: datetime
+    text: str
+
+
+@dataclass(frozen=True)
 class LogSnapshot:
     """The live log chunks of ``attempt`` up to event ``upto``; later ones come over SSE."""
 
@@ -186,6 +205,7 @@ class LogSnapshot:
     stderr: str
     upto: int
     attempt: int
+    chunks: tuple[LogChunk, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -248,7 +268,10 @@ def queue_activity(
         since,
         minutes,
         [(row.queue, row.minute, int(row.started), *(row.waits or (None, None))) for row in starts],
-        [(row.queue, row.minute, int(row.finished)) for row in finishes],
+        [
+            (row.queue, row.minute, int(row.finished), int(row.failed), int(row.cancelled))
+            for row in finishes
+        ],
     )
 
 
@@ -256,17 +279,18 @@ def fill_minutes(
     since: datetime,
     minutes: int,
     starts: list[tuple[str, datetime, int, float | None, float | None]],
-    finishes: list[tuple[str, datetime, int]],
+    finishes: list[tuple[str, datetime, int, int, int]] | list[tuple[str, datetime, int]],
 ) -> list[QueueActivity]:
     """The statements' sparse rows as one entry per minute and queue, queues by name."""
     slots = [since + timedelta(minutes=offset) for offset in range(minutes)]
     found: dict[str, dict[datetime, QueueMinute]] = {}
     for queue, minute, started, p50, p95 in starts:
         found.setdefault(queue, {})[minute] = QueueMinute(minute, started, 0, p50, p95)
-    for queue, minute, finished in finishes:
+    for queue, minute, finished, *split in finishes:
+        failed, cancelled = split if split else (0, 0)
         row = found.setdefault(queue, {}).get(minute, QueueMinute(minute))
         found[queue][minute] = QueueMinute(
-            minute, row.started, finished, row.wait_p50, row.wait_p95
+            minute, row.started, finished, row.wait_p50, row.wait_p95, failed, cancelled
         )
     return [
         QueueActivity(queue, [found[queue].get(slot, QueueMinute(slot)) for slot in slots])
@@ -333,15 +357,18 @@ def log_snapshot(engine: Engine, run_id: uuid.UUID) -> LogSnapshot:
     with engine.connect() as conn:
         rows = conn.execute(LOG_SNAPSHOT, {"run_id": run_id}).all()
     out = {stream: "" for stream in LOG_STREAMS}
+    chunks = []
     for row in rows:
         if row.type is not None:
             out[row.type] += row.text or ""
+            chunks.append(LogChunk(row.type, row.at, row.text or ""))
     first = rows[0] if rows else None
     return LogSnapshot(
         stdout=out["stdout"],
         stderr=out["stderr"],
         upto=int(first.upto or 0) if first else 0,
         attempt=int(first.attempts) if first else 0,
+        chunks=tuple(chunks),
     )
 
 

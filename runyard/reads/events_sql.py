@@ -61,10 +61,10 @@ LOG_SNAPSHOT = _sql(
         ORDER BY xact_id DESC, id DESC
         LIMIT 1
     )
-    SELECT run.attempts, last.id AS upto, e.type, e.text
+    SELECT run.attempts, last.id AS upto, e.type, e.text, e.at
     FROM run LEFT JOIN last ON true
     LEFT JOIN LATERAL (
-        SELECT type, data->>'text' AS text, xact_id, id FROM tool_run_events
+        SELECT type, data->>'text' AS text, at, xact_id, id FROM tool_run_events
         WHERE run_id = :run_id AND (xact_id, id) <= (last.xact_id, last.id)
           AND type IN ('stdout', 'stderr') AND data->>'attempt' = CAST(run.attempts AS text)
     ) e ON true

@@ -157,7 +157,7 @@ def test_tenancy__another_tenant_cannot_open_the_run_page(browser: Browser, dash
     assert response is not None and response.status == 404
     expect(intruder.get_by_role("heading", name="Not found")).to_be_visible()
     expect(intruder.locator("body")).not_to_contain_text("acme-only-7f3a")
-    for suffix in ("/panel", "/logs"):
+    for suffix in ("/panel", "/details", "/logs", "/log.txt"):
         fragment = intruder.request.get(run_path + suffix)
         assert fragment.status == 404 and "acme-only-7f3a" not in fragment.text()
     intruder.goto("/ui/runs")

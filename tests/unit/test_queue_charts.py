@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
 
@@ -46,7 +47,7 @@ def test_nice_ceiling__table(value: float, top: float):
 def _activity(queue: str = "fast") -> QueueActivity:
     minutes = [QueueMinute(at(i)) for i in range(60)]
     minutes[10] = QueueMinute(at(10), 4, 0, 0.2, 1.5)
-    minutes[11] = QueueMinute(at(11), 1, 3, 0.4, 0.4)
+    minutes[11] = QueueMinute(at(11), 1, 3, 0.4, 0.4, failed=1, cancelled=1)
     minutes[40] = QueueMinute(at(40), 0, 2, None, None)
     minutes[59] = QueueMinute(at(59), 2, 0, 3.0, 7.0)
     return QueueActivity(queue, minutes)
@@ -55,11 +56,28 @@ def _activity(queue: str = "fast") -> QueueActivity:
 def test_counts_chart__a_bar_per_nonzero_count_with_its_minute():
     root = ET.fromstring(str(counts_chart(_activity(), "c1")))
     bars = root.findall(f"{SVG}rect")
-    assert len(bars) == 5  # three minutes with starts, two with finishes
+    # Three minutes with starts; finishes: one outcome at 10:40, three stacked at 10:11.
+    assert len(bars) == 7
     titles = sorted(str(bar.find(f"{SVG}title").text) for bar in bars)  # type: ignore[union-attr]
-    assert "10:10 UTC: 4 started" in titles and "10:40 UTC: 2 finished" in titles
+    assert "10:10 UTC: 4 started" in titles
+    assert "10:40 UTC: 2 succeeded (of 2 finished)" in titles
+    stack = [bar for bar in bars if "10:11 UTC" in str(bar.find(f"{SVG}title").text)]  # type: ignore[union-attr]
+    assert [bar.get("class") for bar in stack] == [
+        "bar started",
+        "bar succeeded",
+        "bar failed",
+        "bar cancelled",
+    ]
+    # Stacked bottom up: each segment starts where the one below it ends.
+    for below, above in itertools.pairwise(stack[1:]):
+        assert float(above.get("y") or 0) + float(above.get("height") or 0) == pytest.approx(
+            float(below.get("y") or 0), abs=0.1
+        )
     assert root.get("aria-labelledby") == "c1-t c1-d"
-    assert root.find(f"{SVG}desc").text == "7 started and 5 finished in the last 60 minutes"  # type: ignore[union-attr]
+    assert root.find(f"{SVG}desc").text == (  # type: ignore[union-attr]
+        "7 started and 5 finished (3 succeeded, 1 failed or timed out, 1 cancelled)"
+        " in the last 60 minutes"
+    )
     tallest = max(float(bar.get("height") or 0) for bar in bars)
     assert tallest == pytest.approx(140 * 4 / 5, abs=0.1)  # 4 on a scale of 5
 

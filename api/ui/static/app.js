@@ -61,6 +61,8 @@ function liveRunsTable(tbody) {
     if (busy || pause.paused || document.hidden) return;
     // Never pull the rug from under a keyboard user's focus.
     if (tbody.contains(document.activeElement)) return;
+    // Nor wipe a selection made for a bulk action.
+    if (tbody.querySelector("input[type=checkbox]:checked")) return;
     busy = true;
     try {
       const html = await fetchFragment(tbody.dataset.refresh);
@@ -149,8 +151,15 @@ function liveBatch(panel) {
   const timer = setInterval(tick, Number(panel.dataset.interval || "2000"));
 }
 
+function clockOf(iso) {
+  // The UTC time of day of an ISO timestamp, as the server stamps log lines.
+  const at = new Date(iso);
+  return Number.isNaN(at.getTime()) ? "" : at.toISOString().slice(11, 19);
+}
+
 function liveRunPage(page) {
   const panel = document.getElementById("run-panel");
+  const details = document.getElementById("run-details");
   const announce = document.getElementById("live-status");
   let logs = document.getElementById("run-logs");
   let lastId = Number(logs.dataset.upto || "0");
@@ -170,15 +179,23 @@ function liveRunPage(page) {
     panelTimer = null;
     const seq = ++panelSeq;
     const before = currentStatus();
-    const html = await fetchFragment(page.dataset.panel);
+    const [html, more] = await Promise.all([
+      fetchFragment(page.dataset.panel),
+      details ? fetchFragment(page.dataset.details) : Promise.resolve(null),
+    ]);
     // An answer older than a later request's must not overwrite it.
     if (html === null || seq !== panelSeq) return;
-    if (panel.contains(document.activeElement)) {
+    if (panel.contains(document.activeElement) ||
+        (details && details.contains(document.activeElement))) {
       panelTimer = setTimeout(refreshPanel, 1000);
       return;
     }
     panel.innerHTML = html;
     refreshRelativeTimes(panel);
+    if (details && more !== null) {
+      details.innerHTML = more;
+      refreshRelativeTimes(details);
+    }
     const after = currentStatus();
     if (after && after !== before && announce) announce.textContent = "Run " + after;
   }
@@ -194,10 +211,20 @@ function liveRunPage(page) {
     logs = document.getElementById("run-logs");
   }
 
-  function append(stream, text) {
+  function append(stream, text, at) {
     const pre = document.getElementById(stream);
     const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
-    pre.append(document.createTextNode(text));
+    if (!text) return;
+    const chunk = document.createElement("span");
+    chunk.className = "chunk";
+    // A chunk that starts a line shows its time, as the server renders stored chunks.
+    const shown = pre.textContent;
+    if (at && (shown === "" || shown.endsWith("\n"))) {
+      chunk.dataset.time = clockOf(at);
+      chunk.title = at;
+    }
+    chunk.textContent = text;
+    pre.append(chunk);
     if (atBottom) pre.scrollTop = pre.scrollHeight;
   }
 
@@ -236,7 +263,7 @@ function liveRunPage(page) {
           document.getElementById("stdout").textContent = "";
           document.getElementById("stderr").textContent = "";
         }
-        if (data.attempt === attempt) append(stream, data.text || "");
+        if (data.attempt === attempt) append(stream, data.text || "", data.at);
       });
     }
     for (const type of TIMELINE_EVENTS) {
@@ -267,6 +294,19 @@ function liveRunPage(page) {
   open();
 }
 
+function onceForms() {
+  // A form that starts work (bulk actions) is sent once: a second click does nothing.
+  for (const form of document.querySelectorAll("form[data-once]")) {
+    form.addEventListener("submit", (event) => {
+      if (form.dataset.sent) {
+        event.preventDefault();
+        return;
+      }
+      form.dataset.sent = "1";
+    });
+  }
+}
+
 function confirmForms() {
   for (const form of document.querySelectorAll("form[data-confirm]")) {
     if (form.dataset.confirmBound) continue;
@@ -277,7 +317,23 @@ function confirmForms() {
   }
 }
 
+function schemaFields() {
+  // The submit form: show (and send) only the chosen tool's fields.
+  const select = document.getElementById("tool");
+  const sets = document.querySelectorAll("fieldset[data-tool-fields]");
+  if (!select || sets.length === 0) return;
+  select.addEventListener("change", () => {
+    for (const set of sets) {
+      const mine = set.dataset.toolFields === select.value;
+      set.hidden = !mine;
+      set.disabled = !mine;
+    }
+  });
+}
+
 document.addEventListener("DOMContentLoaded", () => {
+  schemaFields();
+  onceForms();
   refreshRelativeTimes();
   setInterval(refreshRelativeTimes, 15000);
   confirmForms();

@@ -75,7 +75,7 @@ def test_queue_activity__starts_finishes_and_waits_per_minute_and_queue(engine: 
     assert at_t.minute == minute(t) and (at_t.started, at_t.finished) == (5, 0)
     assert at_t.wait_p50 == pytest.approx(3.0)
     assert at_t.wait_p95 == pytest.approx(8.8)  # between 4 and 10, as percentile_cont does
-    assert default.minutes[-1] == QueueMinute(minute(NOW), 0, 1)  # the cancelled one
+    assert default.minutes[-1] == QueueMinute(minute(NOW), 0, 1, cancelled=1)  # the cancelled one
     assert sum(m.started for m in default.minutes) == 5
     slow_t = [m for m in slow.minutes if m.started or m.finished]
     assert [(m.minute, m.started, m.finished) for m in slow_t] == [
@@ -83,6 +83,15 @@ def test_queue_activity__starts_finishes_and_waits_per_minute_and_queue(engine: 
         (minute(t), 0, 1),
     ]
     assert slow_t[0].wait_p50 == pytest.approx(60.0)
+
+
+def test_queue_activity__splits_finished_runs_by_outcome(engine: Engine):
+    t = NOW - timedelta(minutes=2)
+    for status in ("succeeded", "succeeded", "failed", "timed_out", "cancelled"):
+        add_run(engine, requested=t, started=t, finished=t, status=status)
+    (default,) = queue_activity(engine, None, now=NOW)
+    (busy,) = [m for m in default.minutes if m.finished]
+    assert (busy.finished, busy.succeeded, busy.failed, busy.cancelled) == (5, 2, 2, 1)
 
 
 def test_queue_activity__a_tenant_sees_only_its_runs(engine: Engine):

@@ -132,7 +132,13 @@ def test_tenancy__another_tenants_run_is_404_on_every_dashboard_route(
     log_in(app_client, create_api_key(engine, "acme"))
     token = csrf(app_client)
 
-    for path in (f"/ui/runs/{theirs}", f"/ui/runs/{theirs}/panel", f"/ui/runs/{theirs}/logs"):
+    for path in (
+        f"/ui/runs/{theirs}",
+        f"/ui/runs/{theirs}/panel",
+        f"/ui/runs/{theirs}/details",
+        f"/ui/runs/{theirs}/logs",
+        f"/ui/runs/{theirs}/log.txt",
+    ):
         response = app_client.get(path)
         assert response.status_code == 404, path
         assert theirs in response.text and "no run" in response.text
@@ -270,7 +276,7 @@ def test_timeline__shows_claims_lost_heartbeats_requeues_hand_overs_and_adoption
     assert requeued.owned
     log_in(app_client, create_api_key(engine, "acme"))
 
-    panel = app_client.get(f"/ui/runs/{run_id}/panel").text
+    panel = app_client.get(f"/ui/runs/{run_id}/details").text
     items = re.findall(
         r'<span class="ev-what">(.*?)</span>\s*(?:<span class="ev-details">(.*?)</span>)?', panel
     )
@@ -325,7 +331,7 @@ def test_run_page__names_the_worker_holding_a_running_run_but_no_lease_token(
     assert holder is not None and "w-holder" in holder.group(1) and "lease until" in holder.group(1)
     assert str(job.lease_token) not in page
     assert "engine-a" not in page
-    timeline = app_client.get(f"/ui/runs/{run_id}/panel").text
+    timeline = app_client.get(f"/ui/runs/{run_id}/details").text
     assert "Claimed" in timeline and "worker id: w-holder" in timeline
 
 
