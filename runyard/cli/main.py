@@ -79,6 +79,14 @@ def _service_first(args: argparse.Namespace) -> int:
     raise UsageError(f"a service takes no flags before its name: runyard {args.command} [FLAGS]")
 
 
+def _completion(args: argparse.Namespace) -> int:
+    """stdout: the shell's completion script, made from this very parser."""
+    import shtab
+
+    print(shtab.complete(build_parser(), shell=args.shell))  # noqa: T201
+    return EXIT_OK
+
+
 def _migrate(args: argparse.Namespace) -> int:
     from runyard.platform.db import migrate
 
@@ -526,6 +534,16 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("key", help="the key's prefix, as `keys ls` shows it")
     revoke.set_defaults(func=_keys_revoke)
     _add_client_commands(sub)
+    completion = sub.add_parser(
+        "completion",
+        help="print a shell completion script (bash, zsh or fish)",
+        description="Print the completion script of a shell. bash: "
+        'eval "$(runyard completion bash)" in ~/.bashrc; zsh: runyard completion zsh > '
+        '"${fpath[1]}/_runyard"; fish: runyard completion fish > '
+        "~/.config/fish/completions/runyard.fish",
+    )
+    completion.add_argument("shell", choices=["bash", "zsh", "fish"])
+    completion.set_defaults(func=_completion)
     return parser
 
 
