@@ -42,6 +42,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = Settings()
     configure(settings.log_level, settings.log_format)
+    if not settings.database_url:
+        # Found here, not in the app's startup: one line instead of the lifespan's traceback.
+        logger.error("cannot start: RUNYARD_DATABASE_URL is not set")
+        return 2
     workers = args.workers or settings.api_workers
     if workers < 1:
         parser.error("--workers must be 1 or more")

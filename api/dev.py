@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -37,6 +38,30 @@ def start_embedded_postgres(data_dir: Path) -> tuple[str, Callable[[], None]]:
     return str(server.get_uri()), server.cleanup
 
 
+def masked_database_url(url: str) -> str:
+    """``url`` with its password (if any) shown as ``***``; a URL it cannot parse: as is."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
+def banner_text(url: str, database_url: str, database_source: str, details: Sequence[str]) -> str:
+    """What ``runyard dev`` prints once it is up: where everything is, then ``details``."""
+    lines = [
+        f"runyard dev is up at {url}",
+        f"  API:       {url}/v1/",
+        f"  dashboard: {url}/ui/",
+        f"  API docs:  {url}/docs",
+        f"  database:  {masked_database_url(database_url)} ({database_source})",
+        *(f"  {detail}" for detail in details),
+    ]
+    return "\n" + "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Bring everything up; Ctrl-C stops it."""
     parser = argparse.ArgumentParser(prog="runyard dev", description=__doc__)
@@ -49,9 +74,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A developer's webhook receiver is on this machine; a deployment opens loopback itself.
     os.environ.setdefault("RUNYARD_WEBHOOK_ALLOW_LOOPBACK", "true")
     stop_postgres: Callable[[], None] = lambda: None  # noqa: E731
+    database_source = "RUNYARD_DATABASE_URL"
     if not os.environ.get("RUNYARD_DATABASE_URL"):
-        url, stop_postgres = start_embedded_postgres(Path(args.data_dir).resolve())
+        data_dir = Path(args.data_dir).resolve()
+        url, stop_postgres = start_embedded_postgres(data_dir)
         os.environ["RUNYARD_DATABASE_URL"] = url
+        database_source = f"embedded, data in {data_dir}"
     settings = Settings()
     configure(settings.log_level, settings.log_format)
     migrate(settings.database_url)
@@ -71,24 +99,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     host = args.host or settings.api_host
     port = args.port or settings.api_port
     url = f"http://{host}:{port}"
-    banner = (
-        f"\nrunyard dev is up at {url}\n"
-        "  auth is OFF (RUNYARD_AUTH_DISABLED=true): do not expose this port\n"
-        f"  webhooks may go to loopback: {settings.webhook_allow_loopback} "
-        "(RUNYARD_WEBHOOK_ALLOW_LOOPBACK)\n"
-        f"  inputs: {worker.inputs} (RUNYARD_HOST_WORKDIR_ROOT={settings.host_workdir_root})\n"
-        f"  try: curl -s -X POST {url}/v1/runs -H 'content-type: application/json' "
-        '-d \'{"tool":"echo","input":{"hello":"world"}}\'\n'
+    banner = banner_text(
+        url,
+        settings.database_url,
+        database_source,
+        [
+            "auth is OFF (RUNYARD_AUTH_DISABLED=true): do not expose this port",
+            f"webhooks may go to loopback: {settings.webhook_allow_loopback} "
+            "(RUNYARD_WEBHOOK_ALLOW_LOOPBACK)",
+            f"inputs: {worker.inputs} (RUNYARD_HOST_WORKDIR_ROOT={settings.host_workdir_root})",
+            f"try: curl -s -X POST {url}/v1/runs -H 'content-type: application/json' "
+            '-d \'{"tool":"echo","input":{"hello":"world"}}\'',
+        ],
     )
-    print(banner, flush=True)  # noqa: T201
-    try:
-        uvicorn.run(
+    server = uvicorn.Server(
+        uvicorn.Config(
             create_app(settings, metrics=metrics),
             host=host,
             port=port,
             log_config=None,
             access_log=False,
         )
+    )
+
+    def announce() -> None:
+        # Once the port answers: a reader who waits for the banner can use the stack at once.
+        while not server.started and not server.should_exit:
+            time.sleep(0.05)
+        if server.started:
+            print(banner, flush=True)  # noqa: T201
+
+    threading.Thread(target=announce, name="dev-banner", daemon=True).start()
+    try:
+        server.run()
     finally:
         wakeups.stop()
         worker.hand_over()

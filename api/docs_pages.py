@@ -10,7 +10,7 @@ from importlib import resources
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 ASSETS_PREFIX = "/docs-assets"
@@ -41,3 +41,12 @@ def install_docs(app: FastAPI) -> None:
             swagger_favicon_url=f"{root}{ASSETS_PREFIX}/favicon.png",
             swagger_ui_parameters=SWAGGER_PARAMETERS,
         )
+
+
+def install_front_door(app: FastAPI, landing: str) -> None:
+    """``GET /`` sends a browser on to ``landing`` (the dashboard, or the docs without it)."""
+
+    @app.get("/", include_in_schema=False)
+    async def front_door(request: Request) -> RedirectResponse:
+        root = str(request.scope.get("root_path", "")).rstrip("/")
+        return RedirectResponse(f"{root}{landing}", status_code=307)

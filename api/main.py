@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 
 import runyard
 from api.deps import Services
-from api.docs_pages import install_docs
+from api.docs_pages import install_docs, install_front_door
 from api.guard import RequestGuard
 from api.http_metrics import RequestMetrics
 from api.openapi import OPENAPI_TAGS, install_openapi
@@ -315,4 +315,5 @@ def create_app(
         install_ui(app, settings)
     install_openapi(app)
     install_docs(app)
+    install_front_door(app, "/ui/" if settings.ui_enabled else "/docs")
     return app

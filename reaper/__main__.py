@@ -73,9 +73,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = Settings()
     configure(settings.log_level, settings.log_format)
     metrics = Metrics()
-    log_plan(logger, settings.connection_plan(), None)
-    reaper = build_reaper(settings, metrics)
-    deliverer = build_deliverer(settings, metrics)
+    try:
+        log_plan(logger, settings.connection_plan(), None)
+        reaper = build_reaper(settings, metrics)
+        deliverer = build_deliverer(settings, metrics)
+    except ValueError as exc:
+        logger.error("cannot start: %s", exc)
+        return 2
     if args.once:
         result = reaper.run_once()
         delivered = deliverer.run_once()

@@ -89,7 +89,7 @@ def read_input(raw: str, what: str = "--input") -> Any:
         try:
             raw = Path(raw[1:]).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read {what} file: {exc}") from exc
+            raise UsageError(f"cannot read {what}: {exc}") from exc
     try:
         return json.loads(raw)
     except ValueError as exc:

@@ -40,6 +40,7 @@ from runyard.cli.common import (
     run_line,
     say,
 )
+from runyard.cli.failures import database_url_problem, describe_failure
 from runyard.cli.spinner import Spinner
 from runyard.cli.waiting import follow_logs, wait_for_run
 from runyard.cli.workflows import add_workflow_commands
@@ -61,10 +62,35 @@ def _service_main(module: str) -> Callable[[Sequence[str]], int]:
     return cast(Callable[[Sequence[str]], int], importlib.import_module(module).main)
 
 
+def _database_settings() -> Settings:
+    """The settings of a database command; a usage error when they name no usable database."""
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        raise UsageError(f"the settings are not valid: {exc.errors()[0]['msg']}") from exc
+    problem = database_url_problem(settings.database_url)
+    if problem is not None:
+        raise UsageError(problem)
+    return settings
+
+
+def _service_first(args: argparse.Namespace) -> int:
+    """A service is started by its name first: ``runyard dev [its flags]``."""
+    raise UsageError(f"a service takes no flags before its name: runyard {args.command} [FLAGS]")
+
+
+def _completion(args: argparse.Namespace) -> int:
+    """stdout: the shell's completion script, made from this very parser."""
+    import shtab
+
+    print(shtab.complete(build_parser(), shell=args.shell))  # noqa: T201
+    return EXIT_OK
+
+
 def _migrate(args: argparse.Namespace) -> int:
     from runyard.platform.db import migrate
 
-    settings = Settings()
+    settings = _database_settings()
     # DDL on the direct URL when there is one (it bypasses a transaction pooler).
     migrate(settings.listen_database_url or settings.database_url, args.revision)
     print(f"database migrated to {args.revision}")  # noqa: T201
@@ -76,7 +102,7 @@ def _admin_engine() -> Iterator[Engine]:
     """A one-connection engine on the configured database, disposed of at the end."""
     from runyard.platform.db import make_engine
 
-    settings = Settings()
+    settings = _database_settings()
     engine = make_engine(
         settings.database_url, pool_size=1, max_overflow=0, plan=settings.connection_plan()
     )
@@ -350,11 +376,30 @@ def _tools(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_global_flags(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    """``--url``, ``--api-key`` and ``--json``: on the top parser (``suppress=False``: with
+    their defaults) and again on each subcommand (``suppress=True``: no default, so a flag given
+    before the subcommand is not overwritten by the subcommand's default)."""
+
+    def default(value: Any) -> Any:
+        return argparse.SUPPRESS if suppress else value
+
+    parser.add_argument(
+        "--url",
+        default=default(None),
+        help="the API (default: RUNYARD_URL, else http://127.0.0.1:8000)",
+    )
+    parser.add_argument(
+        "--api-key", default=default(None), help="the API key (default: RUNYARD_API_KEY)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", default=default(False), help="machine-readable output"
+    )
+
+
 def _add_client_commands(sub: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", help="the API (default: RUNYARD_URL, else http://127.0.0.1:8000)")
-    common.add_argument("--api-key", help="the API key (default: RUNYARD_API_KEY)")
-    common.add_argument("--json", action="store_true", help="machine-readable output")
+    add_global_flags(common, suppress=True)
     submit = sub.add_parser(
         "submit",
         parents=[common],
@@ -444,9 +489,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"runyard {package_version()}")
+    add_global_flags(parser, suppress=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (_, help_text) in SERVICES.items():
-        sub.add_parser(name, help=help_text, add_help=False)
+        service = sub.add_parser(name, help=help_text, add_help=False)
+        service.set_defaults(func=_service_first)
     migrate = sub.add_parser("migrate", help="upgrade the database schema (alembic upgrade)")
     migrate.add_argument("revision", nargs="?", default="head")
     migrate.set_defaults(func=_migrate)
@@ -475,7 +522,9 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--tenant", help="only this tenant's keys")
     ls.add_argument("--all", action="store_true", help="revoked keys too")
     ls.add_argument("--limit", type=int, default=200)
-    ls.add_argument("--json", action="store_true", help="machine-readable output")
+    ls.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
+    )
     ls.set_defaults(func=_keys_ls)
     revoke = keys_sub.add_parser(
         "revoke",
@@ -485,6 +534,16 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("key", help="the key's prefix, as `keys ls` shows it")
     revoke.set_defaults(func=_keys_revoke)
     _add_client_commands(sub)
+    completion = sub.add_parser(
+        "completion",
+        help="print a shell completion script (bash, zsh or fish)",
+        description="Print the completion script of a shell. bash: "
+        'eval "$(runyard completion bash)" in ~/.bashrc; zsh: runyard completion zsh > '
+        '"${fpath[1]}/_runyard"; fish: runyard completion fish > '
+        "~/.config/fish/completions/runyard.fish",
+    )
+    completion.add_argument("shell", choices=["bash", "zsh", "fish"])
+    completion.set_defaults(func=_completion)
     return parser
 
 
@@ -499,10 +558,10 @@ def package_version() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch to a service's ``main`` or run a management command; returns the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list and args_list[0] in SERVICES:
-        module, _ = SERVICES[args_list[0]]
-        return _service_main(module)(args_list[1:])
     try:
+        if args_list and args_list[0] in SERVICES:
+            module, _ = SERVICES[args_list[0]]
+            return _service_main(module)(args_list[1:])
         args = build_parser().parse_args(args_list)
         func = cast(Callable[[argparse.Namespace], int], args.func)
         return func(args)
@@ -517,6 +576,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:
         say(f"error: the API's answer is not what this client reads: {exc}")
         return EXIT_API_ERROR
+    except Exception as exc:
+        if os.environ.get("RUNYARD_DEBUG"):
+            raise
+        line, code = describe_failure(exc)
+        say(line)
+        return code
 
 
 if __name__ == "__main__":

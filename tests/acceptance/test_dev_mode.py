@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client as http_client
 import json
 import os
 import shutil
@@ -102,6 +103,13 @@ def test_dev__echo_run_succeeds_with_embedded_postgres(tmp_path: Path, pg_dir: P
         assert run["result"] == {"hi": 1}
         banner = (tmp_path / "dev.log").read_text()
         assert "auth is OFF" in banner and f"{base}/v1/runs" in banner
+        assert f"dashboard: {base}/ui/\n" in banner and f"API docs:  {base}/docs\n" in banner
+        assert f"(embedded, data in {pg_dir.resolve()})" in banner
+        front = http_client.HTTPConnection("127.0.0.1", port, timeout=10)
+        front.request("GET", "/")
+        answer = front.getresponse()
+        assert (answer.status, answer.getheader("location")) == (307, "/ui/")
+        front.close()
         # The default input mode: host work directories beside the engine when root (the
         # probe proves the engine sees them), uploads otherwise; the banner says which.
         inputs = "host" if os.geteuid() == 0 else "upload"

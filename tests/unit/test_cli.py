@@ -153,3 +153,27 @@ def test_wait_for_run__long_polls_one_keyed_submit_through_an_outage_to_the_end(
 )
 def test_error_exit__unreachable_only_without_any_answer(error: RunyardError, code: int):
     assert cli_common.error_exit(error) == code
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--json", "--url", "http://api:1", "--api-key", "k", "ls"],
+        ["ls", "--json", "--url", "http://api:1", "--api-key", "k"],
+        ["--json", "ls", "--url", "http://api:1", "--api-key", "k"],
+        ["--url", "http://api:1", "ls", "--api-key", "k", "--json"],
+    ],
+)
+def test_cli_global_flags__work_before_or_after_the_subcommand(argv: list[str]):
+    args = cli.build_parser().parse_args(argv)
+    assert (args.json, args.url, args.api_key) == (True, "http://api:1", "k")
+
+
+def test_cli_global_flags__default_when_given_nowhere():
+    args = cli.build_parser().parse_args(["ls"])
+    assert (args.json, args.url, args.api_key) == (False, None, None)
+
+
+@pytest.mark.parametrize("argv", [["--json", "keys", "ls"], ["keys", "ls", "--json"]])
+def test_cli_keys_ls_json__before_or_after(argv: list[str]):
+    assert cli.build_parser().parse_args(argv).json is True

@@ -16,7 +16,7 @@ BASE = {"image": "img", "command": ["true"]}
 
 def test_shipped_registry__loads_and_ships_nothing_arbitrary():
     registry = load_registry(ROOT / "tools" / "tools.toml", SETTINGS)
-    assert set(registry.names()) == {"echo", "sleep", "fail", "wordcount", "numstats"}
+    assert set(registry.names()) == {"echo", "sleep", "fail", "wordcount", "report", "numstats"}
     echo = registry.get("echo")
     assert echo is not None and echo.image == "runyard/toolbox:latest"
     # Every shipped tool takes a closed input: no tool runs what a caller sends.

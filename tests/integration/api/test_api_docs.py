@@ -57,3 +57,18 @@ def test_docs_page__assets_have_script_and_style_types(client: TestClient):
 
 def test_redoc__is_not_served(client: TestClient):
     assert client.get("/redoc").status_code == 404
+
+
+def test_front_door__redirects_to_the_dashboard(client: TestClient):
+    response = client.get("/", follow_redirects=False)
+    assert response.status_code == 307
+    assert response.headers["location"] == "/ui/"
+
+
+def test_front_door__redirects_to_the_docs_without_the_dashboard():
+    settings = Settings(database_url="postgresql://unused@127.0.0.1:9/unused", ui_enabled=False)
+    client = TestClient(create_app(settings), base_url="http://api.test")
+    response = client.get("/", follow_redirects=False)
+    assert response.status_code == 307
+    assert response.headers["location"] == "/docs"
+    assert "/" not in client.get("/openapi.json").json()["paths"]
