@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
@@ -111,6 +112,44 @@ def test_runs_list__updates_statuses_in_place(browser: Browser, dashboard: Dashb
     assert still_marked(page)
     context.close()
     assert_same_origin_only(dashboard)
+
+
+def test_run_page__a_failed_panel_read_is_tried_again(browser: Browser, dashboard: Dashboard):
+    context = dashboard.context(browser)
+    page = context.new_page()
+    key = create_api_key(dashboard.engine, "acme")
+    log_in(page, key)
+    # Every read of the status panel fails (a busy server's 503) until the run is running.
+    failing = [True]
+    page.route(
+        re.compile(r"/ui/runs/[0-9a-f-]{36}/panel$"),
+        lambda route: route.fulfill(status=503, body="busy") if failing[0] else route.continue_(),
+    )
+    # Due in a few seconds: the page is shown while the run is still queued.
+    run_at = datetime.now(UTC) + timedelta(seconds=4)
+    response = context.request.post(
+        "/v1/runs",
+        data={"tool": "sleep", "input": {"seconds": 120}, "run_at": run_at.isoformat()},
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    assert response.status == 202
+    run_id = response.json()["id"]
+    page.goto(f"/ui/runs/{run_id}")
+    expect(page.locator("#run-status")).to_have_attribute("data-status", "queued")
+
+    def running() -> bool:
+        with dashboard.engine.connect() as conn:
+            status = conn.execute(
+                text("SELECT status FROM tool_runs WHERE id = :id"), {"id": run_id}
+            ).scalar_one()
+        return bool(status == "running")
+
+    wait_until(running, timeout=LIVE / 1000)
+    expect(page.locator("#stdout")).to_contain_text("sleeping 120", timeout=LIVE)
+    # The reads that failed are tried again: no further event is needed to show the status.
+    failing[0] = False
+    expect(page.locator("#run-status")).to_have_attribute("data-status", "running", timeout=LIVE)
+    context.close()
 
 
 def test_cancel__a_sleep_run_from_its_page_ends_cancelled(browser: Browser, dashboard: Dashboard):

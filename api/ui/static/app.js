@@ -166,6 +166,7 @@ function liveRunPage(page) {
   let attempt = Number(logs.dataset.attempt || "0");
   let panelTimer = null;
   let panelSeq = 0;
+  let panelRetry = 1000;
   let finished = false;
   let source = null;
   let retryDelay = 1000;
@@ -179,12 +180,26 @@ function liveRunPage(page) {
     panelTimer = null;
     const seq = ++panelSeq;
     const before = currentStatus();
-    const [html, more] = await Promise.all([
-      fetchFragment(page.dataset.panel),
-      details ? fetchFragment(page.dataset.details) : Promise.resolve(null),
-    ]);
+    let html = null;
+    let more = null;
+    try {
+      [html, more] = await Promise.all([
+        fetchFragment(page.dataset.panel),
+        details ? fetchFragment(page.dataset.details) : Promise.resolve(null),
+      ]);
+    } catch (error) {
+      html = null;  // a dropped connection reads as a failed answer
+    }
     // An answer older than a later request's must not overwrite it.
-    if (html === null || seq !== panelSeq) return;
+    if (seq !== panelSeq) return;
+    if (html === null) {
+      // A failed read (a dropped connection, a 503 on a busy server) is tried again: the
+      // next event that would refresh the panel may be minutes away.
+      if (panelTimer === null) panelTimer = setTimeout(refreshPanel, panelRetry);
+      panelRetry = Math.min(panelRetry * 2, 30000);
+      return;
+    }
+    panelRetry = 1000;
     if (panel.contains(document.activeElement) ||
         (details && details.contains(document.activeElement))) {
       panelTimer = setTimeout(refreshPanel, 1000);
