@@ -36,6 +36,9 @@ def assert_one_line_error(done: subprocess.CompletedProcess[str], code: int) -> 
     assert done.returncode == code, (done.returncode, done.stderr)
 
 
+# The client retries an unreachable API before it gives up: seconds each.
+SITS_OUT_RETRIES = pytest.mark.slow
+
 CASES = [
     pytest.param(["keys", "ls"], {}, USAGE, "RUNYARD_DATABASE_URL", id="keys-ls-no-db-url"),
     pytest.param(
@@ -84,13 +87,21 @@ CASES = [
         id="webhook-verify-no-body",
     ),
     pytest.param(["--json", "dev"], {}, USAGE, "runyard dev", id="service-after-a-flag"),
-    pytest.param(["ls"], {"RUNYARD_URL": NOWHERE}, UNREACHABLE, "cannot reach", id="ls-api-down"),
+    pytest.param(
+        ["ls"],
+        {"RUNYARD_URL": NOWHERE},
+        UNREACHABLE,
+        "cannot reach",
+        id="ls-api-down",
+        marks=SITS_OUT_RETRIES,
+    ),
     pytest.param(
         ["get", "0197f5a2-0000-7000-8000-000000000000", "--url", NOWHERE],
         {},
         UNREACHABLE,
         "cannot reach",
         id="get-api-down",
+        marks=SITS_OUT_RETRIES,
     ),
     pytest.param(
         ["--url", NOWHERE, "artifacts", "x", "--out", "out"],
@@ -98,8 +109,16 @@ CASES = [
         UNREACHABLE,
         "cannot reach",
         id="artifacts-api-down",
+        marks=SITS_OUT_RETRIES,
     ),
-    pytest.param(["tools", "--url", NOWHERE], {}, UNREACHABLE, "cannot reach", id="tools-down"),
+    pytest.param(
+        ["tools", "--url", NOWHERE],
+        {},
+        UNREACHABLE,
+        "cannot reach",
+        id="tools-down",
+        marks=SITS_OUT_RETRIES,
+    ),
 ]
 
 

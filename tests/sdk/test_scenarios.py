@@ -226,6 +226,7 @@ def test_errors__a_full_tenant_is_rate_limited_with_retry_after(open_yard):
     assert caught.value.retry_after == 2.0
 
 
+@pytest.mark.slow  # sits out backoffs and long-poll timeouts
 def test_retries__a_503_is_retried_for_reads_and_keyed_posts_only(yard: Yard):
     run = yard.client.submit("echo", {}, run_at=LATER)
     yard.faults.canned.append(
@@ -254,6 +255,7 @@ def test_retries__a_503_is_retried_for_reads_and_keyed_posts_only(yard: Yard):
     assert len(yard.faults.seen("GET", "/v1/tools")) == 4  # the first try and three retries
 
 
+@pytest.mark.slow  # sits out backoffs and long-poll timeouts
 def test_wait__gives_up_after_its_timeout_with_the_run_as_it_was(yard: Yard):
     run = yard.client.submit("echo", {}, run_at=LATER)
     with pytest.raises(WaitTimeoutError) as waited:
@@ -274,6 +276,7 @@ def test_wait__a_run_that_ends_during_a_long_poll_is_answered_by_it(yard: Yard):
     assert yard.faults.seen("GET", f"/v1/runs/{run.id}/events") == []
 
 
+@pytest.mark.slow  # sits out long-poll timeouts and a backoff
 def test_wait__a_long_poll_that_fails_on_the_way_is_sent_again(yard: Yard):
     run = yard.client.submit("echo", {"n": 4}, run_at=soon(1))
     path = f"/v1/runs/{run.id}"
@@ -283,6 +286,7 @@ def test_wait__a_long_poll_that_fails_on_the_way_is_sent_again(yard: Yard):
     assert len(reads_of(yard, path)) >= 3
 
 
+@pytest.mark.slow  # sits out long-poll timeouts and a backoff
 def test_wait__long_polls_until_its_timeout_then_gives_up_with_the_last_answer(yard: Yard):
     run = yard.client.submit("echo", {}, run_at=LATER)
     started = time.monotonic()
@@ -294,6 +298,7 @@ def test_wait__long_polls_until_its_timeout_then_gives_up_with_the_last_answer(y
     assert reads and all(held(read) <= 1.5 for read in reads) and held(reads[0]) > 0
 
 
+@pytest.mark.slow  # sits out backoffs and long-poll timeouts
 def test_wait_batch__ends_during_a_long_poll_or_times_out_with_the_batch_as_it_was(yard: Yard):
     batch = yard.client.submit_batch(
         [

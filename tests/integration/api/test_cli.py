@@ -102,6 +102,7 @@ def test_cli_json__is_the_document_the_api_sent(api: Api, tmp_path: Path):
 # --- exit codes and errors -------------------------------------------------------------------
 
 
+@pytest.mark.slow  # sits out the client's retries of an unreachable API
 def test_cli_errors__api_error_unreachable_and_usage_have_their_codes(api: Api):
     missing = api.run("get", str(uuid.uuid4()))
     assert missing.returncode == 5 and "404" in missing.stderr

@@ -32,8 +32,12 @@ def _probe_dirs() -> set[Path]:
 
 def _probe_objects(client: docker.DockerClient) -> set[str]:
     selector = {"label": f"{LABEL_PROBE}=true"}
-    names = {c.name for c in client.containers.list(all=True, filters=selector)}
-    return names | {v.name for v in client.volumes.list(filters=selector)}
+    # One listing, no inspect per container: another process's probe container may go
+    # between a listing and its inspect (a 404).
+    listed = client.api.containers(all=True, filters=selector)
+    names = {name.lstrip("/") for c in listed for name in c.get("Names") or []}
+    volumes = client.api.volumes(filters=selector).get("Volumes") or []
+    return names | {v["Name"] for v in volumes}
 
 
 def test_probe_engine__reads_the_marker_back_beside_the_engine_and_cleans_up(
