@@ -9,11 +9,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import FrameType
 
 import uvicorn
 
@@ -60,6 +62,10 @@ def banner_text(url: str, database_url: str, database_source: str, details: Sequ
         *(f"  {detail}" for detail in details),
     ]
     return "\n" + "\n".join(lines) + "\n"
+
+
+def _stop_like_ctrl_c(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -130,6 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(banner, flush=True)  # noqa: T201
 
     threading.Thread(target=announce, name="dev-banner", daemon=True).start()
+    # Once it has shut down, uvicorn raises again the signal it caught: SIGTERM's default
+    # action would end the process before the cleanup below (the embedded Postgres was left
+    # running). As Ctrl-C, it unwinds through it.
+    signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
     try:
         server.run()
     finally:

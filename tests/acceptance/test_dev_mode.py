@@ -184,3 +184,33 @@ def test_dev__echo_run_succeeds_with_embedded_postgres(tmp_path: Path, pg_dir: P
             proc.wait()
         log.close()
     assert not (pg_dir / "postmaster.pid").exists(), "embedded Postgres left running"
+
+
+@pytest.mark.timeout(180)
+def test_dev__sigterm_stops_the_embedded_postgres_too(tmp_path: Path, pg_dir: Path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNYARD_")}
+    env["RUNYARD_TOOLS_FILE"] = str(ROOT / "tests" / "tools.toml")
+    command = [sys.executable, "-m", "runyard.cli", "dev", "--port", str(port)]
+    with (tmp_path / "dev.log").open("w") as log:
+        proc = subprocess.Popen(
+            [*command, "--data-dir", str(pg_dir)],
+            cwd=tmp_path,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 120
+    while True:
+        assert proc.poll() is None, (tmp_path / "dev.log").read_text()
+        try:
+            if http("GET", f"http://127.0.0.1:{port}/readyz")[0] == 200:
+                break
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, (tmp_path / "dev.log").read_text()
+        time.sleep(0.3)
+    assert (pg_dir / "postmaster.pid").exists()
+    proc.send_signal(signal.SIGTERM)  # as a service manager or `docker stop` would
+    proc.wait(timeout=60)
+    assert not (pg_dir / "postmaster.pid").exists(), (tmp_path / "dev.log").read_text()
