@@ -40,6 +40,20 @@ def http(method: str, url: str, body: object | None = None) -> tuple[int, dict[s
         return response.status, json.loads(response.read())
 
 
+def wait_ready(proc: subprocess.Popen[bytes], base: str, log_path: Path) -> None:
+    """Until the stack answers ``/readyz`` (two minutes at most, while the process lives)."""
+    deadline = time.monotonic() + 120
+    while True:
+        assert proc.poll() is None, log_path.read_text()
+        try:
+            if http("GET", f"{base}/readyz")[0] == 200:
+                return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, log_path.read_text()
+        time.sleep(0.3)
+
+
 @pytest.fixture
 def pg_dir() -> Iterator[Path]:
     """A data directory for the embedded Postgres outside pytest's own temporary tree.
@@ -83,16 +97,7 @@ def test_dev__echo_run_succeeds_with_embedded_postgres(tmp_path: Path, pg_dir: P
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, (tmp_path / "dev.log").read_text()
-            try:
-                if http("GET", f"{base}/readyz")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, (tmp_path / "dev.log").read_text()
-            time.sleep(0.3)
+        wait_ready(proc, base, tmp_path / "dev.log")
         status, run = http("POST", f"{base}/v1/runs", {"tool": "echo", "input": {"hi": 1}})
         assert status == 202 and run["status"] in ("queued", "running")
         deadline = time.monotonic() + 60
@@ -200,16 +205,7 @@ def test_dev__sigterm_stops_the_embedded_postgres_too(tmp_path: Path, pg_dir: Pa
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-    deadline = time.monotonic() + 120
-    while True:
-        assert proc.poll() is None, (tmp_path / "dev.log").read_text()
-        try:
-            if http("GET", f"http://127.0.0.1:{port}/readyz")[0] == 200:
-                break
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, (tmp_path / "dev.log").read_text()
-        time.sleep(0.3)
+    wait_ready(proc, f"http://127.0.0.1:{port}", tmp_path / "dev.log")
     assert (pg_dir / "postmaster.pid").exists()
     proc.send_signal(signal.SIGTERM)  # as a service manager or `docker stop` would
     proc.wait(timeout=60)
