@@ -19,7 +19,7 @@ import pytest
 
 from runyard.reads.metrics import Role
 from tests.acceptance.cluster import ROOT, Cluster
-from tests.acceptance.test_dev_mode import free_port, http
+from tests.acceptance.test_dev_mode import free_port, http, wait_ready
 from tests.metrics_support import still_zero
 from tests.webhook_receiver import Receiver, receiver_on
 
@@ -96,16 +96,7 @@ def test_dev__one_metrics_page_shows_every_part_moving(tmp_path: Path, pg_dir: P
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, log_path.read_text()
-            try:
-                if http("GET", f"{base}/readyz")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.3)
+        wait_ready(proc, base, log_path)
         with receiver_on() as receiver:
             submit_runs(base, receiver)
             assert until_all_moved(f"{base}/metrics", tuple(Role)) == [], log_path.read_text()
