@@ -38,6 +38,8 @@ def assert_one_line_error(done: subprocess.CompletedProcess[str], code: int) -> 
 
 # The client retries an unreachable API before it gives up: seconds each.
 SITS_OUT_RETRIES = pytest.mark.slow
+# A service's command loads the service's modules, or tries an absent database: seconds each.
+LOADS_A_SERVICE = pytest.mark.slow
 
 CASES = [
     pytest.param(["keys", "ls"], {}, USAGE, "RUNYARD_DATABASE_URL", id="keys-ls-no-db-url"),
@@ -60,6 +62,7 @@ CASES = [
         UNREACHABLE,
         "cannot use the database",
         id="keys-ls-db-down",
+        marks=LOADS_A_SERVICE,
     ),
     pytest.param(
         ["migrate"],
@@ -67,9 +70,12 @@ CASES = [
         UNREACHABLE,
         "cannot use the database",
         id="migrate-db-down",
+        marks=LOADS_A_SERVICE,
     ),
-    pytest.param(["reaper", "--once"], {}, USAGE, "not set", id="reaper-no-url"),
-    pytest.param(["api"], {}, USAGE, "not set", id="api-no-url"),
+    pytest.param(
+        ["reaper", "--once"], {}, USAGE, "not set", id="reaper-no-url", marks=LOADS_A_SERVICE
+    ),
+    pytest.param(["api"], {}, USAGE, "not set", id="api-no-url", marks=LOADS_A_SERVICE),
     pytest.param(["submit", "echo", "--input", "{bad"], {}, USAGE, "not valid JSON", id="bad-json"),
     pytest.param(
         ["submit", "echo", "--input", "@missing.json"], {}, USAGE, "cannot read", id="no-input"

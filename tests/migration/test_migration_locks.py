@@ -100,6 +100,7 @@ def test_0016_upgrade__waits_out_a_submit_in_flight_without_a_deadlock(database_
         engine.dispose()
 
 
+@pytest.mark.slow  # sits out a lock timeout
 def test_0016_upgrade__gives_up_with_a_clear_error_and_changes_nothing(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ):

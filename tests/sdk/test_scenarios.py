@@ -265,6 +265,7 @@ def test_wait__gives_up_after_its_timeout_with_the_run_as_it_was(yard: Yard):
         yard.client.run("echo", {}, run_at=LATER, timeout=1.5)
 
 
+@pytest.mark.slow  # sits out a long poll
 def test_wait__a_run_that_ends_during_a_long_poll_is_answered_by_it(yard: Yard):
     run = yard.client.submit("echo", {"n": 3}, run_at=soon(2))
     done = yard.client.wait(run.id, timeout=30)

@@ -238,7 +238,14 @@ def test_sync__cancel_request_stops_the_inline_run(
             pending = pool.submit(http.post, "/v1/runs", json={"tool": "echo"}, headers=acme)
             assert gate.started.acquire(timeout=10)
             (run_id,) = [r["id"] for r in http.get("/v1/runs", headers=acme).json()["items"]]
-            live_logs = http.get(f"/v1/runs/{run_id}/logs", headers=acme)
+
+            # Logs are read below the server's transaction horizon: a transaction open in
+            # any database of the server (another test's clone, say) may hold them back a moment.
+            def logs_once_written() -> httpx2.Response | None:
+                logs = http.get(f"/v1/runs/{run_id}/logs", headers=acme)
+                return logs if logs.text else None
+
+            live_logs = wait_until(logs_once_written, timeout=10)
             assert live_logs.text == "working\n"
             assert live_logs.headers["x-runyard-run-status"] == "running"
             cancel = http.post(f"/v1/runs/{run_id}/cancel", headers=acme)

@@ -136,6 +136,7 @@ def test_archive__over_the_size_limit_fails_naming_it(
     assert sets_left(engine) == 0
 
 
+@pytest.mark.slow  # writes thousands of files
 def test_archive__over_the_file_count_fails_naming_it(
     docker_runner: DockerRunner, store, queue: JobQueue, registry: ToolRegistry
 ):

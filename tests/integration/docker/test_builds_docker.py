@@ -198,6 +198,7 @@ def test_failing_dockerfile__fails_waiting_runs_with_the_log_tail_and_later_ones
     assert [b["status"] for b in builds(engine)] == ["failed"]
 
 
+@pytest.mark.slow  # sits out a build's timeout
 def test_build_timeout__fails_the_waiting_runs(tmp_path, engine, queue, names, make_worker):
     tools = registry(tmp_path, engine, names)
     run_id = submit(queue, tools, f"slow-{names['bad']}", {})

@@ -117,6 +117,7 @@ def test_build__a_failing_step_is_an_error_with_its_output(builder):
     assert build.image_id(req.tag) is None
 
 
+@pytest.mark.slow  # sits out a build's deadline
 def test_build__stopped_at_its_deadline(builder):
     build, made = builder
     req = request('FROM runyard/toolbox:latest\nRUN ["sleep", "60"]\n', timeout=2)

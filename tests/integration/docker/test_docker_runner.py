@@ -203,6 +203,7 @@ def test_sigkill_by_the_tool_itself__is_no_oom(docker_runner: DockerRunner, regi
     assert result.error_code == "tool_failed", result
 
 
+@pytest.mark.slow  # floods megabytes of output
 def test_output__capped_head_and_tail_kept(registry: ToolRegistry, docker_client):
     runner = DockerRunner(docker_client, DockerLimits(stdout_cap_bytes=4096))
     script = "echo FIRST; yes 0123456789 | head -c 2000000; echo; echo LAST"
@@ -312,6 +313,7 @@ def test_engine_id__stable_and_not_docker_info_id(
     assert first != docker_client.info()["ID"]
 
 
+@pytest.mark.slow  # a fork bomb loads the machine for seconds
 def test_fork_bomb__ends_cleanly_and_host_stays_healthy(
     registry: ToolRegistry, docker_client: docker.DockerClient
 ):

@@ -81,6 +81,7 @@ def test_live_logs__adopter_resumes_without_loss_or_repeat(
     assert row.stdout == "".join(f"out{i}\n" for i in range(1, 9))
 
 
+@pytest.mark.slow  # sits out a silence
 def test_live_logs__a_line_before_a_long_silence_arrives_during_the_silence(
     queue: JobQueue, engine: Engine, registry: ToolRegistry, docker_client: docker.DockerClient
 ):

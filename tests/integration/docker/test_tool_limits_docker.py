@@ -67,6 +67,7 @@ def test_disk_limit__writing_under_it_succeeds(
     assert (result.status, result.result) == (RunStatus.SUCCEEDED, {})
 
 
+@pytest.mark.slow  # sits out an idle timeout
 def test_idle_timeout__a_silent_tool_is_warned_then_stopped(
     docker_client: docker.DockerClient, registry: ToolRegistry
 ):

@@ -106,6 +106,7 @@ def test_run_once__prune_past_the_statement_timeout_halves_its_batch(
         assert conn.execute(text("SELECT count(*) FROM tool_run_jobs")).scalar_one() == 0
 
 
+@pytest.mark.slow  # starts the reaper in a process of its own
 def test_cli_once__runs_a_pass_and_exits(database_url: str):
     env = {**os.environ, "RUNYARD_DATABASE_URL": database_url}
     done = subprocess.run(

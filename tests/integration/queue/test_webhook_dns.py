@@ -113,6 +113,7 @@ def test_dns__names_that_never_resolve_cost_their_tenant_and_slow_ones_still_del
     assert all(e.startswith("refused: cannot resolve never-") for e in errors), errors
 
 
+@pytest.mark.slow  # sits out a slow name server
 def test_dns__submit_never_waits_for_the_name_server(
     engine: Engine, namespace: Namespace, inside_url: str
 ):

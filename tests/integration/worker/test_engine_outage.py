@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime
 
+import pytest
 from sqlalchemy import Engine, text
 
 from reaper.service import Reaper, ReaperConfig
@@ -150,6 +151,7 @@ def test_worker__engine_down_claims_nothing_charges_nothing_and_withholds_livene
     assert all(job(engine, r) == ("succeeded", 1) for r in run_ids)
 
 
+@pytest.mark.slow  # sits out the engine's retries
 def test_worker__run_on_a_dying_engine_is_released_once_and_resumed_when_it_answers(
     queue: JobQueue, engine: Engine
 ):

@@ -148,6 +148,7 @@ def test_worker__a_heartbeat_that_keeps_failing_hands_over_and_pauses_claims(
         worker.close()
 
 
+@pytest.mark.slow  # sits out a silent connection
 def test_worker__a_black_holed_heartbeat_connection_is_cut_and_the_owner_steps_down(
     database_url: str, engine: Engine
 ):
