@@ -11,6 +11,7 @@ from api.actions.webhooks import check_callback_url
 from api.deps import PrincipalDep, ServicesDep
 from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
 from api.problems import Problem
+from runyard.domain.webhook_events import MAX_DEADLINE_LEAD_SECONDS, WebhookEvent
 from runyard.tenancy.auth import Principal
 from runyard.webhooks.tenant import TenantWebhooks
 from runyard.webhooks.urls import MAX_URL_LENGTH
@@ -32,6 +33,11 @@ class WebhookSettingsIn(BaseModel):
             "examples": [
                 {"url": "https://hooks.acme.example/runyard"},
                 {"url": "https://hooks.acme.example/runyard", "rotate_secret": True},
+                {
+                    "url": "https://hooks.acme.example/runyard",
+                    "events": ["run.started", "run.deadline_approaching", "run.completed"],
+                    "deadline_lead_seconds": 120,
+                },
             ]
         },
     )
@@ -44,6 +50,20 @@ class WebhookSettingsIn(BaseModel):
     rotate_secret: bool = Field(
         default=False, description="Make a new signing secret even if the tenant has one"
     )
+    events: list[WebhookEvent] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=8,
+        description="The events the tenant's URL and its runs' callback URLs receive "
+        "(omitted: keep them; a new tenant takes run.completed alone)",
+    )
+    deadline_lead_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_DEADLINE_LEAD_SECONDS,
+        description="How long before an attempt's deadline run.deadline_approaching is sent "
+        "(omitted: keep it; 60 for a new tenant)",
+    )
 
 
 class WebhookSettingsOut(BaseModel):
@@ -52,6 +72,8 @@ class WebhookSettingsOut(BaseModel):
     tenant: str
     url: str | None
     has_secret: bool
+    events: list[str] = Field(description="The events it receives, in the order they go out")
+    deadline_lead_seconds: int
     secret: str | None = Field(
         default=None, description="The new signing secret (whsec_…): shown this once only"
     )
@@ -69,7 +91,13 @@ def get_webhook(
     """The tenant's default webhook URL and whether it has a secret (never the secret)."""
     _admin(principal)
     found = TenantWebhooks(services.engine).get(tenant)
-    return WebhookSettingsOut(tenant=tenant, url=found.url, has_secret=found.has_secret)
+    return WebhookSettingsOut(
+        tenant=tenant,
+        url=found.url,
+        has_secret=found.has_secret,
+        events=list(found.events),
+        deadline_lead_seconds=found.deadline_lead_seconds,
+    )
 
 
 @router.put(
@@ -83,14 +111,23 @@ def put_webhook(
     services: ServicesDep,
     principal: PrincipalDep,
 ) -> WebhookSettingsOut:
-    """Set the tenant's default webhook URL; the first call (or ``rotate_secret``) makes the
-    signing secret and returns it, this once."""
+    """Set the tenant's default webhook URL and the events it takes; the first call (or
+    ``rotate_secret``) makes the signing secret and returns it, this once."""
     _admin(principal)
     if body.url is not None:
         check_callback_url(services.settings, body.url, field="url")
     configured = TenantWebhooks(services.engine).configure(
-        tenant, body.url, rotate_secret=body.rotate_secret
+        tenant,
+        body.url,
+        rotate_secret=body.rotate_secret,
+        events=None if body.events is None else tuple(body.events),
+        deadline_lead_seconds=body.deadline_lead_seconds,
     )
     return WebhookSettingsOut(
-        tenant=tenant, url=configured.url, has_secret=True, secret=configured.secret
+        tenant=tenant,
+        url=configured.url,
+        has_secret=True,
+        secret=configured.secret,
+        events=list(configured.events),
+        deadline_lead_seconds=configured.deadline_lead_seconds,
     )

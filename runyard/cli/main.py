@@ -298,14 +298,36 @@ def _webhook_set(args: argparse.Namespace) -> int:
     """stdout: the tenant's settings; the new secret, when one was made, is shown this once."""
     settings = as_json(
         client_for(args).set_tenant_webhook(
-            args.tenant, args.webhook_url, rotate_secret=args.rotate_secret
+            args.tenant,
+            args.webhook_url,
+            rotate_secret=args.rotate_secret,
+            events=None if args.events is None else _event_list(args.events),
+            deadline_lead_seconds=args.deadline_lead,
         )
     )
-    human = f"tenant {settings['tenant']}: default webhook {settings['url'] or '(none)'}"
+    human = (
+        f"tenant {settings['tenant']}: default webhook {settings['url'] or '(none)'}"
+        f"\nevents: {', '.join(settings['events'])}"
+        f" (deadline notice {settings['deadline_lead_seconds']} s before)"
+    )
     if settings.get("secret"):
         human += f"\nsigning secret (shown once, keep it): {settings['secret']}"
     emit(args, settings, human)
     return 0
+
+
+def _event_list(text: str) -> list[str]:
+    """``run.started,run.completed`` as a list; an unknown name is a usage error."""
+    from runyard.domain.webhook_events import WEBHOOK_EVENTS
+
+    events = [e.strip() for e in text.split(",") if e.strip()]
+    unknown = [e for e in events if e not in WEBHOOK_EVENTS]
+    if unknown or not events:
+        raise UsageError(
+            f"--events takes a comma-separated list of {', '.join(WEBHOOK_EVENTS)}"
+            + (f" (not {', '.join(unknown)})" if unknown else "")
+        )
+    return events
 
 
 def _webhook_verify(args: argparse.Namespace) -> int:
@@ -350,6 +372,18 @@ def _add_webhook_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         help="the default for runs without a callback_url (omit: no default)",
     )
     set_.add_argument("--rotate-secret", action="store_true", help="make a new signing secret")
+    set_.add_argument(
+        "--events",
+        metavar="LIST",
+        help="the events it receives, comma-separated: run.started, run.deadline_approaching, "
+        "run.completed (omit: keep them)",
+    )
+    set_.add_argument(
+        "--deadline-lead",
+        type=int,
+        metavar="SECONDS",
+        help="send run.deadline_approaching this long before an attempt's deadline (omit: keep)",
+    )
     set_.set_defaults(func=_webhook_set)
     verify = actions.add_parser(
         "verify",

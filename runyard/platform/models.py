@@ -359,6 +359,12 @@ class TenantSettings(Base):
     # Standard Webhooks form (``whsec_`` + base64); needed in the clear to sign deliveries.
     webhook_secret: Mapped[str | None] = mapped_column(Text)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # The events its URL and its runs' callback URLs receive (migration 0024).
+    webhook_events: Mapped[list[str]] = mapped_column(
+        ARRAY(Text), server_default=text("ARRAY['run.completed']")
+    )
+    # How long before an attempt's deadline ``run.deadline_approaching`` goes out.
+    deadline_lead_seconds: Mapped[int] = mapped_column(Integer, server_default="60")
 
 
 class WebhookDelivery(Base):
@@ -381,6 +387,19 @@ class WebhookDelivery(Base):
             postgresql_where=text("status = 'pending' AND lease_token IS NOT NULL"),
         ),
         CheckConstraint("status IN ('pending', 'delivered', 'failed')", name="status_known"),
+        CheckConstraint(
+            "event IN ('run.completed', 'run.started', 'run.deadline_approaching')",
+            name="event_known",
+        ),
+        # Each attempt's started and deadline notices exist once, whoever writes them.
+        Index(
+            "uq_webhook_deliveries_run_event_attempt",
+            "run_id",
+            "event",
+            "attempt",
+            unique=True,
+            postgresql_where=text("event <> 'run.completed'"),
+        ),
     )
 
     # Also the ``webhook-id`` of every attempt: a receiver drops duplicates by it.
@@ -401,6 +420,13 @@ class WebhookDelivery(Base):
     last_status_code: Mapped[int | None] = mapped_column(Integer)
     last_error: Mapped[str | None] = mapped_column(Text)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Which event (migration 0024); the attempt for the once-per-attempt events; the order the
+    # run's deliveries were written in (none for rows from before: they come first).
+    event: Mapped[str] = mapped_column(Text, server_default="run.completed")
+    attempt: Mapped[int | None] = mapped_column(Integer)
+    # Its default draws from ``webhook_deliveries_seq_seq`` (set by the migration).
+    seq: Mapped[int | None] = mapped_column(BigInteger)
+    data: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
 
 
 class WebhookDestination(Base):

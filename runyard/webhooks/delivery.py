@@ -1,6 +1,8 @@
-"""Completion webhooks: deliver the outbox that a trigger fills when runs become terminal.
+"""Lifecycle webhooks: deliver the outbox that triggers fill when runs start and end, and the
+deadline notices each pass writes, one run's deliveries in the order they were written.
 
-Each delivery is POSTed with the run as ``GET /v1/runs/{id}`` shows it, signed the Standard
+Each delivery is POSTed with the run as ``GET /v1/runs/{id}`` shows it and the ``event`` it
+reports (``delivery_body``), signed the Standard
 Webhooks way (``webhook-id``, ``webhook-timestamp``, ``webhook-signature``: HMAC-SHA256 with
 the tenant's secret), at least once: rows are claimed with FOR UPDATE SKIP LOCKED under a
 lease, so several delivering processes share the work, and one that dies leaves its
@@ -15,6 +17,7 @@ failing for a tenant is held back for that tenant by its circuit breaker
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import socket
@@ -56,6 +59,7 @@ from runyard.webhooks.sql import (
     DEFER_DELIVERIES,
     DELIVERY_OFFERS,
     DESTINATION_STATES,
+    ENQUEUE_DEADLINE_NOTICES,
     IN_FLIGHT,
     LOCK_CLAIM,
     LOCK_DESTINATION,
@@ -85,6 +89,14 @@ Sender = Callable[..., HttpAttempt]
 def run_json(view: RunView) -> bytes:
     """The run as ``GET /v1/runs/{id}`` shows it, as JSON bytes."""
     return _RUN_JSON.dump_json(view)
+
+
+def delivery_body(view: RunView, event: str, data: Mapping[str, Any]) -> bytes:
+    """What a delivery POSTs: the run as ``GET /v1/runs/{id}`` shows it when it is sent, with
+    ``event`` naming what happened and what the event adds (a deadline notice's
+    ``deadline_at``); fields the run has keep their meaning."""
+    document = _RUN_JSON.dump_python(view, mode="json")
+    return json.dumps({**document, **data, "event": event}, separators=(",", ":")).encode()
 
 
 def retry_delay(attempt: int, *, base_seconds: float, max_seconds: float) -> float:
@@ -162,6 +174,8 @@ class Claimed:
     attempt: int
     lease_token: uuid.UUID
     secret: str | None
+    event: str = "run.completed"
+    data: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def destination(self) -> str:
@@ -247,6 +261,7 @@ class WebhookDeliverer:
         totals: Counter[str] = Counter()
         in_flight: set[Future[str]] = set()
         claim_more = True
+        self._enqueue_deadline_notices(now)
         while True:
             self._prune(now)
             free = self._config.concurrency - len(in_flight)
@@ -413,7 +428,17 @@ class WebhookDeliverer:
                 extra={"picked": len(picked), "admitted": len(admitted)},
             )
         return [
-            Claimed(r.id, r.run_id, r.tenant, r.url, r.attempts, r.lease_token, r.secret)
+            Claimed(
+                r.id,
+                r.run_id,
+                r.tenant,
+                r.url,
+                r.attempts,
+                r.lease_token,
+                r.secret,
+                r.event,
+                r.data or {},
+            )
             for r in rows
         ]
 
@@ -531,6 +556,16 @@ class WebhookDeliverer:
                 },
             )
 
+    def _enqueue_deadline_notices(self, now: datetime | None) -> None:
+        """Write the deadline notices now due (each once, whichever process writes it)."""
+        try:
+            written = autocommit(self._engine, ENQUEUE_DEADLINE_NOTICES, {"now": now})
+        except Exception:
+            logger.exception("writing deadline notices failed; tried again next pass")
+            return
+        if written:
+            logger.info("deadline notices written", extra={"notices": len(written)})
+
     def _prune(self, now: datetime | None) -> None:
         """Forget breaker states untouched for a retry window, every ``PRUNE_EVERY_SECONDS``."""
         if time.monotonic() < self._next_prune:
@@ -552,10 +587,11 @@ class WebhookDeliverer:
             url: CallbackUrl = parse_callback_url(claimed.url)
         except BadCallbackUrl as exc:
             return HttpAttempt(error=f"bad URL: {exc}")
-        body = run_json(view)
+        body = delivery_body(view, claimed.event, claimed.data)
         headers: Mapping[str, Any] = {
             "Content-Type": "application/json",
             "User-Agent": f"runyard/{runyard.__version__}",
+            "Runyard-Event": claimed.event,
             **signed_headers(claimed.secret, str(claimed.id), body, self._clock()),
         }
         # Name lookups count against the tenant's share of the resolver.

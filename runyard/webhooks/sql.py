@@ -1,7 +1,8 @@
 """The named SQL statements of webhook delivery and tenant webhook settings.
 
-Delivery rows are written by a trigger when a run becomes terminal (migration 0009); these
-statements offer, claim, hold back and settle them, keep each tenant's circuit breaker per
+Delivery rows are written by triggers when a run starts or becomes terminal (migrations 0009
+and 0024) and by ``ENQUEUE_DEADLINE_NOTICES``; these statements offer, claim, hold back and
+settle them in each run's order, keep each tenant's circuit breaker per
 destination (``webhook_destinations``, migrations 0018 and 0019) and configure tenants.
 ``{NOW}`` is the injected clock or ``now()``.
 """
@@ -13,10 +14,17 @@ from typing import LiteralString
 from sqlalchemy import TextClause, text
 
 _NOW = "coalesce(CAST(:now AS timestamptz), now())"
+# A run's deliveries go in the order they were written (started, deadline, completed): one
+# waits while an earlier one of its run is pending (in flight or due again later), and goes
+# once that one is delivered or given up. Rows from before ``seq`` existed come first.
+_IN_RUN_ORDER = """NOT EXISTS (
+              SELECT 1 FROM webhook_deliveries earlier
+              WHERE earlier.run_id = webhook_deliveries.run_id AND earlier.status = 'pending'
+                AND coalesce(earlier.seq, 0) < coalesce(webhook_deliveries.seq, 0))"""
 
 
 def _sql(statement: LiteralString) -> TextClause:
-    return text(statement.replace("{NOW}", _NOW))
+    return text(statement.replace("{NOW}", _NOW).replace("{IN_RUN_ORDER}", _IN_RUN_ORDER))
 
 
 # What a claim chooses from (``runyard.domain.webhook_fairness.pick_deliveries``): each tenant's
@@ -40,6 +48,7 @@ DELIVERY_OFFERS = _sql(
     FROM tenants t CROSS JOIN LATERAL (
         SELECT id, tenant, url, next_attempt_at FROM webhook_deliveries
         WHERE status = 'pending' AND tenant = t.tenant AND next_attempt_at <= {NOW}
+          AND {IN_RUN_ORDER}
         ORDER BY next_attempt_at
         LIMIT :per_tenant
     ) o
@@ -64,6 +73,7 @@ MORE_OFFERS = _sql(
         WHERE status = 'pending' AND tenant = t.tenant
           AND next_attempt_at >= t.after AND next_attempt_at <= {NOW}
           AND id <> ALL(CAST(:seen AS uuid[]))
+          AND {IN_RUN_ORDER}
         ORDER BY next_attempt_at
         LIMIT :limit
     ) o
@@ -118,6 +128,7 @@ CLAIM_DELIVERIES = _sql(
         FROM webhook_deliveries
         WHERE id = ANY(CAST(:ids AS uuid[]))
           AND status = 'pending' AND next_attempt_at <= {NOW}
+          AND {IN_RUN_ORDER}
         ORDER BY array_position(CAST(:ids AS uuid[]), id)
         FOR UPDATE SKIP LOCKED
     ), probing AS (
@@ -137,7 +148,8 @@ CLAIM_DELIVERIES = _sql(
         FROM due
         WHERE d.id = due.id
           AND (due.id <> ALL(CAST(:probe_ids AS uuid[])) OR due.id IN (SELECT id FROM probing))
-        RETURNING d.id, d.run_id, d.tenant, d.url, d.attempts, d.lease_token, due.interrupted
+        RETURNING d.id, d.run_id, d.tenant, d.url, d.attempts, d.lease_token, due.interrupted,
+                  d.event, d.data
     ), interrupted AS (
         INSERT INTO tool_run_events (run_id, at, type, data)
         SELECT run_id, {NOW}, 'webhook',
@@ -146,7 +158,7 @@ CLAIM_DELIVERIES = _sql(
                                   'error', 'the delivering process stopped before it knew')
         FROM claimed WHERE interrupted
     )
-    SELECT c.id, c.run_id, c.tenant, c.url, c.attempts, c.lease_token,
+    SELECT c.id, c.run_id, c.tenant, c.url, c.attempts, c.lease_token, c.event, c.data,
            s.webhook_secret AS secret
     FROM claimed c LEFT JOIN tenant_settings s ON s.tenant = c.tenant
     ORDER BY array_position(CAST(:ids AS uuid[]), c.id)
@@ -268,24 +280,56 @@ SETTLE_DELIVERY = _sql(
     """
 )
 
+# Each running attempt's ``run.deadline_approaching`` notice, once its deadline is within the
+# tenant's lead time (for tenants that take the event): the deadline is the job's, which an
+# adopting worker keeps, and the unique index on (run, event, attempt) makes the notice exist
+# once however many delivering processes write it, a crash between included. Only tenants
+# that asked for it are read, and of theirs only running runs.
+ENQUEUE_DEADLINE_NOTICES = _sql(
+    """
+    INSERT INTO webhook_deliveries (id, run_id, tenant, url, created_at, next_attempt_at,
+                                    event, attempt, data)
+    SELECT gen_random_uuid(), r.id, r.tenant, coalesce(r.callback_url, s.webhook_url),
+           {NOW}, {NOW}, 'run.deadline_approaching', j.attempts,
+           jsonb_build_object('deadline_at', j.deadline_at)
+    FROM tenant_settings s
+    JOIN tool_runs r ON r.tenant = s.tenant AND r.status = 'running'
+    JOIN tool_run_jobs j ON j.run_id = r.id
+    WHERE 'run.deadline_approaching' = ANY(s.webhook_events)
+      AND coalesce(r.callback_url, s.webhook_url) IS NOT NULL
+      AND j.status = 'running' AND j.deadline_at > {NOW}
+      AND j.deadline_at <= {NOW} + make_interval(secs => s.deadline_lead_seconds)
+    ON CONFLICT DO NOTHING
+    RETURNING run_id
+    """
+)
+
 # A tenant's default URL, and a new secret when it has none or :rotate asks for one;
 # ``secret_stored`` says whether :secret is now the tenant's (the one time it is shown).
+# :events and :lead change the events it takes and the deadline notice's lead (NULL: keep).
 CONFIGURE_TENANT = _sql(
     """
-    INSERT INTO tenant_settings AS s (tenant, webhook_url, webhook_secret, updated_at)
-    VALUES (:tenant, :url, :secret, {NOW})
+    INSERT INTO tenant_settings AS s (tenant, webhook_url, webhook_secret, updated_at,
+                                      webhook_events, deadline_lead_seconds)
+    VALUES (:tenant, :url, :secret, {NOW},
+            coalesce(CAST(:events AS text[]), ARRAY['run.completed']),
+            coalesce(CAST(:lead AS integer), 60))
     ON CONFLICT (tenant) DO UPDATE
     SET webhook_url = excluded.webhook_url,
         webhook_secret = CASE WHEN :rotate OR s.webhook_secret IS NULL
                               THEN excluded.webhook_secret ELSE s.webhook_secret END,
+        webhook_events = coalesce(CAST(:events AS text[]), s.webhook_events),
+        deadline_lead_seconds = coalesce(CAST(:lead AS integer), s.deadline_lead_seconds),
         updated_at = excluded.updated_at
-    RETURNING webhook_url, webhook_secret = :secret AS secret_stored
+    RETURNING webhook_url, webhook_secret = :secret AS secret_stored, webhook_events,
+              deadline_lead_seconds
     """
 )
 
 TENANT_WEBHOOK = _sql(
     """
-    SELECT webhook_url, webhook_secret IS NOT NULL AS has_secret, updated_at
+    SELECT webhook_url, webhook_secret IS NOT NULL AS has_secret, updated_at, webhook_events,
+           deadline_lead_seconds
     FROM tenant_settings WHERE tenant = :tenant
     """
 )

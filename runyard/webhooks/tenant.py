@@ -1,4 +1,5 @@
-"""A tenant's webhook settings: its default URL and the secret that signs its deliveries."""
+"""A tenant's webhook settings: its default URL, the secret that signs its deliveries, the
+events it takes and how early a deadline notice goes."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ from datetime import datetime
 
 from sqlalchemy import Engine
 
+from runyard.domain.webhook_events import (
+    DEFAULT_DEADLINE_LEAD_SECONDS,
+    DEFAULT_EVENTS,
+    WebhookEvent,
+)
 from runyard.platform.db import autocommit
 from runyard.webhooks.sql import CONFIGURE_TENANT, TENANT_WEBHOOK
 
@@ -29,6 +35,8 @@ class TenantWebhook:
     url: str | None
     has_secret: bool
     updated_at: datetime | None = None
+    events: tuple[str, ...] = DEFAULT_EVENTS
+    deadline_lead_seconds: int = DEFAULT_DEADLINE_LEAD_SECONDS
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,8 @@ class Configured:
     tenant: str
     url: str | None
     secret: str | None
+    events: tuple[str, ...] = DEFAULT_EVENTS
+    deadline_lead_seconds: int = DEFAULT_DEADLINE_LEAD_SECONDS
 
 
 class TenantWebhooks:
@@ -46,8 +56,17 @@ class TenantWebhooks:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def configure(self, tenant: str, url: str | None, *, rotate_secret: bool = False) -> Configured:
-        """Set the default URL (None: no default); make a secret if none or if asked."""
+    def configure(
+        self,
+        tenant: str,
+        url: str | None,
+        *,
+        rotate_secret: bool = False,
+        events: tuple[WebhookEvent, ...] | None = None,
+        deadline_lead_seconds: int | None = None,
+    ) -> Configured:
+        """Set the default URL (None: no default); make a secret if none or if asked; set the
+        events and the deadline lead when given (None: keep them)."""
         candidate = new_secret()
         with self._engine.begin() as conn:
             row = conn.execute(
@@ -57,10 +76,18 @@ class TenantWebhooks:
                     "url": url,
                     "secret": candidate,
                     "rotate": rotate_secret,
+                    "events": None if events is None else list(dict.fromkeys(events)),
+                    "lead": deadline_lead_seconds,
                     "now": None,
                 },
             ).one()
-        return Configured(tenant, row.webhook_url, candidate if row.secret_stored else None)
+        return Configured(
+            tenant,
+            row.webhook_url,
+            candidate if row.secret_stored else None,
+            tuple(row.webhook_events),
+            row.deadline_lead_seconds,
+        )
 
     def get(self, tenant: str) -> TenantWebhook:
         """The tenant's settings (no row: no URL, no secret)."""
@@ -68,4 +95,11 @@ class TenantWebhooks:
         if not rows:
             return TenantWebhook(tenant, None, False)
         row = rows[0]
-        return TenantWebhook(tenant, row.webhook_url, bool(row.has_secret), row.updated_at)
+        return TenantWebhook(
+            tenant,
+            row.webhook_url,
+            bool(row.has_secret),
+            row.updated_at,
+            tuple(row.webhook_events),
+            row.deadline_lead_seconds,
+        )

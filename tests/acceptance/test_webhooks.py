@@ -1,7 +1,8 @@
 """Completion webhooks with real processes: a worker runs tools in Docker, ``python -m reaper``
 delivers to a receiver on loopback that verifies every signature with the Standard Webhooks
 library; the receiver goes away for 30 s, the delivering process is killed with SIGKILL in
-the middle of a delivery, the receiver redirects, and a private destination is refused."""
+the middle of a delivery, the receiver redirects, a private destination is refused, and a
+run's lifecycle events arrive in order across the kill of its worker."""
 
 from __future__ import annotations
 
@@ -111,7 +112,7 @@ def test_webhooks__each_terminal_run_arrives_signed_as_get_shows_it(
         for run_id, status in runs.items():
             [delivery] = got[str(run_id)]
             shown = client.get(f"/v1/runs/{run_id}", headers=admin)
-            assert delivery.verified(secret) == shown.json()
+            assert delivery.verified(secret) == {**shown.json(), "event": "run.completed"}
             assert json.loads(delivery.body)["status"] == status
             webhook = [d for kind, d in events_of(engine, run_id) if kind == "webhook"]
             assert [(e["attempt"], e["outcome"], e["status_code"]) for e in webhook] == [
@@ -215,3 +216,36 @@ def test_webhooks__a_redirect_is_not_followed_and_private_is_refused_without_the
     assert receiver.of_path("/elsewhere") == []
     codes = [d.get("status_code") for kind, d in events_of(engine, run_id) if kind == "webhook"]
     assert 307 in codes and delivered(engine) == 0
+
+
+def test_lifecycle__started_deadline_and_completed_arrive_signed_in_order_across_a_kill_9(
+    cluster: Cluster, receiver: Receiver, engine: Engine
+):
+    # The lead covers the tool's whole timeout: the deadline notice is due once it starts.
+    made = TenantWebhooks(engine).configure(
+        TENANT,
+        None,
+        events=("run.started", "run.deadline_approaching", "run.completed"),
+        deadline_lead_seconds=3600,
+    )
+    assert made.secret is not None
+    run_id = submit(cluster, "sleep", {"seconds": 6}, receiver.url, Expected("succeeded"))
+    cluster.start_reaper("reaper", **WEBHOOKS)
+    cluster.start_worker("w1", concurrency=1)
+    cluster.wait_for(lambda: len(receiver.received) >= 2, 30, "started and deadline notices")
+    assert cluster.container_state(run_id) == "running"
+    cluster.kill9("w1")
+    cluster.start_worker("w2", concurrency=1)
+    cluster.check_invariants()
+    cluster.wait_for(lambda: delivered(engine) == 3, 30, "every delivery settled")
+    assert cluster.run_row(run_id).adoptions == 1  # the same attempt, adopted
+    bodies = [got.verified(made.secret) for got in receiver.received]
+    # A delivery cut off by nothing here arrives once; one sent again keeps its webhook-id.
+    ids = list(dict.fromkeys(got.webhook_id for got in receiver.received))
+    assert len(ids) == 3 == len(receiver.received)
+    assert [(b["event"], b["id"]) for b in bodies] == [
+        ("run.started", str(run_id)),
+        ("run.deadline_approaching", str(run_id)),
+        ("run.completed", str(run_id)),
+    ]
+    assert bodies[2]["status"] == "succeeded"

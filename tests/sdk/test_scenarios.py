@@ -389,5 +389,12 @@ def test_tenant_webhook__set_shows_the_secret_once_get_never(open_yard):
     assert rotated is not None and rotated != made.secret
     shown = yard.client.get_tenant_webhook("acme")
     assert (shown.has_secret, shown.secret) == (True, None)
+    assert (shown.events, shown.deadline_lead_seconds) == (["run.completed"], 60)
+    chosen = yard.client.set_tenant_webhook(
+        "acme", None, events=["run.started", "run.completed"], deadline_lead_seconds=30
+    )
+    assert (chosen.events, chosen.deadline_lead_seconds) == (["run.started", "run.completed"], 30)
+    with pytest.raises(InvalidRequestError):
+        yard.client.set_tenant_webhook("acme", None, events=["run.exploded"])
     with pytest.raises(InvalidRequestError):
         yard.client.set_tenant_webhook("acme", "not a url")

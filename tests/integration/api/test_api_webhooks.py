@@ -62,13 +62,49 @@ def test_put_webhook__makes_the_secret_once_and_rotates_on_request(
     secret = first.json()["secret"]
     assert secret.startswith("whsec_") and first.json()["url"] == "http://127.0.0.1:9/hook"
     again = put_webhook(client, admin, url=None)
-    assert again.json() == {"tenant": "acme", "url": None, "has_secret": True, "secret": None}
+    assert again.json() == {
+        **{"tenant": "acme", "url": None, "has_secret": True, "secret": None},
+        **{"events": ["run.completed"], "deadline_lead_seconds": 60},
+    }
     rotated = put_webhook(client, admin, url=None, rotate_secret=True).json()["secret"]
     assert rotated.startswith("whsec_") and rotated != secret
     shown = client.get("/v1/tenants/acme/webhook", headers=admin)
-    assert shown.json() == {"tenant": "acme", "url": None, "has_secret": True, "secret": None}
+    assert shown.json() == {
+        **{"tenant": "acme", "url": None, "has_secret": True, "secret": None},
+        **{"events": ["run.completed"], "deadline_lead_seconds": 60},
+    }
     stored = "SELECT count(*) FROM tenant_settings WHERE webhook_secret = :s"
     assert count(engine, stored, s=rotated) == 1
+
+
+def test_put_webhook__events_and_deadline_lead_are_set_shown_and_kept(
+    client: TestClient, admin: dict[str, str]
+):
+    events = ["run.started", "run.deadline_approaching", "run.completed"]
+    made = put_webhook(client, admin, events=events, deadline_lead_seconds=120)
+    assert made.status_code == 200, made.text
+    assert (made.json()["events"], made.json()["deadline_lead_seconds"]) == (events, 120)
+    put_webhook(client, admin, url=None)  # neither given: both kept
+    shown = client.get("/v1/tenants/acme/webhook", headers=admin).json()
+    assert (shown["events"], shown["deadline_lead_seconds"]) == (events, 120)
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"events": ["run.exploded"]}, "events"),
+        ({"events": []}, "events"),
+        ({"deadline_lead_seconds": 0}, "deadline_lead_seconds"),
+        ({"deadline_lead_seconds": 10**9}, "deadline_lead_seconds"),
+    ],
+    ids=["unknown-event", "no-event", "zero-lead", "lead-past-a-week"],
+)
+def test_put_webhook__bad_events_or_lead_are_422_naming_the_field(
+    client: TestClient, admin: dict[str, str], body: dict[str, Any], field: str
+):
+    response = put_webhook(client, admin, **body)
+    assert response.status_code == 422, response.text
+    assert field in response.text
 
 
 def test_put_webhook__only_for_admins(client: TestClient, acme: dict[str, str]):
@@ -295,7 +331,7 @@ def test_sync_mode__the_api_delivers_and_prunes_by_itself(
         assert run.status_code == 200 and run.json()["status"] == "succeeded", run.text
         wait_until(lambda: receiver.received, timeout=20)
         [got] = receiver.received
-        assert got.verified(secret.json()["secret"]) == run.json()
+        assert got.verified(secret.json()["secret"]) == {**run.json(), "event": "run.completed"}
         wait_until(lambda: run_status(engine, run.json()["id"]) is None, timeout=20)
     with engine.connect() as conn:
         left = conn.execute(text("SELECT count(*) FROM webhook_deliveries")).scalar_one()

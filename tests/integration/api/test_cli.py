@@ -248,8 +248,11 @@ def test_cli_webhook__set_prints_the_secret_once_and_verify_checks_a_delivery(
     assert made.returncode == 0, made.stderr
     secret = json.loads(made.stdout)["secret"]
     assert secret.startswith("whsec_")
-    again = cli("webhook", "set", "acme")
+    again = cli("webhook", "set", "acme", "--events", "run.started,run.completed")
     assert again.returncode == 0 and "whsec_" not in again.stdout
+    assert "events: run.started, run.completed" in again.stdout
+    unknown = cli("webhook", "set", "acme", "--events", "run.exploded")
+    assert unknown.returncode == 2 and "run.exploded" in unknown.stderr
     assert api.run("webhook", "set", "acme").returncode == 5  # not an admin key
 
     body = tmp_path / "body.json"

@@ -241,8 +241,10 @@ def test_deliverer__posts_the_run_signed_as_the_api_shows_it(
         got = by_run[str(run_id)]
         view = RunReader(engine).view(run_id, None)
         assert view is not None
-        assert got.verified(secret) == json.loads(RUN_JSON.dump_json(view))
+        run_as_shown = json.loads(RUN_JSON.dump_json(view))
+        assert got.verified(secret) == {**run_as_shown, "event": "run.completed"}
         assert got.headers["content-type"] == "application/json"
+        assert got.headers["runyard-event"] == "run.completed"
         [delivery] = deliveries(engine, run_id)
         assert got.webhook_id == str(delivery["id"]) and delivery["status"] == "delivered"
         [event] = webhook_events(engine, run_id)

@@ -357,7 +357,17 @@ def get_tenant_webhook(tenant: str) -> Call[TenantWebhook]:
     return Call("GET", f"/v1/tenants/{segment(tenant)}/webhook", _tenant_webhook)
 
 
-def set_tenant_webhook(tenant: str, url: str | None, rotate_secret: bool) -> Call[TenantWebhook]:
-    """Set a tenant's default webhook URL (admin); a new secret comes back once."""
-    body = {"url": url, "rotate_secret": rotate_secret}
+def set_tenant_webhook(
+    tenant: str,
+    url: str | None,
+    rotate_secret: bool,
+    events: Sequence[str] | None = None,
+    deadline_lead_seconds: int | None = None,
+) -> Call[TenantWebhook]:
+    """Set a tenant's default webhook URL and events (admin); a new secret comes back once."""
+    body: dict[str, Any] = {"url": url, "rotate_secret": rotate_secret}
+    if events is not None:
+        body["events"] = list(events)
+    if deadline_lead_seconds is not None:
+        body["deadline_lead_seconds"] = deadline_lead_seconds
     return Call("PUT", f"/v1/tenants/{segment(tenant)}/webhook", _tenant_webhook, json=body)

@@ -379,11 +379,21 @@ class Runyard:
         return self._send(calls.get_tenant_webhook(tenant))
 
     def set_tenant_webhook(
-        self, tenant: str, url: str | None, *, rotate_secret: bool = False
+        self,
+        tenant: str,
+        url: str | None,
+        *,
+        rotate_secret: bool = False,
+        events: Sequence[str] | None = None,
+        deadline_lead_seconds: int | None = None,
     ) -> TenantWebhook:
-        """Set a tenant's default webhook URL (None: no default); the answer that makes a
+        """Set a tenant's default webhook URL (None: no default) and, when given, the events
+        it receives (``run.started``, ``run.deadline_approaching``, ``run.completed``) and how
+        many seconds before an attempt's deadline the notice goes; the answer that makes a
         signing secret (the first, or ``rotate_secret``) carries it, this once. An admin key."""
-        return self._send(calls.set_tenant_webhook(tenant, url, rotate_secret))
+        return self._send(
+            calls.set_tenant_webhook(tenant, url, rotate_secret, events, deadline_lead_seconds)
+        )
 
     # --- I/O -------------------------------------------------------------------------------
 

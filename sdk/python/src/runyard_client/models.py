@@ -155,6 +155,8 @@ class TenantWebhook(Model):
     tenant: str
     url: str | None
     has_secret: bool
+    events: list[str]
+    deadline_lead_seconds: int
     secret: str | None = None
 
 
