@@ -1,0 +1,255 @@
+"""The MCP server at /mcp, driven by the official MCP client over streamable HTTP on loopback:
+tools listed with their schemas, calls as runs (sync mode, with a fake runner), refusals, one
+tenant apart from another, and a call cut mid-way that a retry with its key does not run twice."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp_types import RequestParamsMeta
+from sqlalchemy import Engine, text
+
+from runyard.domain.attempt import AttemptResult, AttemptSpec
+from runyard.domain.states import RunStatus
+from runyard.registry.tools import ToolRegistry
+from runyard.runner import AttemptControl
+from runyard.runners.fake import FakeRunner
+from runyard.tenancy.auth import create_api_key
+from tests.integration.api.test_api_helpers import count, live_server, make_app, run_status
+
+SYNC = {"queue_enabled": False}
+RUN_ID_META = "io.runyard/run_id"
+
+
+@asynccontextmanager
+async def mcp_client(url: str, key: str, **options: Any) -> AsyncIterator[Client]:
+    """The SDK's client on ``url``/mcp with ``key`` as its Bearer token."""
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {key}"})
+    async with (
+        http,
+        Client(streamable_http_client(f"{url}/mcp", http_client=http), **options) as client,
+    ):
+        yield client
+
+
+class Tools:
+    """A fake engine: ``echo`` returns its input, ``fail`` fails, anything else blocks until
+    ``release`` is set, printing a line first."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.started = threading.Semaphore(0)
+
+    def __call__(self, spec: AttemptSpec, control: AttemptControl) -> AttemptResult:
+        name = spec.tool["name"]
+        if name == "echo":
+            return AttemptResult(RunStatus.SUCCEEDED, 0, result=spec.input)
+        if name == "fail":
+            return AttemptResult(
+                RunStatus.FAILED,
+                3,
+                stderr="about to fail\n",
+                error_code="tool_failed",
+                error="the tool exited with code 3",
+            )
+        self.started.release()
+        assert control.logs is not None
+        control.logs.write("stdout", "sleeping\n", "2026-01-01T00:00:00.000000000Z")
+        while not self.release.wait(0.02):
+            if control.cancel.is_set():
+                return AttemptResult(RunStatus.CANCELLED, error_code="cancelled")
+        return AttemptResult(RunStatus.SUCCEEDED, 0, result={"slept": True})
+
+
+@pytest.fixture
+def tools() -> Iterator[Tools]:
+    made = Tools()
+    yield made
+    made.release.set()
+
+
+@pytest.fixture
+def runner(tools: Tools) -> FakeRunner:
+    return FakeRunner(tools)
+
+
+@pytest.fixture
+def sync_api(database_url: str, engine: Engine, registry: ToolRegistry, runner) -> Iterator[str]:
+    app = make_app(database_url, engine, registry, runner, max_wait_seconds=10.0, **SYNC)
+    with live_server(app) as url:
+        yield url
+
+
+def test_mcp__lists_the_tools_with_their_schemas_and_answers_a_call_with_its_result(
+    sync_api: str, engine: Engine, registry: ToolRegistry
+):
+    key = create_api_key(engine, "acme")
+
+    async def scenario() -> None:
+        async with mcp_client(sync_api, key) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            answer = await client.call_tool("echo", {"hello": "world"})
+            run_id = (answer.meta or {})[RUN_ID_META]
+            fetched = await client.call_tool("runyard_get_run", {"run_id": run_id})
+            resource = await client.read_resource(f"runyard://runs/{run_id}")
+        sleep = registry.get("sleep")
+        assert sleep is not None
+        assert tools["sleep"].input_schema == sleep.input_schema
+        assert tools["sleep"].description == sleep.description
+        assert tools["echo"].input_schema == {"type": "object"}
+        # The tool declares no schema: any object.
+        assert tools["fail"].input_schema["type"] == "object"
+        assert "runyard_get_run" in tools
+        assert answer.is_error is False
+        assert answer.structured_content == {"hello": "world"}
+        assert answer.content[0].text == '{"hello": "world"}'  # type: ignore[union-attr]
+        assert fetched.structured_content == {"hello": "world"}
+        assert '"status": "succeeded"' in resource.contents[0].text  # type: ignore[union-attr]
+
+    anyio.run(scenario)
+
+
+def test_mcp__a_failed_run_is_a_tool_error_with_its_error_and_id(sync_api: str, engine: Engine):
+    key = create_api_key(engine, "acme")
+
+    async def scenario() -> Any:
+        async with mcp_client(sync_api, key, mode="legacy") as client:
+            return await client.call_tool("fail", {})
+
+    answer = anyio.run(scenario)
+    assert answer.is_error is True
+    run_id = answer.structured_content["run_id"]
+    assert answer.content[0].text == (
+        f"run {run_id} failed (tool_failed): the tool exited with code 3"
+    )
+    assert run_status(engine, run_id) == "failed"
+
+
+def test_mcp__bad_input_is_an_error_naming_the_field_and_starts_no_run(
+    sync_api: str, engine: Engine
+):
+    key = create_api_key(engine, "acme")
+
+    async def scenario() -> Any:
+        async with mcp_client(sync_api, key) as client:
+            return await client.call_tool("sleep", {"seconds": "long"})
+
+    answer = anyio.run(scenario)
+    assert answer.is_error is True
+    assert answer.structured_content["code"] == "invalid_input"
+    assert answer.structured_content["field"] == "input.seconds"
+    assert "input.seconds: 'long' is not of type 'number'" in answer.content[0].text
+    assert count(engine, "SELECT count(*) FROM tool_runs") == 0
+
+
+def test_mcp__refuses_unknown_keys_and_tools_and_keeps_tenants_apart(sync_api: str, engine: Engine):
+    acme, other = create_api_key(engine, "acme"), create_api_key(engine, "other")
+    unauthenticated = httpx2.post(
+        f"{sync_api}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, timeout=10
+    )
+    wrong_key = httpx2.post(
+        f"{sync_api}/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+        headers={"Authorization": "Bearer ry_nope_nope"},
+        timeout=10,
+    )
+
+    async def scenario() -> tuple[Any, ...]:
+        async with mcp_client(sync_api, acme) as client:
+            mine = await client.call_tool("echo", {"secret": 1})
+            with pytest.raises(MCPError, match="unknown tool 'nope'"):
+                await client.call_tool("nope", {})
+        run_id = (mine.meta or {})[RUN_ID_META]
+        async with mcp_client(sync_api, other) as client:
+            theirs = await client.call_tool("runyard_get_run", {"run_id": run_id})
+            with pytest.raises(MCPError, match=f"no run {run_id}"):
+                await client.read_resource(f"runyard://runs/{run_id}")
+        return run_id, theirs
+
+    run_id, theirs = anyio.run(scenario)
+    assert unauthenticated.status_code == 401
+    assert unauthenticated.json()["code"] == "unauthenticated"
+    assert wrong_key.status_code == 401
+    assert theirs.is_error is True
+    assert theirs.structured_content == {
+        "code": "run_not_found",
+        "detail": f"no run {run_id}",
+    }
+    assert count(engine, "SELECT count(*) FROM tool_runs") == 1
+
+
+def test_mcp__a_call_cut_while_its_run_runs_is_not_run_again_when_retried_with_its_key(
+    sync_api: str, engine: Engine, tools: Tools, runner: FakeRunner
+):
+    key = create_api_key(engine, "acme")
+    meta: RequestParamsMeta = {"io.runyard/idempotency_key": "agent-call-1"}  # type: ignore[typeddict-unknown-key]
+
+    async def cut_call() -> None:
+        async with anyio.create_task_group() as tasks:
+
+            async def call() -> None:
+                async with mcp_client(sync_api, key) as client:
+                    await client.call_tool("sleep", {"seconds": 5}, meta=meta)
+
+            tasks.start_soon(call)
+            await anyio.to_thread.run_sync(tools.started.acquire)
+            tasks.cancel_scope.cancel()  # the client goes away mid-call
+
+    async def retry() -> Any:
+        async with mcp_client(sync_api, key) as client:
+            with anyio.fail_after(20):
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(anyio.to_thread.run_sync, _release_soon, tools)
+                    return await client.call_tool("sleep", {"seconds": 5}, meta=meta)
+
+    anyio.run(cut_call)
+    (run_id,) = _run_ids(engine)
+    assert run_status(engine, run_id) == "running"  # the cut left the run going
+    answer = anyio.run(retry)
+    assert answer.is_error is False, answer
+    assert (answer.meta or {})[RUN_ID_META] == run_id
+    assert answer.structured_content == {"slept": True}
+    assert _run_ids(engine) == [run_id]
+    assert len(runner.started) == 1
+
+
+def test_mcp__the_run_logs_come_as_progress_to_a_client_that_asks(
+    sync_api: str, engine: Engine, tools: Tools
+):
+    key = create_api_key(engine, "acme")
+    messages: list[str] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        messages.append(message or "")
+        tools.release.set()
+
+    async def scenario() -> Any:
+        async with mcp_client(sync_api, key) as client:
+            with anyio.fail_after(20):
+                return await client.call_tool(
+                    "sleep", {"seconds": 5}, progress_callback=on_progress
+                )
+
+    answer = anyio.run(scenario)
+    assert answer.structured_content == {"slept": True}
+    assert "".join(messages) == "sleeping\n"
+
+
+def _release_soon(tools: Tools) -> None:
+    """Let the blocked tool end a moment after the retry is on its way."""
+    tools.release.wait(0.5)
+    tools.release.set()
+
+
+def _run_ids(engine: Engine) -> list[str]:
+    with engine.connect() as conn:
+        return [str(row.id) for row in conn.execute(text("SELECT id FROM tool_runs"))]
