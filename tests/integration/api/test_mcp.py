@@ -4,6 +4,7 @@ tenant apart from another, and a call cut mid-way that a retry with its key does
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -253,3 +254,52 @@ def _release_soon(tools: Tools) -> None:
 def _run_ids(engine: Engine) -> list[str]:
     with engine.connect() as conn:
         return [str(row.id) for row in conn.execute(text("SELECT id FROM tool_runs"))]
+
+
+def _rpc(http: httpx2.Client, body: dict[str, Any], session: str | None = None) -> Any:
+    """One JSON-RPC message POSTed to /mcp; the response's message (SSE or JSON), if any."""
+    headers = {"Accept": "application/json, text/event-stream"}
+    if session is not None:
+        headers |= {"Mcp-Session-Id": session, "Mcp-Protocol-Version": "2025-11-25"}
+    response = http.post("/mcp", json=body, headers=headers)
+    assert response.status_code < 300, response.text
+    data = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
+    return (response, json.loads(data[-1]) if data else None)
+
+
+def test_mcp__queue_mode_a_call_past_the_wait_names_its_run_and_a_resend_on_the_session_replays_it(
+    database_url: str, engine: Engine, registry: ToolRegistry
+):
+    app = make_app(database_url, engine, registry, max_wait_seconds=0.5)
+    key = create_api_key(engine, "acme")
+    call = {"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "echo", "arguments": {}}}
+    with (
+        live_server(app) as url,
+        httpx2.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=20) as http,
+    ):
+        opened, _ = _rpc(
+            http,
+            {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "test", "version": "1"},
+                },
+            },
+        )
+        session = opened.headers["mcp-session-id"]
+        _rpc(http, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+        _, first = _rpc(http, {**call, "id": 5}, session)
+        _, resent = _rpc(http, {**call, "id": 5}, session)
+        _, another = _rpc(http, {**call, "id": 6}, session)
+    text = first["result"]["content"][0]["text"]
+    run_id = first["result"]["structuredContent"]["run_id"]
+    assert first["result"]["structuredContent"]["status"] == "queued"
+    assert f"run {run_id} is still queued after waiting" in text
+    assert "runyard_get_run" in text and f"runyard://runs/{run_id}" in text
+    assert resent["result"]["structuredContent"]["run_id"] == run_id
+    assert another["result"]["structuredContent"]["run_id"] != run_id
+    assert count(engine, "SELECT count(*) FROM tool_runs") == 2
