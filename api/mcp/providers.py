@@ -101,7 +101,7 @@ class RegistryTools:
             idempotency_key=call.idempotency_key,
             max_priority=priority_ceiling(call.principal),
         )
-        return await self._runs.call(request, call.progress)
+        return await self._runs.call(call.principal, request, call.progress)
 
 
 GET_RUN_SCHEMA: dict[str, Any] = {

@@ -41,24 +41,21 @@ class RunCalls:
 
     services: Services
 
-    async def call(self, request: RunRequest, progress: Progress | None) -> types.CallToolResult:
-        """Submit, then wait for the run to end, its logs sent as progress meanwhile; a
-        refusal is a tool error."""
-        async with anyio.create_task_group() as followers:
+    async def call(
+        self, principal: Principal, request: RunRequest, progress: Progress | None
+    ) -> types.CallToolResult:
+        """Submit ``principal``'s request, then wait for the run to end, its logs sent as
+        progress meanwhile; a refusal is a tool error."""
 
-            def accepted(run_id: uuid.UUID) -> None:
-                if progress is not None:
-                    followers.start_soon(self._send_logs, run_id, progress)
-
+        async def work(follow: Callable[[uuid.UUID], None]) -> types.CallToolResult:
             try:
                 # Shielded: a call cancelled or cut off mid-way still leaves its run whole (in
                 # sync mode it runs inline to its end); the answer names it for a later fetch.
                 with anyio.CancelScope(shield=True):
                     submitted = await self.services.submissions.submit(
-                        request, wait=0.0, accepted=accepted
+                        request, wait=0.0, accepted=follow
                     )
             except Exception as exc:
-                followers.cancel_scope.cancel()
                 problem = submit_problem(self.services, exc)
                 if problem is None:
                     raise
@@ -71,9 +68,9 @@ class RunCalls:
                     "created": submitted.created,
                 },
             )
-            answer = await self.until_done(submitted.run, request.tenant, self.max_wait)
-            followers.cancel_scope.cancel()
-        return answer
+            return await self.until_done(principal, submitted.run, self.max_wait)
+
+        return await self._following(progress, work)
 
     @property
     def max_wait(self) -> float:
@@ -86,30 +83,60 @@ class RunCalls:
         """A run the caller may see, once it ends or after ``wait`` seconds (capped), its
         logs sent as progress meanwhile; a tool error ``run_not_found`` otherwise (another
         tenant's run included)."""
-        tenant = visible_tenant(principal)
-        view = await anyio.to_thread.run_sync(RunReader(self.services.engine).view, run_id, tenant)
+        view = await anyio.to_thread.run_sync(
+            RunReader(self.services.engine).view, run_id, visible_tenant(principal)
+        )
         if view is None:
             return problem_answer(Problem(404, "run_not_found", f"no run {run_id}"))
+
+        async def work(follow: Callable[[uuid.UUID], None]) -> types.CallToolResult:
+            if not view.status.is_terminal:
+                follow(view.id)
+            return await self.until_done(principal, view, wait)
+
+        return await self._following(progress, work)
+
+    async def _following(
+        self,
+        progress: Progress | None,
+        work: Callable[[Callable[[uuid.UUID], None]], Awaitable[types.CallToolResult]],
+    ) -> types.CallToolResult:
+        """Run ``work``, which may ask to follow a run's logs (sent as ``progress``, if the
+        client asked for it) until it returns. An error of ``work`` comes out as itself, not
+        in an exception group."""
+        outcome: list[types.CallToolResult] = []
+        failure: list[Exception] = []
         async with anyio.create_task_group() as followers:
-            if progress is not None and not view.status.is_terminal:
-                followers.start_soon(self._send_logs, run_id, progress)
-            answer = await self.until_done(view, tenant, wait, principal=principal)
+
+            def follow(run_id: uuid.UUID) -> None:
+                if progress is not None:
+                    followers.start_soon(self._send_logs, run_id, progress)
+
+            try:
+                outcome.append(await work(follow))
+            except Exception as exc:
+                failure.append(exc)
             followers.cancel_scope.cancel()
-        return answer
+        if failure:
+            raise failure[0]
+        return outcome[0]
 
     async def until_done(
-        self, view: RunView, tenant: str | None, wait: float, *, principal: Principal | None = None
+        self, principal: Principal, view: RunView, wait: float
     ) -> types.CallToolResult:
         """The run's answer once it ends, or as it is after ``wait`` seconds (capped)."""
         seconds = self.services.waits.capped(wait)
         if not view.status.is_terminal and seconds > 0:
             started = time.monotonic()
+            tenant = visible_tenant(principal)
             view = await self.services.waits.run(view.id, tenant, seconds, Caller()) or view
             seconds = time.monotonic() - started
         if not view.status.is_terminal:
             return run_answer(view, waited_seconds=round(seconds, 1))
-        who = principal or Principal(tenant=tenant or "", admin=tenant is None)
-        return await anyio.to_thread.run_sync(self._finished, who, view)
+        try:
+            return await anyio.to_thread.run_sync(self._finished, principal, view)
+        except Problem as problem:  # deleted in between
+            return problem_answer(problem)
 
     def _finished(self, principal: Principal, view: RunView) -> types.CallToolResult:
         """A terminal run's answer with its artifacts (and its stdout, if it has no result)."""

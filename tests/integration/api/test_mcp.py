@@ -4,6 +4,7 @@ tenant apart from another, and a call cut mid-way that a retry with its key does
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -29,6 +30,7 @@ from tests.integration.api.test_api_helpers import count, live_server, make_app,
 
 SYNC = {"queue_enabled": False}
 RUN_ID_META = "io.runyard/run_id"
+ARTIFACTS = {"report.txt": b"all good\n", "deep/\u00fc #1.bin": bytes(range(256))}
 
 
 @asynccontextmanager
@@ -43,8 +45,8 @@ async def mcp_client(url: str, key: str, **options: Any) -> AsyncIterator[Client
 
 
 class Tools:
-    """A fake engine: ``echo`` returns its input, ``fail`` fails, anything else blocks until
-    ``release`` is set, printing a line first."""
+    """A fake engine: ``echo`` returns its input, ``shell`` keeps two files, ``fail`` fails,
+    anything else blocks until ``release`` is set, printing a line first."""
 
     def __init__(self) -> None:
         self.release = threading.Event()
@@ -54,6 +56,15 @@ class Tools:
         name = spec.tool["name"]
         if name == "echo":
             return AttemptResult(RunStatus.SUCCEEDED, 0, result=spec.input)
+        if name == "shell":
+            assert control.artifacts is not None
+            writer = control.artifacts.writer(spec.run_id)
+            for path, data in ARTIFACTS.items():
+                writer.add(path, iter([data]))
+            writer.done()
+            return AttemptResult(
+                RunStatus.SUCCEEDED, 0, stdout="wrote two files\n", artifact_set=writer.set_id
+            )
         if name == "fail":
             return AttemptResult(
                 RunStatus.FAILED,
@@ -133,6 +144,30 @@ def test_mcp__a_failed_run_is_a_tool_error_with_its_error_and_id(sync_api: str, 
         f"run {run_id} failed (tool_failed): the tool exited with code 3"
     )
     assert run_status(engine, run_id) == "failed"
+
+
+def test_mcp__artifacts_are_resource_links_that_the_caller_alone_can_read(
+    sync_api: str, engine: Engine
+):
+    acme, other = create_api_key(engine, "acme"), create_api_key(engine, "other")
+
+    async def scenario() -> tuple[Any, dict[str, bytes]]:
+        async with mcp_client(sync_api, acme) as client:
+            answer = await client.call_tool("shell", {"script": "echo"})
+            links = [block for block in answer.content if block.type == "resource_link"]
+            read = {}
+            for link in links:
+                (contents,) = (await client.read_resource(link.uri)).contents
+                read[link.name] = base64.b64decode(contents.blob)  # type: ignore[union-attr]
+        async with mcp_client(sync_api, other) as client:
+            with pytest.raises(MCPError, match="no run"):
+                await client.read_resource(links[0].uri)
+        return answer, read
+
+    answer, read = anyio.run(scenario)
+    assert answer.is_error is False
+    assert answer.content[0].text == "wrote two files\n"
+    assert read == ARTIFACTS
 
 
 def test_mcp__bad_input_is_an_error_naming_the_field_and_starts_no_run(
