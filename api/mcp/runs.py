@@ -18,6 +18,7 @@ from api.actions.runs import load_run, submit_problem
 from api.deps import Services, visible_tenant
 from api.mcp.answers import problem_answer, run_answer
 from api.problems import Problem
+from runyard.reads.notify import Subscription
 from runyard.reads.runs import LOG_STREAMS, RunReader, RunView
 from runyard.submission.request import RunRequest
 from runyard.submission.waits import Caller
@@ -28,11 +29,13 @@ logger = logging.getLogger(__name__)
 # ``(progress, total, message)``: the SDK's report of progress against the caller's token.
 Progress = Callable[[float, float | None, str | None], Awaitable[None]]
 
-# Live logs as progress: one message holds at most this much text, one call sends at most
-# this much in all (the rest stays in the run's logs), and logs are read at most this often.
-PROGRESS_MESSAGE_BYTES = 4096
-PROGRESS_TOTAL_BYTES = 1_048_576
+# Live logs as progress: one message holds at most this many characters, one call sends at
+# most this many in all (the rest stays in the run's logs), logs are read at most this often,
+# and the last lines of a run that ended get this long to go out before the answer.
+PROGRESS_MESSAGE_CHARS = 4096
+PROGRESS_TOTAL_CHARS = 1_048_576
 PROGRESS_READ_GAP_SECONDS = 0.5
+FINAL_LOGS_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,7 @@ class RunCalls:
                 extra={
                     "run_id": str(submitted.run.id),
                     "tool": submitted.run.tool,
-                    "created": submitted.created,
+                    "replayed": not submitted.created,
                 },
             )
             return await self.until_done(principal, submitted.run, self.max_wait)
@@ -106,17 +109,22 @@ class RunCalls:
         in an exception group."""
         outcome: list[types.CallToolResult] = []
         failure: list[Exception] = []
+        finished = anyio.Event()
         async with anyio.create_task_group() as followers:
 
             def follow(run_id: uuid.UUID) -> None:
                 if progress is not None:
-                    followers.start_soon(self._send_logs, run_id, progress)
+                    followers.start_soon(self._send_logs, run_id, progress, finished)
 
             try:
                 outcome.append(await work(follow))
             except Exception as exc:
                 failure.append(exc)
-            followers.cancel_scope.cancel()
+                followers.cancel_scope.cancel()
+            # The followers send what the run wrote last before the answer goes (progress
+            # after the answer is not allowed), within a bound.
+            finished.set()
+            followers.cancel_scope.deadline = anyio.current_time() + FINAL_LOGS_SECONDS
         if failure:
             raise failure[0]
         return outcome[0]
@@ -147,13 +155,17 @@ class RunCalls:
         files = self.services.artifacts.files(published)
         return run_answer(view, stdout=stdout, artifacts=files)
 
-    async def _send_logs(self, run_id: uuid.UUID, progress: Progress) -> None:
-        """Send the run's new log text as progress messages until cancelled (or the cap)."""
+    async def _send_logs(
+        self, run_id: uuid.UUID, progress: Progress, finished: anyio.Event
+    ) -> None:
+        """Send the run's new log text as progress messages until ``finished`` (then once
+        more, for the last lines), or the cap."""
         reader = RunReader(self.services.engine)
         attempt, cursor, sent = 0, 0, 0
         poll = self.services.waits.limits.poll_seconds
         with self.services.notifier.subscribe(run_id) as subscription:
-            while sent < PROGRESS_TOTAL_BYTES:
+            while sent < PROGRESS_TOTAL_CHARS:
+                last = finished.is_set()
                 view = await anyio.to_thread.run_sync(reader.view, run_id, None)
                 if view is not None and view.attempts > 0:
                     if view.attempts != attempt:
@@ -161,16 +173,32 @@ class RunCalls:
                     text = await anyio.to_thread.run_sync(
                         reader.live_logs, run_id, attempt, LOG_STREAMS
                     )
-                    fresh = text[cursor : cursor + PROGRESS_TOTAL_BYTES - sent]
+                    fresh = text[cursor : cursor + PROGRESS_TOTAL_CHARS - sent]
                     cursor += len(fresh)
-                    for offset in range(0, len(fresh), PROGRESS_MESSAGE_BYTES):
-                        chunk = fresh[offset : offset + PROGRESS_MESSAGE_BYTES]
+                    for offset in range(0, len(fresh), PROGRESS_MESSAGE_CHARS):
+                        chunk = fresh[offset : offset + PROGRESS_MESSAGE_CHARS]
                         sent += len(chunk)
                         # Progress only grows: the characters of log text sent so far.
                         if not await _sent(progress, float(sent), chunk):
                             return
-                await subscription.wait(poll)
-                await anyio.sleep(PROGRESS_READ_GAP_SECONDS)
+                if last:
+                    return
+                await _nap(subscription, finished, poll)
+                if not finished.is_set():
+                    await anyio.sleep(PROGRESS_READ_GAP_SECONDS)
+
+
+async def _nap(subscription: Subscription, finished: anyio.Event, seconds: float) -> None:
+    """Sleep until a notification names the run, ``finished`` is set, or ``seconds`` pass."""
+    async with anyio.create_task_group() as nap:
+
+        async def until_finished() -> None:
+            await finished.wait()
+            nap.cancel_scope.cancel()
+
+        nap.start_soon(until_finished)
+        await subscription.wait(seconds)
+        nap.cancel_scope.cancel()
 
 
 async def _sent(progress: Progress, value: float, message: str) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -46,7 +47,7 @@ async def mcp_client(url: str, key: str, **options: Any) -> AsyncIterator[Client
 
 class Tools:
     """A fake engine: ``echo`` returns its input, ``shell`` keeps two files, ``fail`` fails,
-    anything else blocks until ``release`` is set, printing a line first."""
+    anything else prints a line, blocks until ``release`` is set, and prints another."""
 
     def __init__(self) -> None:
         self.release = threading.Event()
@@ -79,6 +80,7 @@ class Tools:
         while not self.release.wait(0.02):
             if control.cancel.is_set():
                 return AttemptResult(RunStatus.CANCELLED, error_code="cancelled")
+        control.logs.write("stdout", "done\n", "2026-01-01T00:00:01.000000000Z")
         return AttemptResult(RunStatus.SUCCEEDED, 0, result={"slept": True})
 
 
@@ -102,8 +104,9 @@ def sync_api(database_url: str, engine: Engine, registry: ToolRegistry, runner) 
 
 
 def test_mcp__lists_the_tools_with_their_schemas_and_answers_a_call_with_its_result(
-    sync_api: str, engine: Engine, registry: ToolRegistry
+    sync_api: str, engine: Engine, registry: ToolRegistry, caplog: pytest.LogCaptureFixture
 ):
+    caplog.set_level(logging.INFO, logger="api.mcp")
     key = create_api_key(engine, "acme")
 
     async def scenario() -> None:
@@ -126,6 +129,8 @@ def test_mcp__lists_the_tools_with_their_schemas_and_answers_a_call_with_its_res
         assert answer.content[0].text == '{"hello": "world"}'  # type: ignore[union-attr]
         assert fetched.structured_content == {"hello": "world"}
         assert '"status": "succeeded"' in resource.contents[0].text  # type: ignore[union-attr]
+        (logged,) = [r for r in caplog.records if r.getMessage() == "mcp call submitted a run"]
+        assert logged.__dict__["run_id"] == run_id and logged.__dict__["replayed"] is False
 
     anyio.run(scenario)
 
@@ -277,7 +282,8 @@ def test_mcp__the_run_logs_come_as_progress_to_a_client_that_asks(
 
     answer = anyio.run(scenario)
     assert answer.structured_content == {"slept": True}
-    assert "".join(messages) == "sleeping\n"
+    # The last line too, written just before the run ended.
+    assert "".join(messages) == "sleeping\ndone\n"
 
 
 def _release_soon(tools: Tools) -> None:
@@ -305,7 +311,7 @@ def _rpc(http: httpx2.Client, body: dict[str, Any], session: str | None = None) 
 def test_mcp__queue_mode_a_call_past_the_wait_names_its_run_and_a_resend_on_the_session_replays_it(
     database_url: str, engine: Engine, registry: ToolRegistry
 ):
-    app = make_app(database_url, engine, registry, max_wait_seconds=0.5)
+    app = make_app(database_url, engine, registry, max_wait_seconds=0.2)
     key = create_api_key(engine, "acme")
     call = {"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "echo", "arguments": {}}}
     with (
