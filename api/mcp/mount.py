@@ -4,7 +4,7 @@ REST API), and the SDK's session manager lives as long as the app."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -69,7 +69,7 @@ def _credentials(scope: Scope) -> HTTPAuthorizationCredentials | None:
 
 def install_mcp(
     app: FastAPI,
-    providers: Any = default_providers,
+    providers: Callable[[Services], list[ToolProvider]] = default_providers,
 ) -> None:
     """Serve MCP at ``/mcp`` (outside the OpenAPI document): its session manager starts
     after the app's services and stops before them. ``providers`` makes the tool providers
@@ -82,8 +82,8 @@ def install_mcp(
     async def lifespan(app_: Any) -> AsyncIterator[Any]:
         async with inner(app_) as state:
             services: Services = app_.state.services
-            made: list[ToolProvider] = providers(services)
-            endpoint.manager = StreamableHTTPSessionManager(app=build_server(services, made))
+            server = build_server(services, providers(services))
+            endpoint.manager = StreamableHTTPSessionManager(app=server)
             async with endpoint.manager.run():
                 try:
                     yield state

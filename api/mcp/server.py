@@ -96,7 +96,7 @@ def build_server(services: Services, providers: list[ToolProvider]) -> Server[An
                 return answer
         raise MCPError(
             INVALID_PARAMS,
-            f"unknown tool {params.name!r}: tools/list shows the tools this key may call",
+            f"unknown tool {params.name[:100]!r}: tools/list shows the tools this key may call",
         )
 
     async def list_resources(

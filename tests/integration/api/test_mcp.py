@@ -336,6 +336,18 @@ def test_mcp__queue_mode_a_call_past_the_wait_names_its_run_and_a_resend_on_the_
         _, first = _rpc(http, {**call, "id": 5}, session)
         _, resent = _rpc(http, {**call, "id": 5}, session)
         _, another = _rpc(http, {**call, "id": 6}, session)
+        # A session answers only the key that opened it.
+        stranger = http.post(
+            "/mcp",
+            json={**call, "id": 7},
+            headers={
+                "Authorization": f"Bearer {create_api_key(engine, 'acme')}",
+                "Accept": "application/json, text/event-stream",
+                "Mcp-Session-Id": session,
+                "Mcp-Protocol-Version": "2025-11-25",
+            },
+        )
+        paths = http.get("/openapi.json").json()["paths"]
     text = first["result"]["content"][0]["text"]
     run_id = first["result"]["structuredContent"]["run_id"]
     assert first["result"]["structuredContent"]["status"] == "queued"
@@ -343,4 +355,6 @@ def test_mcp__queue_mode_a_call_past_the_wait_names_its_run_and_a_resend_on_the_
     assert "runyard_get_run" in text and f"runyard://runs/{run_id}" in text
     assert resent["result"]["structuredContent"]["run_id"] == run_id
     assert another["result"]["structuredContent"]["run_id"] != run_id
+    assert stranger.status_code == 404
     assert count(engine, "SELECT count(*) FROM tool_runs") == 2
+    assert not [path for path in paths if path.startswith("/mcp")]
