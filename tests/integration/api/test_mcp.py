@@ -23,11 +23,19 @@ from sqlalchemy import Engine, text
 
 from runyard.domain.attempt import AttemptResult, AttemptSpec
 from runyard.domain.states import RunStatus
+from runyard.queue import JobQueue
 from runyard.registry.tools import ToolRegistry
 from runyard.runner import AttemptControl
 from runyard.runners.fake import FakeRunner
 from runyard.tenancy.auth import create_api_key
-from tests.integration.api.test_api_helpers import count, live_server, make_app, run_status
+from tests.integration.api.test_api_helpers import (
+    count,
+    live_server,
+    make_app,
+    run_status,
+    wait_until,
+)
+from worker.service import Worker, WorkerConfig
 
 SYNC = {"queue_enabled": False}
 RUN_ID_META = "io.runyard/run_id"
@@ -358,3 +366,39 @@ def test_mcp__queue_mode_a_call_past_the_wait_names_its_run_and_a_resend_on_the_
     assert stranger.status_code == 404
     assert count(engine, "SELECT count(*) FROM tool_runs") == 2
     assert not [path for path in paths if path.startswith("/mcp")]
+
+
+def test_mcp__queue_mode_a_call_is_answered_when_a_worker_ends_its_run_with_its_logs_on_the_way(
+    database_url: str, engine: Engine, registry: ToolRegistry, queue: JobQueue, tools: Tools
+):
+    app = make_app(database_url, engine, registry, max_wait_seconds=20.0)
+    key = create_api_key(engine, "acme")
+    worker = Worker(queue, FakeRunner(tools), WorkerConfig(worker_id="w-mcp", concurrency=1))
+    messages: list[str] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        messages.append(message or "")
+        tools.release.set()
+
+    def work_once_queued() -> None:
+        wait_until(lambda: count(engine, "SELECT count(*) FROM tool_runs") == 1, timeout=20)
+        assert worker.run_once().claimed == 1
+
+    async def scenario(url: str) -> Any:
+        async with mcp_client(url, key) as client:
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(anyio.to_thread.run_sync, work_once_queued)
+                    return await client.call_tool(
+                        "sleep", {"seconds": 1}, progress_callback=on_progress
+                    )
+
+    try:
+        with live_server(app) as url:
+            answer = anyio.run(scenario, url)
+        assert worker.wait_idle(10)
+    finally:
+        worker.close()
+    assert answer.is_error is False, answer
+    assert answer.structured_content == {"slept": True}
+    assert "".join(messages) == "sleeping\ndone\n"
