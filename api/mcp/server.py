@@ -28,7 +28,7 @@ from api.mcp.idempotency import BadIdempotencyKey, call_idempotency_key
 from api.mcp.providers import ToolCall, ToolProvider
 from api.mcp.runs import Progress
 from runyard.artifacts.reads import Found
-from runyard.reads.runs import RunReader
+from runyard.reads.runs import BadCursor, RunFilter, RunReader, RunView
 from runyard.tenancy.auth import Principal
 
 # The ASGI scope entry where the endpoint leaves the authenticated caller.
@@ -38,6 +38,9 @@ SESSION_HEADER = "mcp-session-id"
 # HTTP instead (the error says where).
 MAX_ARTIFACT_READ_BYTES = 4 * 1_048_576
 RESOURCE_NOT_FOUND = -32002
+# resources/list: the caller's runs, newest first, this many a page.
+RESOURCE_PAGE = 50
+MAX_CURSOR_LENGTH = 200
 
 INSTRUCTIONS = """\
 Every tool here runs in a hardened container as a durable run. A call answers when its run
@@ -102,9 +105,29 @@ def build_server(services: Services, providers: list[ToolProvider]) -> Server[An
     async def list_resources(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
-        caller_of(ctx)
-        # Runs are many: they are read by address (the templates), not listed.
-        return types.ListResourcesResult(resources=[])
+        principal = caller_of(ctx)
+        cursor = None if params is None else params.cursor
+        if cursor is not None and len(cursor) > MAX_CURSOR_LENGTH:
+            raise MCPError(INVALID_PARAMS, "cursor: not a cursor this server gave")
+        try:
+            views, next_cursor = await anyio.to_thread.run_sync(
+                _recent_runs, services, principal, cursor
+            )
+        except BadCursor as exc:
+            raise MCPError(INVALID_PARAMS, f"cursor: {exc}") from exc
+        return types.ListResourcesResult(
+            resources=[
+                types.Resource(
+                    uri=run_uri(view.id),
+                    name=f"{view.tool} {view.status.value}",
+                    description=f"run {view.id} of {view.tool}, requested "
+                    f"{view.requested_at.isoformat()}",
+                    mime_type="application/json",
+                )
+                for view in views
+            ],
+            next_cursor=next_cursor,
+        )
 
     async def list_templates(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -160,6 +183,16 @@ def build_server(services: Services, providers: list[ToolProvider]) -> Server[An
         on_list_resource_templates=list_templates,
         on_read_resource=read_resource,
     )
+
+
+def _recent_runs(
+    services: Services, principal: Principal, cursor: str | None
+) -> tuple[list[RunView], str | None]:
+    """A page of the runs the caller may see, newest first, and the next page's cursor."""
+    reader = RunReader(services.engine)
+    filters = RunFilter(tenant=visible_tenant(principal))
+    rows, next_cursor = reader.page(filters, limit=RESOURCE_PAGE, cursor=cursor)
+    return reader.views(rows), next_cursor
 
 
 def _read_artifact(

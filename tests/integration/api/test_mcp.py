@@ -217,8 +217,11 @@ def test_mcp__refuses_unknown_keys_and_tools_and_keeps_tenants_apart(sync_api: s
             mine = await client.call_tool("echo", {"secret": 1})
             with pytest.raises(MCPError, match="unknown tool 'nope'"):
                 await client.call_tool("nope", {})
+            listed = [r.uri for r in (await client.list_resources()).resources]
         run_id = (mine.meta or {})[RUN_ID_META]
+        assert listed == [f"runyard://runs/{run_id}"]
         async with mcp_client(sync_api, other) as client:
+            assert (await client.list_resources()).resources == []
             theirs = await client.call_tool("runyard_get_run", {"run_id": run_id})
             with pytest.raises(MCPError, match=f"no run {run_id}"):
                 await client.read_resource(f"runyard://runs/{run_id}")
