@@ -39,6 +39,7 @@ from worker.service import Worker, WorkerConfig
 
 SYNC = {"queue_enabled": False}
 RUN_ID_META = "io.runyard/run_id"
+LONG_LOG = "".join(f"line {n}\n" for n in range(1500))  # more than two progress messages
 ARTIFACTS = {"report.txt": b"all good\n", "deep/\u00fc #1.bin": bytes(range(256))}
 
 
@@ -54,8 +55,9 @@ async def mcp_client(url: str, key: str, **options: Any) -> AsyncIterator[Client
 
 
 class Tools:
-    """A fake engine: ``echo`` returns its input, ``shell`` keeps two files, ``fail`` fails,
-    anything else prints a line, blocks until ``release`` is set, and prints another."""
+    """A fake engine: ``echo`` returns its input, ``shell`` keeps two files, ``result-bytes``
+    prints a long log, ``fail`` fails, anything else prints a line, blocks until ``release``
+    is set, and prints another."""
 
     def __init__(self) -> None:
         self.release = threading.Event()
@@ -74,6 +76,10 @@ class Tools:
             return AttemptResult(
                 RunStatus.SUCCEEDED, 0, stdout="wrote two files\n", artifact_set=writer.set_id
             )
+        if name == "result-bytes":
+            assert control.logs is not None
+            control.logs.write("stdout", LONG_LOG, "2026-01-01T00:00:00.000000000Z")
+            return AttemptResult(RunStatus.SUCCEEDED, 0, result={"words": 1})
         if name == "fail":
             return AttemptResult(
                 RunStatus.FAILED,
@@ -190,9 +196,13 @@ def test_mcp__bad_input_is_an_error_naming_the_field_and_starts_no_run(
 
     async def scenario() -> Any:
         async with mcp_client(sync_api, key) as client:
-            return await client.call_tool("sleep", {"seconds": "long"})
+            meta: RequestParamsMeta = {"io.runyard/idempotency_key": "two words"}  # type: ignore[typeddict-unknown-key]
+            with pytest.raises(MCPError) as bad_key:
+                await client.call_tool("echo", {}, meta=meta)
+            return await client.call_tool("sleep", {"seconds": "long"}), bad_key
 
-    answer = anyio.run(scenario)
+    answer, bad_key = anyio.run(scenario)
+    assert "io.runyard/idempotency_key must be 1 to 255 printable ASCII" in str(bad_key.value)
     assert answer.is_error is True
     assert answer.structured_content["code"] == "invalid_input"
     assert answer.structured_content["field"] == "input.seconds"
@@ -405,3 +415,26 @@ def test_mcp__queue_mode_a_call_is_answered_when_a_worker_ends_its_run_with_its_
     assert answer.is_error is False, answer
     assert answer.structured_content == {"slept": True}
     assert "".join(messages) == "sleeping\ndone\n"
+
+
+def test_mcp__a_long_log_comes_as_progress_in_pieces_of_at_most_4096_characters(
+    sync_api: str, engine: Engine
+):
+    key = create_api_key(engine, "acme")
+    received: list[tuple[float, str]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        received.append((progress, message or ""))
+
+    async def scenario() -> Any:
+        async with mcp_client(sync_api, key) as client:
+            return await client.call_tool(
+                "result-bytes", {"b64": ""}, progress_callback=on_progress
+            )
+
+    answer = anyio.run(scenario)
+    assert answer.structured_content == {"words": 1}
+    assert "".join(message for _, message in received) == LONG_LOG
+    assert max(len(message) for _, message in received) == 4096
+    assert [progress for progress, _ in received] == sorted({p for p, _ in received})
+    assert received[-1][0] == len(LONG_LOG)
