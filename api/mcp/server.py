@@ -12,7 +12,6 @@ import anyio
 import mcp.types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
 
 import runyard
 from api.deps import Services, visible_tenant
@@ -54,7 +53,7 @@ def caller_of(ctx: ServerRequestContext[Any, Any]) -> Principal:
     request = ctx.request
     principal = None if request is None else request.scope.get(PRINCIPAL_SCOPE_KEY)
     if not isinstance(principal, Principal):
-        raise MCPError(INVALID_PARAMS, "unauthenticated: send an API key as a Bearer token")
+        raise MCPError(types.INVALID_PARAMS, "unauthenticated: send an API key as a Bearer token")
     return principal
 
 
@@ -91,14 +90,14 @@ def build_server(services: Services, providers: list[ToolProvider]) -> Server[An
         try:
             key = call_idempotency_key(meta, _session_id(ctx), ctx.request_id)
         except BadIdempotencyKey as exc:
-            raise MCPError(INVALID_PARAMS, str(exc)) from exc
+            raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
         call = ToolCall(principal, params.name, params.arguments or {}, key, _progress_of(ctx))
         for provider in providers:
             answer = await provider.call(call)
             if answer is not None:
                 return answer
         raise MCPError(
-            INVALID_PARAMS,
+            types.INVALID_PARAMS,
             f"unknown tool {params.name[:100]!r}: tools/list shows the tools this key may call",
         )
 
@@ -108,13 +107,13 @@ def build_server(services: Services, providers: list[ToolProvider]) -> Server[An
         principal = caller_of(ctx)
         cursor = None if params is None else params.cursor
         if cursor is not None and len(cursor) > MAX_CURSOR_LENGTH:
-            raise MCPError(INVALID_PARAMS, "cursor: not a cursor this server gave")
+            raise MCPError(types.INVALID_PARAMS, "cursor: not a cursor this server gave")
         try:
             views, next_cursor = await anyio.to_thread.run_sync(
                 _recent_runs, services, principal, cursor
             )
         except BadCursor as exc:
-            raise MCPError(INVALID_PARAMS, f"cursor: {exc}") from exc
+            raise MCPError(types.INVALID_PARAMS, f"cursor: {exc}") from exc
         return types.ListResourcesResult(
             resources=[
                 types.Resource(
@@ -209,7 +208,7 @@ def _read_artifact(
         raise MCPError(RESOURCE_NOT_FOUND, f"run {run_id} has no artifact {path[:200]!r}")
     if file.size > MAX_ARTIFACT_READ_BYTES:
         raise MCPError(
-            INVALID_PARAMS,
+            types.INVALID_PARAMS,
             f"artifact_too_large: {path} has {file.size} bytes, more than an MCP read carries "
             f"({MAX_ARTIFACT_READ_BYTES}); download it from /v1/runs/{run_id}/artifacts/{path}",
         )

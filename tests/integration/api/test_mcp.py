@@ -14,11 +14,11 @@ from typing import Any
 
 import anyio
 import httpx2
+import mcp.types as types
 import pytest
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp_types import RequestParamsMeta
 from sqlalchemy import Engine, text
 
 from runyard.domain.attempt import AttemptResult, AttemptSpec
@@ -196,7 +196,7 @@ def test_mcp__bad_input_is_an_error_naming_the_field_and_starts_no_run(
 
     async def scenario() -> Any:
         async with mcp_client(sync_api, key) as client:
-            meta: RequestParamsMeta = {"io.runyard/idempotency_key": "two words"}  # type: ignore[typeddict-unknown-key]
+            meta: types.RequestParamsMeta = {"io.runyard/idempotency_key": "two words"}  # type: ignore[typeddict-unknown-key]
             with pytest.raises(MCPError) as bad_key:
                 await client.call_tool("echo", {}, meta=meta)
             return await client.call_tool("sleep", {"seconds": "long"}), bad_key
@@ -253,7 +253,7 @@ def test_mcp__a_call_cut_while_its_run_runs_is_not_run_again_when_retried_with_i
     sync_api: str, engine: Engine, tools: Tools, runner: FakeRunner
 ):
     key = create_api_key(engine, "acme")
-    meta: RequestParamsMeta = {"io.runyard/idempotency_key": "agent-call-1"}  # type: ignore[typeddict-unknown-key]
+    meta: types.RequestParamsMeta = {"io.runyard/idempotency_key": "agent-call-1"}  # type: ignore[typeddict-unknown-key]
 
     async def cut_call() -> None:
         async with anyio.create_task_group() as tasks:
