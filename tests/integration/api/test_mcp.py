@@ -18,7 +18,6 @@ import mcp.types as types
 import pytest
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from sqlalchemy import Engine, text
 
 from runyard.domain.attempt import AttemptResult, AttemptSpec
@@ -46,7 +45,9 @@ ARTIFACTS = {"report.txt": b"all good\n", "deep/\u00fc #1.bin": bytes(range(256)
 @asynccontextmanager
 async def mcp_client(url: str, key: str, **options: Any) -> AsyncIterator[Client]:
     """The SDK's client on ``url``/mcp with ``key`` as its Bearer token."""
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {key}"})
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {key}"}, timeout=httpx2.Timeout(30, read=300)
+    )
     async with (
         http,
         Client(streamable_http_client(f"{url}/mcp", http_client=http), **options) as client,
