@@ -65,7 +65,11 @@ class RegistryTools:
         self._services = services
         self._runs = runs
 
-    def _runnable(self, name: str) -> tuple[ToolSpec, Mapping[str, Any]] | None:
+    def _runnable(
+        self, principal: Principal, name: str
+    ) -> tuple[ToolSpec, Mapping[str, Any]] | None:
+        """The tool and the schema it is listed with, if ``principal`` may run it here; the
+        one place that decides it (keys have no tool lists yet: any key may run any tool)."""
         tool = self._services.registry.get(name)
         if tool is None:
             return None
@@ -78,7 +82,7 @@ class RegistryTools:
         """The registry's tools, with their descriptions and input schemas."""
         listed = []
         for name in self._services.registry.names():
-            runnable = self._runnable(name)
+            runnable = self._runnable(principal, name)
             if runnable is not None:
                 tool, schema = runnable
                 listed.append(
@@ -92,7 +96,7 @@ class RegistryTools:
 
     async def call(self, call: ToolCall) -> types.CallToolResult | None:
         """A run of the tool with the arguments as its input, under the caller's tenant."""
-        if self._runnable(call.name) is None:
+        if self._runnable(call.principal, call.name) is None:
             return None
         request = RunRequest(
             call.principal.tenant,
