@@ -17,6 +17,7 @@ from api.deps import Services
 from api.docs_pages import install_docs, install_front_door
 from api.guard import RequestGuard
 from api.http_metrics import RequestMetrics
+from api.mcp import install_mcp
 from api.openapi import OPENAPI_TAGS, install_openapi
 from api.problems import install_problem_handlers
 from api.routes import artifacts as artifact_routes
@@ -311,6 +312,7 @@ def create_app(
     app.include_router(artifact_routes.router)
     app.include_router(webhooks.router)
     app.include_router(batches.router)
+    install_mcp(app)
     if settings.ui_enabled:
         install_ui(app, settings)
     install_openapi(app)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
@@ -130,14 +132,22 @@ class Submissions:
         return EnqueueResult(run_id=written.run_ids[0], created=written.created)
 
     async def submit(
-        self, request: RunRequest, *, wait: float = 0.0, caller: Caller | None = None
+        self,
+        request: RunRequest,
+        *,
+        wait: float = 0.0,
+        caller: Caller | None = None,
+        accepted: Callable[[uuid.UUID], object] | None = None,
     ) -> Submitted:
         """Accept the request; run it inline (sync mode) or wait up to ``wait`` seconds
-        (capped) for a terminal state. A caller that leaves cancels its inline run."""
+        (capped) for a terminal state. A caller that leaves cancels its inline run.
+        ``accepted`` hears the run's id as soon as it is known, before any inline run."""
         caller = caller or Caller()
         seconds = self._waits.capped(wait)
         accept = functools.partial(self.accept, request, read_back=seconds <= 0)
         result, view = await anyio.to_thread.run_sync(accept)
+        if accepted is not None:
+            accepted(result.run_id)
         if result.job is not None:
             assert self._sync is not None
             caller.on_leave(functools.partial(self._sync.cancel_local, result.run_id))
