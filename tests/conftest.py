@@ -94,7 +94,12 @@ class _DatabaseShelf:
 
     def take(self) -> str:
         """The URL of a fresh database of the caller's own; the next one starts cloning."""
-        name = self._ready.result()
+        try:
+            name = self._ready.result()
+        except psycopg.Error:
+            # The clone made ahead failed (the server full for a moment, say): this test
+            # clones its own, so one failure never fails every test after it.
+            name = self._clone()
         self._ready = self._chores.submit(self._clone)
         return _libpq_url(self._server_url, name)
 
@@ -128,7 +133,8 @@ class _DatabaseShelf:
 
     def _drop_ready(self) -> None:
         # Runs on the chores thread after the clone it waits for: no deadlock.
-        self._drop(self._ready.result())
+        if self._ready.exception() is None:
+            self._drop(self._ready.result())
 
 
 @pytest.fixture(scope="session")
