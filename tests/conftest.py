@@ -8,7 +8,6 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -80,77 +79,27 @@ def template_database(postgres_server_url: str) -> Iterator[str]:
         )
 
 
-class _DatabaseShelf:
-    """Test databases made and dropped off the test's path: one clone of the template is kept
-    ready while a test runs, and a finished test's database is dropped in the background.
-    Cloning and dropping took about a tenth of a second a test, in the test's own time."""
-
-    def __init__(self, server_url: str, template: str) -> None:
-        self._server_url = server_url
-        self._template = template
-        # One thread: a clone and a drop never compete with each other, only with tests.
-        self._chores = ThreadPoolExecutor(max_workers=1, thread_name_prefix="test-databases")
-        self._ready: Future[str] = self._chores.submit(self._clone)
-
-    def take(self) -> str:
-        """The URL of a fresh database of the caller's own; the next one starts cloning."""
-        try:
-            name = self._ready.result()
-        except psycopg.Error:
-            # The clone made ahead failed (the server full for a moment, say): this test
-            # clones its own, so one failure never fails every test after it.
-            name = self._clone()
-        self._ready = self._chores.submit(self._clone)
-        return _libpq_url(self._server_url, name)
-
-    def give_back(self, url: str) -> None:
-        """Record the database's runs and drop it, in the background."""
-        name = make_url(url).database
-        assert name is not None, url
-        self._chores.submit(self._drop, name)
-
-    def close(self) -> None:
-        """Finish every drop and drop the database kept ready."""
-        self._chores.submit(self._drop_ready)
-        self._chores.shutdown(wait=True)
-
-    def _clone(self) -> str:
-        name = f"t_{uuid.uuid4().hex[:16]}"
-        with psycopg.connect(self._server_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                    sql.Identifier(name), sql.Identifier(self._template)
-                )
-            )
-        return name
-
-    def _drop(self, name: str) -> None:
-        _record_runs_of(_libpq_url(self._server_url, name))
-        with psycopg.connect(self._server_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-
-    def _drop_ready(self) -> None:
-        # Runs on the chores thread after the clone it waits for: no deadlock.
-        if self._ready.exception() is None:
-            self._drop(self._ready.result())
-
-
-@pytest.fixture(scope="session")
-def database_shelf(postgres_server_url: str, template_database: str) -> Iterator[_DatabaseShelf]:
-    """Where each test's database comes from and goes back to."""
-    shelf = _DatabaseShelf(postgres_server_url, template_database)
-    yield shelf
-    shelf.close()
-
-
 @pytest.fixture
-def database_url(database_shelf: _DatabaseShelf) -> Iterator[str]:
-    """URL of a fresh, migrated database of this test's own, dropped afterwards."""
-    url = database_shelf.take()
+def database_url(postgres_server_url: str, template_database: str) -> Iterator[str]:
+    """URL of a fresh, migrated database of this test's own, dropped afterwards.
+
+    Made and dropped in the test's own time, never beside it: a CREATE or DROP DATABASE holds
+    a transaction open, which holds back the server-wide horizon that event readers stop at.
+    """
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(postgres_server_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(template_database)
+            )
+        )
+    url = _libpq_url(postgres_server_url, name)
     yield url
-    database_shelf.give_back(url)
+    _record_runs_of(url)
+    with psycopg.connect(postgres_server_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
 
 
 def _record_runs_of(url: str) -> None:

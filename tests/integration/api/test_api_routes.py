@@ -378,7 +378,9 @@ def test_cancel__running_run_reaches_its_worker(
         assert worker.run_once().claimed == 1
         response = client.post(f"/v1/runs/{run['id']}/cancel", headers=acme)
         assert response.status_code == 202
-        assert response.json()["status"] == "running"
+        # The answer shows the run as it is once the request is written: the worker may
+        # have stopped it already on a busy machine.
+        assert response.json()["status"] in ("running", "cancelled")
         assert worker.wait_idle(10)
     finally:
         worker.close()
