@@ -20,6 +20,7 @@ from runyard.queue.builds import BuildQueue
 from runyard.reads.metrics import Metrics
 from runyard.reads.notify import RunNotifier
 from runyard.registry.tools import ToolRegistry
+from runyard.schedules.store import Schedules
 from runyard.submission.batches import Batches
 from runyard.submission.runs import Submissions
 from runyard.submission.waits import Waits
@@ -58,6 +59,8 @@ class Services:
     # The series /metrics serves: this process's (and in ``runyard dev`` the worker's and the
     # reaper's), with the queue gauges.
     metrics: Metrics
+    # Recurring schedules (runyard.schedules): a tenant's records; the reaper fires them.
+    schedules: Schedules
     # Sync mode only: the inline executor, whose slots have threads of their own.
     sync: SyncExecutor | None = None
     open_streams: int = 0

@@ -20,7 +20,17 @@ from api.http_metrics import RequestMetrics
 from api.openapi import OPENAPI_TAGS, install_openapi
 from api.problems import install_problem_handlers
 from api.routes import artifacts as artifact_routes
-from api.routes import batches, events, health, keys, run_delete, runs, tools, webhooks
+from api.routes import (
+    batches,
+    events,
+    health,
+    keys,
+    run_delete,
+    runs,
+    schedules,
+    tools,
+    webhooks,
+)
 from api.routes import builds as builds_routes
 from api.routes import metrics as metrics_routes
 from api.ui.install import install_ui
@@ -47,6 +57,7 @@ from runyard.registry.reload import live_registry
 from runyard.registry.tools import ToolRegistry, load_registry
 from runyard.runner import Runner
 from runyard.runners.docker.runner import DockerRunner
+from runyard.schedules.store import Schedules
 from runyard.submission.batches import Batches
 from runyard.submission.runs import Submissions
 from runyard.submission.waits import WaitLimits, Waits
@@ -216,15 +227,7 @@ def create_app(
             )
             reload = registry_reload(watcher, thread_name="runyard-registry-reload")
         tools = with_builds(given, builds, settings)
-        caps = AdmissionCaps(
-            max_queue_depth=settings.max_queue_depth,
-            tenant_max_queued=settings.tenant_max_queued,
-            tenant_max_running=settings.tenant_max_running,
-            tenant_max_created=settings.tenant_max_created_per_window,
-            created_window_seconds=settings.tenant_created_window_seconds,
-            tenant_max_stored=settings.tenant_max_stored_runs,
-            batch_max_dependencies=settings.batch_max_dependencies,
-        )
+        caps = AdmissionCaps.from_settings(settings)
         sync: SyncExecutor | None = None
         artifacts = store_from_settings(settings, db)
         if not settings.queue_enabled:
@@ -255,6 +258,7 @@ def create_app(
             builds=builds,
             build_reads=BuildReads(db),
             metrics=app_metrics,
+            schedules=Schedules(db, tools, max_per_tenant=settings.tenant_max_schedules),
         )
         app.state.services = services
         background = Chores(chores, thread_name="runyard-sync-chores")
@@ -311,6 +315,7 @@ def create_app(
     app.include_router(artifact_routes.router)
     app.include_router(webhooks.router)
     app.include_router(batches.router)
+    app.include_router(schedules.router)
     if settings.ui_enabled:
         install_ui(app, settings)
     install_openapi(app)

@@ -91,6 +91,14 @@ class ToolRun(Base):
         ),
         # A batch's retry asks whether its runs were re-run already (LOCK_BATCH_FOR_RETRY).
         Index("ix_tool_runs_rerun_of", "rerun_of", postgresql_where=text("rerun_of IS NOT NULL")),
+        # A schedule's slot makes at most one run (runyard.schedules, migration 0021).
+        Index(
+            "uq_tool_runs_schedule_slot",
+            "schedule_id",
+            "schedule_slot",
+            unique=True,
+            postgresql_where=text("schedule_id IS NOT NULL"),
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
@@ -132,6 +140,9 @@ class ToolRun(Base):
     run_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Read by the trigger that settles dependents (migration 0011): false, it never fires.
     has_dependents: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    # The schedule that made it and the slot it fired for (docs/workflows.md); else NULL.
+    schedule_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    schedule_slot: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Batch(Base):
@@ -506,3 +517,42 @@ class ToolBuild(Base):
     log_size: Mapped[int] = mapped_column(BigInteger, server_default="0")
     error: Mapped[str | None] = mapped_column(Text)
     image_id: Mapped[str | None] = mapped_column(Text)
+
+
+class Schedule(Base):
+    """A recurring schedule: a tool and input fired at each slot of its cadence."""
+
+    __tablename__ = "schedules"
+    __table_args__ = (
+        CheckConstraint("(cron IS NULL) <> (every_seconds IS NULL)", name="one_cadence"),
+        CheckConstraint("catch_up IN ('none', 'one', 'all')", name="catch_up_known"),
+        Index("ix_schedules_tenant_created", "tenant", text("created_at DESC"), text("id DESC")),
+        # The scheduler's scan for due schedules (runyard.schedules.sql.TAKE_DUE).
+        Index(
+            "ix_schedules_due",
+            "next_slot_at",
+            postgresql_where=text("NOT paused AND next_slot_at IS NOT NULL"),
+        ),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    tenant: Mapped[str] = mapped_column(Text)
+    tool: Mapped[str] = mapped_column(Text)
+    input: Mapped[Any] = mapped_column(JSONB)
+    priority: Mapped[int] = mapped_column(Integer, server_default="0")
+    cron: Mapped[str | None] = mapped_column(Text)
+    every_seconds: Mapped[int | None] = mapped_column(Integer)
+    timezone: Mapped[str] = mapped_column(Text)
+    start_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    end_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    catch_up: Mapped[str] = mapped_column(Text)
+    paused: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    # The first slot not yet decided (fired or skipped); NULL: no slot left.
+    next_slot_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    fired: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    skipped: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    last_slot_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_run_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    last_error: Mapped[str | None] = mapped_column(Text)

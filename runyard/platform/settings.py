@@ -105,6 +105,12 @@ class Settings(BaseSettings):
     tenant_max_stored_runs: int = Field(default=1_000_000, ge=0)
     # Dependencies (depends_on entries) one batch may hold in all: more is a 422.
     batch_max_dependencies: int = Field(default=10_000, ge=0)
+    # Schedules (runyard.schedules): how many a tenant may keep (0: no cap); how often the
+    # reaper's scheduler looks for due slots (0 turns it off there), and how late a slot may
+    # fire and still count as on time (older ones follow the schedule's catch_up).
+    tenant_max_schedules: int = Field(default=1000, ge=0)
+    scheduler_interval_seconds: float = Field(default=1.0, ge=0, le=3600)
+    scheduler_grace_seconds: float = Field(default=60.0, ge=0, le=86400)
 
     # Live events (SSE): LISTEN/NOTIFY wakes streams; the poll is only a safety net.
     events_poll_seconds: float = Field(default=2.0, gt=0, le=60)

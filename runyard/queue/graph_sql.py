@@ -71,7 +71,9 @@ ADMIT_MANY = _sql(
 # run whose dependency already ended without success is written failed (``error``); the others
 # queued, waiting for ``waiting_on`` dependencies, claimable from ``run_at`` (a past time means
 # now). A single run's Idempotency-Key that was used before writes nothing (``inserted`` 0):
-# the caller reads the replay. ``requested_at`` is the time written on the runs.
+# the caller reads the replay. ``requested_at`` is the time written on the runs. A run a
+# schedule fires names its slot (``schedule_id``, ``schedule_slot``): the unique index on the
+# pair refuses a second run of one slot.
 INSERT_GRAPH = _sql(
     """
     WITH spec AS MATERIALIZED (
@@ -80,12 +82,13 @@ INSERT_GRAPH = _sql(
     ), item AS MATERIALIZED (
         SELECT t.run_id, gen_random_uuid() AS job_id, t.tool, spec.spec, t.input, t.queue,
                t.priority, t.max_attempts, t.timeout_seconds, t.ref, t.run_at, t.waiting_on,
-               t.error, t.callback_url, t.request_hash, t.rerun_of, t.has_dependents
+               t.error, t.callback_url, t.request_hash, t.rerun_of, t.has_dependents,
+               t.schedule_id, t.schedule_slot
         FROM json_to_recordset(CAST(:items AS json)) AS t(
             run_id uuid, tool text, spec integer, input jsonb, queue text, priority integer,
             max_attempts integer, timeout_seconds integer, ref text, run_at timestamptz,
             waiting_on integer, error text, callback_url text, request_hash text,
-            rerun_of uuid, has_dependents boolean)
+            rerun_of uuid, has_dependents boolean, schedule_id uuid, schedule_slot timestamptz)
         JOIN spec ON spec.n = t.spec
     ), edge AS MATERIALIZED (
         SELECT CAST(e ->> 0 AS uuid) AS run_id, CAST(e ->> 1 AS uuid) AS depends_on
@@ -94,7 +97,7 @@ INSERT_GRAPH = _sql(
         INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode, requested_at,
                                finished_at, attempts, max_attempts, idempotency_key,
                                request_hash, callback_url, error_code, error, batch_id, ref,
-                               rerun_of, run_at, has_dependents)
+                               rerun_of, run_at, has_dependents, schedule_id, schedule_slot)
         SELECT i.run_id, :tenant, i.tool, i.spec, i.input,
                CASE WHEN i.error IS NULL THEN 'queued' ELSE 'failed' END::run_status,
                'queue', {NOW}, CASE WHEN i.error IS NOT NULL THEN {NOW} END, 0,
@@ -102,7 +105,7 @@ INSERT_GRAPH = _sql(
                i.callback_url,
                CASE WHEN i.error IS NOT NULL THEN 'dependency_failed' END, i.error,
                CAST(:batch_id AS uuid), i.ref, i.rerun_of, i.run_at,
-               i.has_dependents
+               i.has_dependents, i.schedule_id, i.schedule_slot
         FROM item i
         ON CONFLICT (tenant, idempotency_key) DO NOTHING
         RETURNING id, status

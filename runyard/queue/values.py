@@ -9,10 +9,13 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 
 from runyard.domain.attempt import AttemptResult
 from runyard.domain.states import RunStatus
+
+if TYPE_CHECKING:
+    from runyard.platform.settings import Settings
 
 
 def json_digest(value: Any) -> str:
@@ -236,6 +239,19 @@ class AdmissionCaps:
     tenant_max_stored: int = 0
     # Dependencies (``depends_on`` entries) one batch may hold in all.
     batch_max_dependencies: int = 0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        """The caps an operator set."""
+        return cls(
+            max_queue_depth=settings.max_queue_depth,
+            tenant_max_queued=settings.tenant_max_queued,
+            tenant_max_running=settings.tenant_max_running,
+            tenant_max_created=settings.tenant_max_created_per_window,
+            created_window_seconds=settings.tenant_created_window_seconds,
+            tenant_max_stored=settings.tenant_max_stored_runs,
+            batch_max_dependencies=settings.batch_max_dependencies,
+        )
 
     def tenant_params(self) -> dict[str, Any]:
         """The bind parameters of the tenant caps (``TENANT_COUNTS_CTES``)."""

@@ -53,6 +53,9 @@ class RunView:
     ref: str | None = None
     rerun_of: uuid.UUID | None = None
     run_at: datetime | None = None
+    # Schedules: the schedule that made it and the slot it was made for.
+    schedule_id: uuid.UUID | None = None
+    schedule_slot: datetime | None = None
 
     @classmethod
     def of(cls, row: Any) -> Self:
@@ -78,7 +81,8 @@ RUN_VIEW = text(
     """
     SELECT id, tool, status, mode, input, result, exit_code, attempts, max_attempts,
            error_code, error, stdout_truncated, stderr_truncated, requested_at, started_at,
-           finished_at, waiting_for, depends_on, waiting_on, batch_id, ref, rerun_of, run_at
+           finished_at, waiting_for, depends_on, waiting_on, batch_id, ref, rerun_of, run_at,
+           schedule_id, schedule_slot
     FROM tool_runs r LEFT JOIN LATERAL (
         SELECT CASE
             WHEN j.waiting_on > 0 THEN format('%s of its dependencies to succeed', j.waiting_on)

@@ -29,6 +29,7 @@ TABLES = {
     "tool_build_contexts",
     "tool_builds",
     "deleted_runs",
+    "schedules",
 }
 
 

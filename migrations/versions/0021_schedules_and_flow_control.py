@@ -1,0 +1,101 @@
+"""Recurring schedules: ``schedules``, and each run a schedule makes named by its slot.
+
+A schedule holds its tool, input and cadence (a cron expression in a time zone, or a period in
+seconds), what a pass does with missed slots (``catch_up``), whether it is paused, and its
+cursor ``next_slot_at``: the first slot not yet decided (NULL once it has no slot left). A run
+a schedule made carries ``schedule_id`` and ``schedule_slot``; the unique index on the pair is
+what makes a slot fire at most once whatever the schedulers do, and the run is written in the
+transaction that moves the cursor past its slot, so a slot never goes unfired either. The
+index is built concurrently: ``tool_runs`` keeps taking writes meanwhile.
+
+Revision ID: 0021
+Revises: 0019
+Create Date: 2026-12-11 09:00:00
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql
+
+revision = "0021"
+down_revision = "0019"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "schedules",
+        sa.Column("id", postgresql.UUID(as_uuid=True), nullable=False),
+        sa.Column("tenant", sa.Text(), nullable=False),
+        sa.Column("tool", sa.Text(), nullable=False),
+        sa.Column("input", postgresql.JSONB(astext_type=sa.Text()), nullable=False),
+        sa.Column("priority", sa.Integer(), server_default="0", nullable=False),
+        sa.Column("cron", sa.Text(), nullable=True),
+        sa.Column("every_seconds", sa.Integer(), nullable=True),
+        sa.Column("timezone", sa.Text(), nullable=False),
+        sa.Column("start_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("end_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("catch_up", sa.Text(), nullable=False),
+        sa.Column("paused", sa.Boolean(), server_default=sa.text("false"), nullable=False),
+        sa.Column("next_slot_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("fired", sa.BigInteger(), server_default="0", nullable=False),
+        sa.Column("skipped", sa.BigInteger(), server_default="0", nullable=False),
+        sa.Column("last_slot_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("last_run_id", postgresql.UUID(as_uuid=True), nullable=True),
+        sa.Column("last_error", sa.Text(), nullable=True),
+        sa.CheckConstraint(
+            "(cron IS NULL) <> (every_seconds IS NULL)",
+            name=op.f("ck_schedules_one_cadence"),
+        ),
+        sa.CheckConstraint(
+            "catch_up IN ('none', 'one', 'all')", name=op.f("ck_schedules_catch_up_known")
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_schedules")),
+    )
+    op.create_index(
+        "ix_schedules_tenant_created",
+        "schedules",
+        ["tenant", sa.text("created_at DESC"), sa.text("id DESC")],
+        unique=False,
+    )
+    op.create_index(
+        "ix_schedules_due",
+        "schedules",
+        ["next_slot_at"],
+        unique=False,
+        postgresql_where=sa.text("NOT paused AND next_slot_at IS NOT NULL"),
+    )
+    op.add_column(
+        "tool_runs", sa.Column("schedule_id", postgresql.UUID(as_uuid=True), nullable=True)
+    )
+    op.add_column(
+        "tool_runs", sa.Column("schedule_slot", sa.DateTime(timezone=True), nullable=True)
+    )
+    with op.get_context().autocommit_block():
+        op.create_index(
+            "uq_tool_runs_schedule_slot",
+            "tool_runs",
+            ["schedule_id", "schedule_slot"],
+            unique=True,
+            postgresql_where=sa.text("schedule_id IS NOT NULL"),
+            postgresql_concurrently=True,
+            if_not_exists=True,
+        )
+
+
+def downgrade() -> None:
+    op.drop_index(
+        "uq_tool_runs_schedule_slot",
+        table_name="tool_runs",
+        postgresql_where=sa.text("schedule_id IS NOT NULL"),
+    )
+    op.drop_column("tool_runs", "schedule_slot")
+    op.drop_column("tool_runs", "schedule_id")
+    op.drop_index("ix_schedules_due", table_name="schedules")
+    op.drop_index("ix_schedules_tenant_created", table_name="schedules")
+    op.drop_table("schedules")
