@@ -122,4 +122,4 @@ class SchedulePage(BaseModel):
     """One page of schedules, newest first, with the cursor of the next page."""
 
     items: list[ScheduleOut]
-    next_cursor: str | None = None
+    next_cursor: str | None
