@@ -14,7 +14,9 @@ from sqlalchemy import Engine
 from runyard.queue import AdmissionCaps
 from runyard.registry.tools import ToolRegistry
 from runyard.schedules.scheduler import Scheduler, SchedulerConfig
+from runyard.tenancy.auth import create_api_key
 from tests.integration.api.test_api_helpers import bearer, make_app
+from tests.integration.api.test_ui_http import log_in
 
 
 @pytest.fixture
@@ -129,3 +131,16 @@ def test_schedule__its_runs_show_their_schedule_and_slot(client, acme, engine, r
     assert run["schedule_id"] == made["id"]
     assert datetime.fromisoformat(run["schedule_slot"]) == slot
     assert (run["tool"], run["input"], run["status"]) == ("echo", {"n": 1}, "queued")
+
+
+def test_ui_schedules__lists_the_tenants_own_schedules(client, acme, engine):
+    mine = create(client, acme, cron="0 9 * * *", every_seconds=None, timezone="Europe/Berlin")
+    theirs = create(client, bearer(engine, "globex")).json()
+    client.post(f"/v1/schedules/{mine.json()['id']}/pause", headers=acme)
+    client.follow_redirects = False  # the log-in answers a redirect
+    log_in(client, create_api_key(engine, "acme"))
+    page = client.get("/ui/schedules")
+    assert page.status_code == 200
+    assert mine.json()["id"] in page.text and theirs["id"] not in page.text
+    assert "0 9 * * * (Europe/Berlin)" in page.text and "paused" in page.text
+    assert 'href="/ui/schedules" aria-current="page"' in page.text
