@@ -17,6 +17,7 @@ from runyard.builds.reads import BuildReads
 from runyard.platform.settings import Settings
 from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.queue.builds import BuildQueue
+from runyard.queue.flow import SubmitRates
 from runyard.reads.metrics import Metrics
 from runyard.reads.notify import RunNotifier
 from runyard.registry.tools import ToolRegistry
@@ -61,6 +62,8 @@ class Services:
     metrics: Metrics
     # Recurring schedules (runyard.schedules): a tenant's records; the reaper fires them.
     schedules: Schedules
+    # Each tenant's submit bucket (RUNYARD_TENANT_SUBMITS_PER_SECOND; none: no rate).
+    submit_rates: SubmitRates
     # Sync mode only: the inline executor, whose slots have threads of their own.
     sync: SyncExecutor | None = None
     open_streams: int = 0

@@ -49,6 +49,7 @@ from runyard.platform.schema_version import script_heads
 from runyard.platform.settings import Settings, libpq_url
 from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.queue.builds import BuildQueue
+from runyard.queue.flow import SubmitRates
 from runyard.queue.workers import WorkerRegistry
 from runyard.reads.metrics import Metrics, Role
 from runyard.reads.notify import RunNotifier
@@ -259,6 +260,7 @@ def create_app(
             build_reads=BuildReads(db),
             metrics=app_metrics,
             schedules=Schedules(db, tools, max_per_tenant=settings.tenant_max_schedules),
+            submit_rates=SubmitRates(db, settings.tenant_submit_limit()),
         )
         app.state.services = services
         background = Chores(chores, thread_name="runyard-sync-chores")

@@ -1,4 +1,5 @@
-"""Recurring schedules: ``schedules``, and each run a schedule makes named by its slot.
+"""Recurring schedules (``schedules``, and each run a schedule makes named by its slot) and
+flow control (a run's ``concurrency_key``, its job's ``flow_scopes``, ``flow_counters``).
 
 A schedule holds its tool, input and cadence (a cron expression in a time zone, or a period in
 seconds), what a pass does with missed slots (``catch_up``), whether it is paused, and its
@@ -7,6 +8,12 @@ a schedule made carries ``schedule_id`` and ``schedule_slot``; the unique index 
 what makes a slot fire at most once whatever the schedulers do, and the run is written in the
 transaction that moves the cursor past its slot, so a slot never goes unfired either. The
 index is built concurrently: ``tool_runs`` keeps taking writes meanwhile.
+
+A job under flow limits names its scopes (``tool:…``, ``tenant:…``, ``key:…``) and waits held
+(``available_at`` infinity, which no claim takes) until a gate releases it under its scopes'
+limits; ``flow_counters`` holds one row per scope: the lock that orders the gates of one scope,
+and its token bucket. The partial indexes serve the gate: the held jobs in claim order, and the
+jobs in flight (released or running) by scope.
 
 Revision ID: 0021
 Revises: 0019
@@ -76,7 +83,39 @@ def upgrade() -> None:
     op.add_column(
         "tool_runs", sa.Column("schedule_slot", sa.DateTime(timezone=True), nullable=True)
     )
+    op.add_column("tool_runs", sa.Column("concurrency_key", sa.Text(), nullable=True))
+    op.add_column(
+        "tool_run_jobs", sa.Column("flow_scopes", postgresql.ARRAY(sa.Text()), nullable=True)
+    )
+    op.create_table(
+        "flow_counters",
+        sa.Column("scope", sa.Text(), nullable=False),
+        sa.Column("tokens", sa.Float(), nullable=True),
+        sa.Column("refilled_at", sa.DateTime(timezone=True), nullable=True),
+        sa.PrimaryKeyConstraint("scope", name=op.f("pk_flow_counters")),
+    )
     with op.get_context().autocommit_block():
+        op.create_index(
+            "ix_tool_run_jobs_flow_held",
+            "tool_run_jobs",
+            [sa.text("priority DESC"), "created_at"],
+            unique=False,
+            postgresql_where=sa.text(
+                "status = 'queued' AND available_at = 'infinity' AND flow_scopes IS NOT NULL"
+            ),
+            postgresql_concurrently=True,
+            if_not_exists=True,
+        )
+        op.create_index(
+            "ix_tool_run_jobs_flow_scopes",
+            "tool_run_jobs",
+            ["flow_scopes"],
+            unique=False,
+            postgresql_using="gin",
+            postgresql_where=sa.text("flow_scopes IS NOT NULL AND status IN ('queued', 'running')"),
+            postgresql_concurrently=True,
+            if_not_exists=True,
+        )
         op.create_index(
             "uq_tool_runs_schedule_slot",
             "tool_runs",
@@ -89,6 +128,11 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("ix_tool_run_jobs_flow_scopes", table_name="tool_run_jobs")
+    op.drop_index("ix_tool_run_jobs_flow_held", table_name="tool_run_jobs")
+    op.drop_table("flow_counters")
+    op.drop_column("tool_run_jobs", "flow_scopes")
+    op.drop_column("tool_runs", "concurrency_key")
     op.drop_index(
         "uq_tool_runs_schedule_slot",
         table_name="tool_runs",

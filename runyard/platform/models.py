@@ -15,6 +15,7 @@ from sqlalchemy import (
     CheckConstraint,
     DateTime,
     Enum,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -140,6 +141,8 @@ class ToolRun(Base):
     run_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Read by the trigger that settles dependents (migration 0011): false, it never fires.
     has_dependents: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    # The caller's flow-control key (e.g. a customer id): per-key limits of its tool apply.
+    concurrency_key: Mapped[str | None] = mapped_column(Text)
     # The schedule that made it and the slot it fired for (docs/workflows.md); else NULL.
     schedule_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
     schedule_slot: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -242,6 +245,22 @@ class ToolRunJob(Base):
             "created_at",
             postgresql_where=text("status = 'running' AND locked_until IS NULL"),
         ),
+        # Flow control (runyard.queue.flow, migration 0021): the held jobs in claim order, and
+        # the jobs in flight (released or running) by scope.
+        Index(
+            "ix_tool_run_jobs_flow_held",
+            text("priority DESC"),
+            "created_at",
+            postgresql_where=text(
+                "status = 'queued' AND available_at = 'infinity' AND flow_scopes IS NOT NULL"
+            ),
+        ),
+        Index(
+            "ix_tool_run_jobs_flow_scopes",
+            "flow_scopes",
+            postgresql_using="gin",
+            postgresql_where=text("flow_scopes IS NOT NULL AND status IN ('queued', 'running')"),
+        ),
         CheckConstraint("attempts >= 0", name="attempts_non_negative"),
         CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
         CheckConstraint("waiting_on >= 0", name="waiting_on_non_negative"),
@@ -282,6 +301,8 @@ class ToolRunJob(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The flow-control scopes whose limits hold it back (NULL: none); held until released.
+    flow_scopes: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
 
 
 class ToolRunEvent(Base):
@@ -556,3 +577,13 @@ class Schedule(Base):
     last_slot_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_run_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
     last_error: Mapped[str | None] = mapped_column(Text)
+
+
+class FlowCounter(Base):
+    """One flow-control scope: the row its gates lock, and its token bucket (NULL: full)."""
+
+    __tablename__ = "flow_counters"
+
+    scope: Mapped[str] = mapped_column(Text, primary_key=True)
+    tokens: Mapped[float | None] = mapped_column(Float)
+    refilled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

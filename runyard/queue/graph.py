@@ -302,6 +302,8 @@ class GraphWriter:
                     ),
                     "rerun_of": str(run.rerun_of) if run.rerun_of else None,
                     "has_dependents": run_ids[index] in depended,
+                    "concurrency_key": run.concurrency_key,
+                    "flow_scopes": list(run.flow_scopes) if run.flow_scopes else None,
                     "schedule_id": str(item.schedule_id) if item.schedule_id else None,
                     "schedule_slot": (
                         item.schedule_slot.isoformat() if item.schedule_slot else None

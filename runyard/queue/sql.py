@@ -28,14 +28,14 @@ _ENQUEUE_CTES: LiteralString = """
     run AS (
         INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode, requested_at,
                                started_at, attempts, max_attempts, idempotency_key,
-                               request_hash, callback_url, rerun_of)
+                               request_hash, callback_url, rerun_of, concurrency_key)
         SELECT :run_id, :tenant, :tool, CAST(:spec AS jsonb), CAST(:input AS jsonb),
                CASE WHEN claim.by_api THEN 'running' ELSE 'queued' END::run_status,
                CASE WHEN claim.by_api THEN 'sync' ELSE 'queue' END, {NOW},
                CASE WHEN claim.by_api THEN {NOW} END, CAST(claim.by_api AS integer),
                CASE WHEN claim.by_api THEN 1 ELSE :max_attempts END,
                :idempotency_key, :request_hash, CAST(:callback_url AS text),
-               CAST(:rerun_of AS uuid)
+               CAST(:rerun_of AS uuid), CAST(:concurrency_key AS text)
         FROM admitted, claim
         ON CONFLICT (tenant, idempotency_key) DO NOTHING
         RETURNING id, status, attempts, max_attempts
@@ -43,17 +43,23 @@ _ENQUEUE_CTES: LiteralString = """
         INSERT INTO tool_run_jobs (id, run_id, status, queue, tenant, priority, attempts,
                                    max_attempts, timeout_seconds, available_at, created_at,
                                    updated_at, started_at, locked_by, locked_until, lease_token,
-                                   engine_id, deadline_at, container_requested_at, build_tag)
+                                   engine_id, deadline_at, container_requested_at, build_tag,
+                                   flow_scopes)
         SELECT :job_id, run.id, run.status, :queue, :tenant, :priority, run.attempts,
                run.max_attempts,
-               :timeout_seconds, {NOW}, {NOW}, {NOW},
+               :timeout_seconds,
+               -- Held (no claim takes it) until a flow gate releases it (runyard.queue.flow).
+               CASE WHEN CAST(:flow_scopes AS text[]) IS NULL THEN {NOW}
+                    ELSE CAST('infinity' AS timestamptz) END,
+               {NOW}, {NOW},
                CASE WHEN claim.by_api THEN {NOW} END, CAST(:owner AS text),
                {NOW} + make_interval(secs => CAST(:lease AS double precision)),
                CASE WHEN claim.by_api THEN gen_random_uuid() END, CAST(:engine_id AS text),
                CASE WHEN claim.by_api THEN {NOW} + make_interval(
                    secs => CAST(:timeout_seconds AS double precision)) END,
                CASE WHEN claim.by_api THEN {NOW} END,
-               coalesce(CAST(:spec AS jsonb) #>> '{build,tag}', '')
+               coalesce(CAST(:spec AS jsonb) #>> '{build,tag}', ''),
+               CAST(:flow_scopes AS text[])
         FROM run, claim
         RETURNING id, run_id, attempts, max_attempts, lease_token, locked_until, deadline_at,
                   started_at, container_requested_at

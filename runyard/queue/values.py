@@ -42,6 +42,10 @@ class NewRun:
     limits: dict[str, float] = field(default_factory=dict)
     # The run this one re-runs (``POST /v1/runs/{id}/rerun``, a batch's retry).
     rerun_of: uuid.UUID | None = None
+    # Flow control: the caller's key, and the limited scopes that hold the job until a gate
+    # releases it (None: never held).
+    concurrency_key: str | None = None
+    flow_scopes: tuple[str, ...] | None = None
 
     def key_hash(self) -> str | None:
         """``request_hash`` when the request carries an Idempotency-Key (else nothing to tell)."""
@@ -54,6 +58,8 @@ class NewRun:
             asked["callback_url"] = self.callback_url
         if self.limits:  # likewise
             asked["limits"] = self.limits
+        if self.concurrency_key is not None:  # likewise
+            asked["concurrency_key"] = self.concurrency_key
         return json_digest(asked)
 
 
@@ -178,6 +184,9 @@ def enqueue_params(
         "request_hash": run.key_hash(),
         "callback_url": run.callback_url,
         "rerun_of": run.rerun_of,
+        "concurrency_key": run.concurrency_key,
+        # A sync run runs inline at once: flow limits apply to queued work only.
+        "flow_scopes": list(run.flow_scopes) if run.flow_scopes and inline is None else None,
         "now": now,
     }
 

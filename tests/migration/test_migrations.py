@@ -30,6 +30,7 @@ TABLES = {
     "tool_builds",
     "deleted_runs",
     "schedules",
+    "flow_counters",
 }
 
 

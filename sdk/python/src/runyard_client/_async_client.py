@@ -134,6 +134,7 @@ class AsyncRunyard:
         callback_url: str | None = None,
         priority: int | None = None,
         limits: Limits | Mapping[str, Any] | None = None,
+        concurrency_key: str | None = None,
     ) -> Run:
         """Submit a run of ``tool``; the run as accepted (usually ``queued``). With an
         ``idempotency_key`` a retry returns the first run and transient failures are retried."""
@@ -145,6 +146,7 @@ class AsyncRunyard:
             callback_url=callback_url,
             priority=priority,
             limits=limits,
+            concurrency_key=concurrency_key,
         )
         return await self._send(calls.submit(body, idempotency_key))
 
@@ -160,6 +162,7 @@ class AsyncRunyard:
         callback_url: str | None = None,
         priority: int | None = None,
         limits: Limits | Mapping[str, Any] | None = None,
+        concurrency_key: str | None = None,
     ) -> Run:
         """Submit and wait for the end: the finished run (``WaitTimeoutError`` after
         ``timeout`` s). Long-polls with an idempotency key (a fresh one unless given), so a
@@ -172,6 +175,7 @@ class AsyncRunyard:
             callback_url=callback_url,
             priority=priority,
             limits=limits,
+            concurrency_key=concurrency_key,
         )
         key = idempotency_key or calls.new_idempotency_key()
         deadline = Deadline(timeout)

@@ -108,6 +108,7 @@ def submit_body(
     callback_url: str | None = None,
     priority: int | None = None,
     limits: Limits | Mapping[str, Any] | None = None,
+    concurrency_key: str | None = None,
 ) -> dict[str, Any]:
     """The JSON body of ``POST /v1/runs``: only the fields given (the API's defaults apply)."""
     body: dict[str, Any] = {"tool": tool, "input": input}
@@ -123,6 +124,8 @@ def submit_body(
         body["depends_on"] = dependencies
     if run_at is not None:
         body["run_at"] = run_at.isoformat()
+    if concurrency_key is not None:
+        body["concurrency_key"] = concurrency_key
     return body
 
 

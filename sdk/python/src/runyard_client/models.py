@@ -71,6 +71,7 @@ class Run(Model):
     run_at: datetime | None = None
     schedule_id: uuid.UUID | None = None
     schedule_slot: datetime | None = None
+    concurrency_key: str | None = None
 
     @property
     def done(self) -> bool:

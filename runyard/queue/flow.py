@@ -1,0 +1,107 @@
+"""Flow control over the queue: the gate that releases held jobs within their scopes' limits,
+and the tenants' submit buckets. The rules are ``runyard.domain.flow_limits``; the
+statements ``runyard.queue.flow_sql``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine
+
+from runyard.domain.flow_limits import (
+    FlowConfig,
+    Limit,
+    SubmitVerdict,
+    choose,
+    refilled,
+    room,
+    submit_verdict,
+)
+from runyard.platform.db import autocommit
+from runyard.queue.flow_sql import (
+    CANDIDATES,
+    HELD_SCOPES,
+    IN_FLIGHT,
+    LOCK_SCOPES,
+    NEW_BUCKET,
+    RELEASE,
+    TAKE_TOKEN,
+)
+
+# Held jobs one gate pass looks at, in claim order.
+GATE_BATCH = 500
+
+
+class FlowGate:
+    """Releases held jobs to the claim as their scopes have room; any number may run."""
+
+    def __init__(
+        self, engine: Engine, config: Callable[[], FlowConfig], *, batch: int = GATE_BATCH
+    ) -> None:
+        self._engine = engine
+        # Read at each pass: the limits follow the registry's reloads.
+        self._config = config
+        self._batch = batch
+
+    def release(self, *, now: datetime | None = None) -> int:
+        """One pass: how many held jobs it released (0 when none waits, in one statement)."""
+        params = {"n": self._batch, "now": now}
+        scopes = [row.scope for row in autocommit(self._engine, HELD_SCOPES, params)]
+        if not scopes:
+            return 0
+        config = self._config()
+        with self._engine.begin() as conn:
+            locked = conn.execute(LOCK_SCOPES, {"scopes": scopes, "now": now}).all()
+            if not locked:
+                return 0  # other gates hold them: they release those jobs
+            names = [row.scope for row in locked]
+            flights = {
+                row.scope: int(row.in_flight) for row in conn.execute(IN_FLIGHT, {"scopes": names})
+            }
+            limits = {row.scope: config.limit_of(row.scope) for row in locked}
+            tokens = {
+                row.scope: refilled(limits[row.scope], row.tokens, row.refilled_at, row.now)
+                for row in locked
+            }
+            rooms = {scope: room(limits[scope], flights[scope], tokens[scope]) for scope in names}
+            candidates = conn.execute(CANDIDATES, {**params, "scopes": names}).all()
+            chosen = choose([(row.id, row.flow_scopes) for row in candidates], rooms)
+            spent = {
+                scope: left
+                - sum(scope in row.flow_scopes for row in candidates if row.id in chosen)
+                for scope, left in tokens.items()
+                if left is not None
+            }
+            if not chosen and not spent:
+                return 0
+            found = conn.execute(
+                RELEASE, {"ids": chosen, "tokens": json.dumps(spent), "now": now}
+            ).one()
+        return int(found.released)
+
+
+class SubmitRates:
+    """Each tenant's submit bucket (``RUNYARD_TENANT_SUBMITS_PER_SECOND``)."""
+
+    def __init__(self, engine: Engine, limit: Limit) -> None:
+        self._engine = engine
+        self.limit = limit
+
+    def take(self, tenant: str, *, now: datetime | None = None) -> SubmitVerdict:
+        """Take one token of the tenant's bucket, if there is one."""
+        if self.limit.per_second is None:
+            return submit_verdict(self.limit, None)
+        params: dict[str, Any] = {
+            "scope": f"submit:{tenant}",
+            "burst": self.limit.burst,
+            "rate": self.limit.per_second,
+            "now": now,
+        }
+        for statement in (TAKE_TOKEN, NEW_BUCKET, TAKE_TOKEN):  # a new bucket may race
+            rows = autocommit(self._engine, statement, params)
+            if rows:
+                return submit_verdict(self.limit, float(rows[0].tokens_after))
+        raise AssertionError("a bucket that is neither there nor new")
