@@ -26,7 +26,7 @@ from runyard.platform.pooling import ConnectionPlan, log_plan
 from runyard.platform.settings import Settings
 from runyard.queue import JobQueue
 from runyard.queue.builds import BuildQueue
-from runyard.queue.flow import FlowGate
+from runyard.queue.flow import GATE_INTERVAL_SECONDS, FlowGate
 from runyard.queue.workers import WorkerRegistry, new_worker_id
 from runyard.reads.metrics import Metrics
 from runyard.registry.reload import RegistryChanges, RegistryWatcher
@@ -166,7 +166,7 @@ def build_worker(
         engine,
         backoff_base_seconds=settings.retry_backoff_base_seconds,
         backoff_max_seconds=settings.retry_backoff_max_seconds,
-        flow=FlowGate(engine, registry.flow_config),
+        flow=FlowGate(engine, registry.flow_config, interval_seconds=GATE_INTERVAL_SECONDS),
     )
     sweeper = Sweeper(engine, runner, grace_seconds=settings.sweep_grace_seconds)
     metrics = metrics or Metrics()

@@ -5,6 +5,7 @@ statements ``runyard.queue.flow_sql``."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -31,23 +32,39 @@ from runyard.queue.flow_sql import (
     TAKE_TOKEN,
 )
 
-# Held jobs one gate pass looks at, in claim order.
-GATE_BATCH = 500
+# Held jobs one gate pass looks at, in claim order, and how often a worker passes the gate.
+GATE_BATCH = 200
+GATE_INTERVAL_SECONDS = 0.1
 
 
 class FlowGate:
     """Releases held jobs to the claim as their scopes have room; any number may run."""
 
     def __init__(
-        self, engine: Engine, config: Callable[[], FlowConfig], *, batch: int = GATE_BATCH
+        self,
+        engine: Engine,
+        config: Callable[[], FlowConfig],
+        *,
+        batch: int = GATE_BATCH,
+        interval_seconds: float = 0.0,
     ) -> None:
         self._engine = engine
         # Read at each pass: the limits follow the registry's reloads.
         self._config = config
         self._batch = batch
+        # A process's claims pass the gate at most this often: a busy worker's claims do not
+        # each pay for a pass (the gates of other processes go on meanwhile).
+        self._interval = interval_seconds
+        self._next_pass = 0.0
 
     def release(self, *, now: datetime | None = None) -> int:
-        """One pass: how many held jobs it released (0 when none waits, in one statement)."""
+        """One pass, unless this process made one less than the interval ago: how many held
+        jobs it released (0 when none waits, in one statement)."""
+        if self._interval > 0:
+            moment = time.monotonic()
+            if moment < self._next_pass:
+                return 0
+            self._next_pass = moment + self._interval
         params = {"n": self._batch, "now": now}
         scopes = [row.scope for row in autocommit(self._engine, HELD_SCOPES, params)]
         if not scopes:
