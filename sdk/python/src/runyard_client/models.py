@@ -193,6 +193,7 @@ class BatchItem(Model):
     depends_on: tuple[str, ...] = ()
     run_at: datetime | None = None
     callback_url: str | None = None
+    concurrency_key: str | None = None
 
 
 class BatchRun(Model):
