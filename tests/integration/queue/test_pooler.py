@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from psycopg.conninfo import conninfo_to_dict
+from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
 from bench.pgbouncer import PgBouncer, find_pgbouncer, start_pgbouncer
@@ -36,17 +37,17 @@ def _pooled_url(bouncer: PgBouncer, database_url: str) -> str:
     return bouncer.url(str(conninfo_to_dict(database_url)["dbname"]))
 
 
+def _pooled_engine(bouncer: PgBouncer, database_url: str, pool_size: int) -> Engine:
+    """An engine built from the transaction pooler's plan, as a deployment behind it."""
+    url = _pooled_url(bouncer, database_url)
+    plan = connection_plan("transaction", url, "")
+    return make_engine(url, pool_size=pool_size, max_overflow=0, timeouts=TIMEOUTS, plan=plan)
+
+
 def test_pooled_engine__runs_the_queue_through_a_transaction_pooler(
     database_url: str, pgbouncer: PgBouncer
 ):
-    url = _pooled_url(pgbouncer, database_url)
-    engine = make_engine(
-        url,
-        pool_size=6,
-        max_overflow=0,
-        timeouts=TIMEOUTS,
-        plan=connection_plan("transaction", url, ""),
-    )
+    engine = _pooled_engine(pgbouncer, database_url, 6)
     queue = JobQueue(engine)
     run = NewRun(tenant="t", tool="echo", spec={}, input={})
     errors: list[BaseException] = []
@@ -99,14 +100,7 @@ def test_direct_plan__is_refused_by_a_transaction_pooler(database_url: str, pgbo
 def test_flow_gate__holds_a_keys_maximum_through_a_transaction_pooler(
     database_url: str, pgbouncer: PgBouncer
 ):
-    url = _pooled_url(pgbouncer, database_url)
-    engine = make_engine(
-        url,
-        pool_size=4,
-        max_overflow=0,
-        timeouts=TIMEOUTS,
-        plan=connection_plan("transaction", url, ""),
-    )
+    engine = _pooled_engine(pgbouncer, database_url, 4)
     config = FlowConfig(tools={"echo": ToolFlow(key=Limit(max_running=2))})
     scope = "key:echo:t:k"
     held = NewRun(tenant="t", tool="echo", spec={}, input={}, flow_scopes=(scope,))
