@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -35,6 +36,8 @@ from runyard.queue.flow_sql import (
 # Held jobs one gate pass looks at, in claim order, and how often a worker passes the gate.
 GATE_BATCH = 200
 GATE_INTERVAL_SECONDS = 0.1
+# The most full scopes a gate remembers (and counts again each pass).
+MAX_FULL_KNOWN = 2000
 
 
 class FlowGate:
@@ -56,6 +59,9 @@ class FlowGate:
         # each pay for a pass (the gates of other processes go on meanwhile).
         self._interval = interval_seconds
         self._next_pass = 0.0
+        # Scopes this gate found at their maximum, counted again at each pass: their held
+        # jobs are passed over while they stay full.
+        self._full: set[str] = set()
 
     def release(self, *, now: datetime | None = None) -> int:
         """One pass, unless this process made one less than the interval ago: how many held
@@ -65,11 +71,13 @@ class FlowGate:
             if moment < self._next_pass:
                 return 0
             self._next_pass = moment + self._interval
+        config = self._config()
+        full = self._still_full(config)
         params = {"n": self._batch, "now": now}
-        scopes = [row.scope for row in autocommit(self._engine, HELD_SCOPES, params)]
+        held = autocommit(self._engine, HELD_SCOPES, {**params, "full": sorted(full)})
+        scopes = [row.scope for row in held]
         if not scopes:
             return 0
-        config = self._config()
         with self._engine.begin() as conn:
             locked = conn.execute(LOCK_SCOPES, {"scopes": scopes, "now": now}).all()
             if not locked:
@@ -86,11 +94,13 @@ class FlowGate:
             rooms = {scope: room(limits[scope], flights[scope], tokens[scope]) for scope in names}
             candidates = conn.execute(CANDIDATES, {**params, "scopes": names}).all()
             chosen = choose([(row.id, row.flow_scopes) for row in candidates], rooms)
+            picked = set(chosen)
+            used = Counter(s for row in candidates if row.id in picked for s in row.flow_scopes)
             spent = {
-                scope: left
-                - sum(scope in row.flow_scopes for row in candidates if row.id in chosen)
-                for scope, left in tokens.items()
-                if left is not None
+                scope: left - used[scope] for scope, left in tokens.items() if left is not None
+            }
+            self._full = full | {
+                scope for scope in names if _at_most(limits[scope], flights[scope] + used[scope])
             }
             if not chosen and not spent:
                 return 0
@@ -98,6 +108,21 @@ class FlowGate:
                 RELEASE, {"ids": chosen, "tokens": json.dumps(spent), "now": now}
             ).one()
         return int(found.released)
+
+    def _still_full(self, config: FlowConfig) -> set[str]:
+        """The scopes found full before that are still at their maximum (counted now)."""
+        if not self._full:
+            return set()
+        known = sorted(self._full)[:MAX_FULL_KNOWN]
+        rows = autocommit(self._engine, IN_FLIGHT, {"scopes": known})
+        return {
+            row.scope for row in rows if _at_most(config.limit_of(row.scope), int(row.in_flight))
+        }
+
+
+def _at_most(limit: Limit, in_flight: int) -> bool:
+    """Whether a scope with ``in_flight`` runs is at its maximum."""
+    return limit.max_running is not None and in_flight >= limit.max_running
 
 
 class SubmitRates:

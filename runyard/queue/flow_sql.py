@@ -26,10 +26,13 @@ _HELD: LiteralString = """
       AND j.waiting_on = 0 AND (r.run_at IS NULL OR r.run_at <= {NOW})
 """
 
+# ``:full``: scopes known to be at their maximum; their jobs are passed over, so runs of
+# scopes with room behind a long line of held runs of full ones are found.
 HELD_SCOPES = _sql(
     "WITH held AS MATERIALIZED ("
     + _HELD
     + """
+          AND NOT (j.flow_scopes && CAST(:full AS text[]))
         ORDER BY j.priority DESC, j.created_at
         LIMIT :n
     ), scope AS (

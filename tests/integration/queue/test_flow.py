@@ -118,6 +118,20 @@ def test_gate__a_rate_releases_a_bucket_then_what_time_refills(engine, registry)
     assert len(claim(queue, 20, now=T0 + timedelta(seconds=10))) == 5  # never above a burst
 
 
+def test_gate__finds_a_key_with_room_behind_a_line_of_held_runs_of_a_full_key(
+    engine, registry
+):
+    flows = limited(registry, key_max_running=1)
+    submit(engine, flows, 10, key="busy")
+    submit(engine, flows, 1, key="quiet")
+    queue = JobQueue(engine, flow=FlowGate(engine, flows.flow_config, batch=5))
+    assert len(claim(queue)) == 1  # busy's first; the pass saw busy's runs only
+    assert running_of_key(engine, "quiet") == 0
+    assert len(claim(queue)) == 1  # busy is full: passing its line over, it finds quiet
+    assert running_of_key(engine, "quiet") == 1
+    assert claim(queue) == []
+
+
 def test_gate__limits_removed_since_release_what_they_held(engine, registry):
     submit(engine, limited(registry, key_max_running=1), 3, key="k")
     assert len(claim(claimer(engine, registry), limit=5)) == 3
