@@ -118,9 +118,7 @@ def test_gate__a_rate_releases_a_bucket_then_what_time_refills(engine, registry)
     assert len(claim(queue, 20, now=T0 + timedelta(seconds=10))) == 5  # never above a burst
 
 
-def test_gate__finds_a_key_with_room_behind_a_line_of_held_runs_of_a_full_key(
-    engine, registry
-):
+def test_gate__finds_a_key_with_room_behind_a_line_of_held_runs_of_a_full_key(engine, registry):
     flows = limited(registry, key_max_running=1)
     submit(engine, flows, 10, key="busy")
     submit(engine, flows, 1, key="quiet")
