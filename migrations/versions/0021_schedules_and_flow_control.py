@@ -12,8 +12,10 @@ index is built concurrently: ``tool_runs`` keeps taking writes meanwhile.
 A job under flow limits names its scopes (``tool:…``, ``tenant:…``, ``key:…``) and waits held
 (``available_at`` infinity, which no claim takes) until a gate releases it under its scopes'
 limits; ``flow_counters`` holds one row per scope: the lock that orders the gates of one scope,
-and its token bucket. The partial indexes serve the gate: the held jobs in claim order, and the
-jobs in flight (released or running) by scope.
+its jobs in flight (released or running: the gate adds those it releases, a trigger takes
+away each that ends), its token bucket, and the limits the last gate applied (so a gate can
+pass over the held jobs of scopes that are full). The partial index serves the gate: the held
+jobs in claim order.
 
 Revision ID: 0021
 Revises: 0019
@@ -25,6 +27,20 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
+
+# A released or running job that ends leaves its scopes, their rows locked in scope order as
+# every writer of them locks them, so two ends (or an end and a gate) never deadlock.
+FLOW_JOB_ENDED = """
+CREATE OR REPLACE FUNCTION runyard_flow_job_ended() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM flow_counters WHERE scope = ANY(OLD.flow_scopes) ORDER BY scope FOR UPDATE;
+    UPDATE flow_counters SET in_flight = GREATEST(in_flight - 1, 0)
+    WHERE scope = ANY(OLD.flow_scopes);
+    RETURN NULL;
+END
+$$
+"""
 
 revision = "0021"
 down_revision = "0019"
@@ -90,9 +106,19 @@ def upgrade() -> None:
     op.create_table(
         "flow_counters",
         sa.Column("scope", sa.Text(), nullable=False),
+        sa.Column("in_flight", sa.Integer(), server_default="0", nullable=False),
+        sa.Column("max_running", sa.Integer(), nullable=True),
+        sa.Column("per_second", sa.Float(), nullable=True),
         sa.Column("tokens", sa.Float(), nullable=True),
         sa.Column("refilled_at", sa.DateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("scope", name=op.f("pk_flow_counters")),
+    )
+    op.execute(FLOW_JOB_ENDED)
+    op.execute(
+        "CREATE TRIGGER tool_run_jobs_flow_ended AFTER UPDATE OF status ON tool_run_jobs "
+        "FOR EACH ROW WHEN (OLD.flow_scopes IS NOT NULL "
+        "AND OLD.status IN ('queued', 'running') AND NEW.status NOT IN ('queued', 'running') "
+        "AND OLD.available_at < 'infinity') EXECUTE FUNCTION runyard_flow_job_ended()"
     )
     with op.get_context().autocommit_block():
         op.create_index(
@@ -103,16 +129,6 @@ def upgrade() -> None:
             postgresql_where=sa.text(
                 "status = 'queued' AND available_at = 'infinity' AND flow_scopes IS NOT NULL"
             ),
-            postgresql_concurrently=True,
-            if_not_exists=True,
-        )
-        op.create_index(
-            "ix_tool_run_jobs_flow_scopes",
-            "tool_run_jobs",
-            ["flow_scopes"],
-            unique=False,
-            postgresql_using="gin",
-            postgresql_where=sa.text("flow_scopes IS NOT NULL AND status IN ('queued', 'running')"),
             postgresql_concurrently=True,
             if_not_exists=True,
         )
@@ -128,7 +144,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.drop_index("ix_tool_run_jobs_flow_scopes", table_name="tool_run_jobs")
+    op.execute("DROP TRIGGER IF EXISTS tool_run_jobs_flow_ended ON tool_run_jobs")
+    op.execute("DROP FUNCTION IF EXISTS runyard_flow_job_ended()")
     op.drop_index("ix_tool_run_jobs_flow_held", table_name="tool_run_jobs")
     op.drop_table("flow_counters")
     op.drop_column("tool_run_jobs", "flow_scopes")

@@ -245,8 +245,7 @@ class ToolRunJob(Base):
             "created_at",
             postgresql_where=text("status = 'running' AND locked_until IS NULL"),
         ),
-        # Flow control (runyard.queue.flow, migration 0021): the held jobs in claim order, and
-        # the jobs in flight (released or running) by scope.
+        # Flow control (runyard.queue.flow, migration 0021): the held jobs in claim order.
         Index(
             "ix_tool_run_jobs_flow_held",
             text("priority DESC"),
@@ -254,12 +253,6 @@ class ToolRunJob(Base):
             postgresql_where=text(
                 "status = 'queued' AND available_at = 'infinity' AND flow_scopes IS NOT NULL"
             ),
-        ),
-        Index(
-            "ix_tool_run_jobs_flow_scopes",
-            "flow_scopes",
-            postgresql_using="gin",
-            postgresql_where=text("flow_scopes IS NOT NULL AND status IN ('queued', 'running')"),
         ),
         CheckConstraint("attempts >= 0", name="attempts_non_negative"),
         CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
@@ -580,10 +573,16 @@ class Schedule(Base):
 
 
 class FlowCounter(Base):
-    """One flow-control scope: the row its gates lock, and its token bucket (NULL: full)."""
+    """One flow-control scope: the row its gates lock, its jobs in flight, its token bucket
+    (NULL: full)."""
 
     __tablename__ = "flow_counters"
 
     scope: Mapped[str] = mapped_column(Text, primary_key=True)
+    # Released or running jobs of the scope: gates add, the trigger of migration 0021 takes.
+    in_flight: Mapped[int] = mapped_column(Integer, server_default="0")
+    # The limits the last gate applied (NULL: none), read to pass over full scopes.
+    max_running: Mapped[int | None] = mapped_column(Integer)
+    per_second: Mapped[float | None] = mapped_column(Float)
     tokens: Mapped[float | None] = mapped_column(Float)
     refilled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

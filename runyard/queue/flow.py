@@ -26,7 +26,6 @@ from runyard.platform.db import autocommit
 from runyard.queue.flow_sql import (
     CANDIDATES,
     HELD_SCOPES,
-    IN_FLIGHT,
     LOCK_SCOPES,
     NEW_BUCKET,
     RELEASE,
@@ -36,8 +35,6 @@ from runyard.queue.flow_sql import (
 # Held jobs one gate pass looks at, in claim order, and how often a worker passes the gate.
 GATE_BATCH = 200
 GATE_INTERVAL_SECONDS = 0.1
-# The most full scopes a gate remembers (and counts again each pass).
-MAX_FULL_KNOWN = 2000
 
 
 class FlowGate:
@@ -59,9 +56,6 @@ class FlowGate:
         # each pay for a pass (the gates of other processes go on meanwhile).
         self._interval = interval_seconds
         self._next_pass = 0.0
-        # Scopes this gate found at their maximum, counted again at each pass: their held
-        # jobs are passed over while they stay full.
-        self._full: set[str] = set()
 
     def release(self, *, now: datetime | None = None) -> int:
         """One pass, unless this process made one less than the interval ago: how many held
@@ -71,58 +65,47 @@ class FlowGate:
             if moment < self._next_pass:
                 return 0
             self._next_pass = moment + self._interval
-        config = self._config()
-        full = self._still_full(config)
         params = {"n": self._batch, "now": now}
-        held = autocommit(self._engine, HELD_SCOPES, {**params, "full": sorted(full)})
-        scopes = [row.scope for row in held]
+        scopes = [row.scope for row in autocommit(self._engine, HELD_SCOPES, params)]
         if not scopes:
             return 0
+        config = self._config()
         with self._engine.begin() as conn:
             locked = conn.execute(LOCK_SCOPES, {"scopes": scopes, "now": now}).all()
             if not locked:
                 return 0  # other gates hold them: they release those jobs
             names = [row.scope for row in locked]
-            flights = {
-                row.scope: int(row.in_flight) for row in conn.execute(IN_FLIGHT, {"scopes": names})
-            }
             limits = {row.scope: config.limit_of(row.scope) for row in locked}
             tokens = {
                 row.scope: refilled(limits[row.scope], row.tokens, row.refilled_at, row.now)
                 for row in locked
             }
-            rooms = {scope: room(limits[scope], flights[scope], tokens[scope]) for scope in names}
+            rooms = {
+                row.scope: room(limits[row.scope], row.in_flight, tokens[row.scope])
+                for row in locked
+            }
             candidates = conn.execute(CANDIDATES, {**params, "scopes": names}).all()
             chosen = choose([(row.id, row.flow_scopes) for row in candidates], rooms)
             picked = set(chosen)
             used = Counter(s for row in candidates if row.id in picked for s in row.flow_scopes)
-            spent = {
-                scope: left - used[scope] for scope, left in tokens.items() if left is not None
+            counters = {
+                scope: {
+                    "add": used[scope],
+                    "tokens": _spend(tokens[scope], used[scope]),
+                    "max": limits[scope].max_running,
+                    "rate": limits[scope].per_second,
+                }
+                for scope in names
             }
-            self._full = full | {
-                scope for scope in names if _at_most(limits[scope], flights[scope] + used[scope])
-            }
-            if not chosen and not spent:
-                return 0
             found = conn.execute(
-                RELEASE, {"ids": chosen, "tokens": json.dumps(spent), "now": now}
+                RELEASE, {"ids": chosen, "counters": json.dumps(counters), "now": now}
             ).one()
         return int(found.released)
 
-    def _still_full(self, config: FlowConfig) -> set[str]:
-        """The scopes found full before that are still at their maximum (counted now)."""
-        if not self._full:
-            return set()
-        known = sorted(self._full)[:MAX_FULL_KNOWN]
-        rows = autocommit(self._engine, IN_FLIGHT, {"scopes": known})
-        return {
-            row.scope for row in rows if _at_most(config.limit_of(row.scope), int(row.in_flight))
-        }
 
-
-def _at_most(limit: Limit, in_flight: int) -> bool:
-    """Whether a scope with ``in_flight`` runs is at its maximum."""
-    return limit.max_running is not None and in_flight >= limit.max_running
+def _spend(tokens: float | None, used: int) -> float | None:
+    """A bucket after ``used`` releases (None: no rate)."""
+    return None if tokens is None else tokens - used
 
 
 class SubmitRates:
