@@ -121,6 +121,27 @@ def upgrade() -> None:
         "AND OLD.available_at < 'infinity') EXECUTE FUNCTION runyard_flow_job_ended()"
     )
     with op.get_context().autocommit_block():
+        # The claim's per-tenant probe leaves held jobs out: a claim never steps over them.
+        op.create_index(
+            "ix_tool_run_jobs_queued_tenant_0021",
+            "tool_run_jobs",
+            ["queue", "tenant", "build_tag", sa.literal_column("priority DESC"), "created_at"],
+            postgresql_where=sa.text(
+                "status = 'queued' AND waiting_on = 0 AND available_at < 'infinity'"
+            ),
+            postgresql_concurrently=True,
+            if_not_exists=True,
+        )
+        op.drop_index(
+            "ix_tool_run_jobs_queued_tenant",
+            table_name="tool_run_jobs",
+            postgresql_concurrently=True,
+            if_exists=True,
+        )
+        op.execute(
+            "ALTER INDEX ix_tool_run_jobs_queued_tenant_0021"
+            " RENAME TO ix_tool_run_jobs_queued_tenant"
+        )
         op.create_index(
             "ix_tool_run_jobs_flow_held",
             "tool_run_jobs",
@@ -144,6 +165,13 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("ix_tool_run_jobs_queued_tenant", table_name="tool_run_jobs")
+    op.create_index(
+        "ix_tool_run_jobs_queued_tenant",
+        "tool_run_jobs",
+        ["queue", "tenant", "build_tag", sa.literal_column("priority DESC"), "created_at"],
+        postgresql_where=sa.text("status = 'queued' AND waiting_on = 0"),
+    )
     op.execute("DROP TRIGGER IF EXISTS tool_run_jobs_flow_ended ON tool_run_jobs")
     op.execute("DROP FUNCTION IF EXISTS runyard_flow_job_ended()")
     op.drop_index("ix_tool_run_jobs_flow_held", table_name="tool_run_jobs")

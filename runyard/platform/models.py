@@ -229,7 +229,10 @@ class ToolRunJob(Base):
             "build_tag",
             text("priority DESC"),
             "created_at",
-            postgresql_where=text("status = 'queued' AND waiting_on = 0"),
+            # Held jobs (flow control) are left out: a claim never steps over them.
+            postgresql_where=text(
+                "status = 'queued' AND waiting_on = 0 AND available_at < 'infinity'"
+            ),
         ),
         # The builds queued runs wait for (a skip scan lists them).
         Index(

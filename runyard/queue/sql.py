@@ -208,7 +208,8 @@ FIND_IDEMPOTENT = _sql(
 # than it takes. Cost: O(queues * tenants with work * limit) index probes, flat however deep
 # the backlog is. The selections are MATERIALIZED so the planner cannot re-run them and lock
 # more rows than the limit; the picked ids reach the UPDATEs and the final join as arrays and
-# primary-key lookups.
+# primary-key lookups. Jobs held by flow limits (``available_at`` infinity, released by
+# ``runyard.queue.flow``) are not in the index the probes read: the claim never steps over them.
 _CLAIM_CTES: LiteralString = """
     adoptable AS MATERIALIZED (
         SELECT id FROM tool_run_jobs
@@ -224,6 +225,7 @@ _CLAIM_CTES: LiteralString = """
         FROM {QUEUES} AS q(name) CROSS JOIN wanted CROSS JOIN LATERAL (
             SELECT tenant, build_tag FROM tool_run_jobs
             WHERE status = 'queued' AND waiting_on = 0 AND queue = q.name AND {FRESH}
+              AND available_at < 'infinity'
             ORDER BY tenant, build_tag LIMIT 1
         ) g
         WHERE wanted.n > 0
@@ -232,6 +234,7 @@ _CLAIM_CTES: LiteralString = """
         FROM groups t CROSS JOIN LATERAL (
             SELECT tenant, build_tag FROM tool_run_jobs
             WHERE status = 'queued' AND waiting_on = 0 AND queue = t.queue
+              AND available_at < 'infinity'
               AND (tenant, build_tag) > (t.tenant, t.build_tag)
             ORDER BY tenant, build_tag LIMIT 1
         ) g
@@ -244,7 +247,7 @@ _CLAIM_CTES: LiteralString = """
         FROM groups t CROSS JOIN wanted CROSS JOIN LATERAL (
             SELECT id, priority, created_at FROM tool_run_jobs
             WHERE status = 'queued' AND waiting_on = 0 AND queue = t.queue AND tenant = t.tenant
-              AND build_tag = t.build_tag
+              AND build_tag = t.build_tag AND available_at < 'infinity'
               AND available_at <= {NOW} AND attempts < max_attempts
             ORDER BY priority DESC, created_at
             LIMIT wanted.n + {SPARE}
