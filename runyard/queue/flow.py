@@ -57,6 +57,10 @@ class FlowGate:
         self._interval = interval_seconds
         self._next_pass = 0.0
 
+    def follow(self, config: Callable[[], FlowConfig]) -> None:
+        """Read the limits from ``config`` from now on (a process's reloaded registry)."""
+        self._config = config
+
     def release(self, *, now: datetime | None = None) -> int:
         """One pass, unless this process made one less than the interval ago: how many held
         jobs it released (0 when none waits, in one statement)."""
