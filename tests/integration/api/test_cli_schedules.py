@@ -1,4 +1,5 @@
-"""Schedules through the Python SDK (both flavours) and the CLI against a live API."""
+"""Schedules through the Python SDK (both flavours) and the CLI against a live API; a run's
+concurrency_key from the CLI."""
 
 from __future__ import annotations
 
@@ -48,3 +49,9 @@ def test_cli_schedule__create_ls_pause_rm(api: Api):
     assert api.run("schedule", "rm", schedule_id).returncode == 0
     bad = api.run("schedule", "create", "echo", "--cron", "61 * * * *")
     assert bad.returncode != 0 and "cron" in bad.stderr
+
+
+def test_cli_submit__concurrency_key_is_sent(api: Api):
+    made = api.run("submit", "echo", "--concurrency-key", "cust-3", "--json")
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["concurrency_key"] == "cust-3"
