@@ -10,6 +10,7 @@ import pydantic
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from api.schemas import RunLimits
+from runyard.domain.flow_limits import CONCURRENCY_KEY_PATTERN
 from runyard.domain.graph import MAX_BATCH_RUNS, MAX_DEPENDENCIES
 from runyard.registry.tools import TOOL_NAME_PATTERN
 from runyard.submission.batches import BatchItem, BatchRun, BatchView, ListedBatch
@@ -44,6 +45,9 @@ class BatchItemIn(BaseModel):
         default=None, strict=False, description="Not before (RFC 3339), at most 30 days ahead"
     )
     callback_url: str | None = Field(default=None, min_length=1, max_length=MAX_URL_LENGTH)
+    concurrency_key: str | None = Field(
+        default=None, pattern=CONCURRENCY_KEY_PATTERN, description="The run's flow-control key"
+    )
 
     def item(
         self, index: int, tenant: str, max_priority: int | None, callback: str | None
@@ -60,6 +64,7 @@ class BatchItemIn(BaseModel):
             limits=limits,
             depends_on=tuple(dict.fromkeys(self.depends_on)),
             run_at=self.run_at,
+            concurrency_key=self.concurrency_key,
         )
         return BatchItem(ref=self.ref or f"#{index}", request=request)
 

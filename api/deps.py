@@ -17,9 +17,11 @@ from runyard.builds.reads import BuildReads
 from runyard.platform.settings import Settings
 from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.queue.builds import BuildQueue
+from runyard.queue.flow import SubmitRates
 from runyard.reads.metrics import Metrics
 from runyard.reads.notify import RunNotifier
 from runyard.registry.tools import ToolRegistry
+from runyard.schedules.store import Schedules
 from runyard.submission.batches import Batches
 from runyard.submission.runs import Submissions
 from runyard.submission.waits import Waits
@@ -58,6 +60,10 @@ class Services:
     # The series /metrics serves: this process's (and in ``runyard dev`` the worker's and the
     # reaper's), with the queue gauges.
     metrics: Metrics
+    # Recurring schedules (runyard.schedules): a tenant's records; the reaper fires them.
+    schedules: Schedules
+    # Each tenant's submit bucket (RUNYARD_TENANT_SUBMITS_PER_SECOND; none: no rate).
+    submit_rates: SubmitRates
     # Sync mode only: the inline executor, whose slots have threads of their own.
     sync: SyncExecutor | None = None
     open_streams: int = 0

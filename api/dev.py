@@ -20,7 +20,7 @@ from types import FrameType
 import uvicorn
 
 from api.main import create_app
-from reaper.__main__ import build_deliverer, build_reaper
+from reaper.__main__ import build_deliverer, build_reaper, build_scheduler
 from runyard.platform.db import migrate
 from runyard.platform.logs import configure
 from runyard.platform.settings import Settings
@@ -95,12 +95,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker = build_worker(settings, metrics=metrics)
     reaper = build_reaper(settings, metrics)
     deliverer = build_deliverer(settings, metrics)
+    scheduler, registry_reload = build_scheduler(settings)
     plan = settings.connection_plan()
     wakeups = Wakeups(plan.listen_url, worker.notify_job, worker.notify_cancel)
     wakeups.start()
     threading.Thread(target=worker.run_forever, name="dev-worker", daemon=True).start()
     threading.Thread(target=reaper.run_forever, name="dev-reaper", daemon=True).start()
     threading.Thread(target=deliverer.run_forever, name="dev-webhooks", daemon=True).start()
+    threading.Thread(target=scheduler.run_forever, name="dev-schedules", daemon=True).start()
+    registry_reload.start()
 
     host = args.host or settings.api_host
     port = args.port or settings.api_port
@@ -147,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker.hand_over()
         reaper.stop()
         deliverer.stop()
+        scheduler.stop()
+        registry_reload.stop()
         stop_postgres()
     return 0
 

@@ -21,7 +21,17 @@ from api.mcp import install_mcp
 from api.openapi import OPENAPI_TAGS, install_openapi
 from api.problems import install_problem_handlers
 from api.routes import artifacts as artifact_routes
-from api.routes import batches, events, health, keys, run_delete, runs, tools, webhooks
+from api.routes import (
+    batches,
+    events,
+    health,
+    keys,
+    run_delete,
+    runs,
+    schedules,
+    tools,
+    webhooks,
+)
 from api.routes import builds as builds_routes
 from api.routes import metrics as metrics_routes
 from api.ui.install import install_ui
@@ -40,6 +50,7 @@ from runyard.platform.schema_version import script_heads
 from runyard.platform.settings import Settings, libpq_url
 from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.queue.builds import BuildQueue
+from runyard.queue.flow import SubmitRates
 from runyard.queue.workers import WorkerRegistry
 from runyard.reads.metrics import Metrics, Role
 from runyard.reads.notify import RunNotifier
@@ -48,6 +59,7 @@ from runyard.registry.reload import live_registry
 from runyard.registry.tools import ToolRegistry, load_registry
 from runyard.runner import Runner
 from runyard.runners.docker.runner import DockerRunner
+from runyard.schedules.store import Schedules
 from runyard.submission.batches import Batches
 from runyard.submission.runs import Submissions
 from runyard.submission.waits import WaitLimits, Waits
@@ -217,15 +229,7 @@ def create_app(
             )
             reload = registry_reload(watcher, thread_name="runyard-registry-reload")
         tools = with_builds(given, builds, settings)
-        caps = AdmissionCaps(
-            max_queue_depth=settings.max_queue_depth,
-            tenant_max_queued=settings.tenant_max_queued,
-            tenant_max_running=settings.tenant_max_running,
-            tenant_max_created=settings.tenant_max_created_per_window,
-            created_window_seconds=settings.tenant_created_window_seconds,
-            tenant_max_stored=settings.tenant_max_stored_runs,
-            batch_max_dependencies=settings.batch_max_dependencies,
-        )
+        caps = AdmissionCaps.from_settings(settings)
         sync: SyncExecutor | None = None
         artifacts = store_from_settings(settings, db)
         if not settings.queue_enabled:
@@ -256,6 +260,8 @@ def create_app(
             builds=builds,
             build_reads=BuildReads(db),
             metrics=app_metrics,
+            schedules=Schedules(db, tools, max_per_tenant=settings.tenant_max_schedules),
+            submit_rates=SubmitRates(db, settings.tenant_submit_limit()),
         )
         app.state.services = services
         background = Chores(chores, thread_name="runyard-sync-chores")
@@ -312,6 +318,7 @@ def create_app(
     app.include_router(artifact_routes.router)
     app.include_router(webhooks.router)
     app.include_router(batches.router)
+    app.include_router(schedules.router)
     install_mcp(app)
     if settings.ui_enabled:
         install_ui(app, settings)

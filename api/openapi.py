@@ -45,6 +45,11 @@ OPENAPI_TAGS: list[dict[str, Any]] = [
         "description": "Runs submitted as one graph: read, list, cancel and retry them as one",
     },
     {
+        "name": "schedules",
+        "description": "Recurring schedules: a tool run at each slot of a cron expression or "
+        "a period, each slot exactly once; create, read, list, pause, resume and delete them",
+    },
+    {
         "name": "tools",
         "description": "The tool registry, and building a tool built from source (admin)",
     },

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from runyard.domain.flow_limits import CONCURRENCY_KEY_PATTERN
 from runyard.domain.graph import MAX_DEPENDENCIES
 from runyard.reads.runs import RunView
 from runyard.registry.tools import TOOL_NAME_PATTERN, bounds_schema, within_bounds
@@ -111,6 +112,13 @@ class RunCreate(BaseModel):
         "ahead; a past time means now (queue mode)",
     )
 
+    concurrency_key: str | None = Field(
+        default=None,
+        pattern=CONCURRENCY_KEY_PATTERN,
+        description="A key of yours (e.g. a customer id): the tool's per-key flow limits "
+        "apply to the runs of each key (queue mode)",
+    )
+
     def request(
         self, tenant: str, idempotency_key: str | None, max_priority: int | None = None
     ) -> RunRequest:
@@ -127,6 +135,7 @@ class RunCreate(BaseModel):
             limits=limits,
             depends_on=tuple(str(dep) for dep in dict.fromkeys(self.depends_on)),
             run_at=self.run_at,
+            concurrency_key=self.concurrency_key,
         )
 
 

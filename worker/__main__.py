@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 from runyard.artifact_stores.factory import store_from_settings
 from runyard.builder import BuilderUnavailable
 from runyard.builders.docker import DockerBuilder
-from runyard.maintenance.chores import Chores, registry_reload
+from runyard.maintenance.chores import Chore, Chores
 from runyard.maintenance.sweep import Sweeper
 from runyard.platform.db import DbTimeouts, make_engine
 from runyard.platform.logs import configure
@@ -26,6 +26,7 @@ from runyard.platform.pooling import ConnectionPlan, log_plan
 from runyard.platform.settings import Settings
 from runyard.queue import JobQueue
 from runyard.queue.builds import BuildQueue
+from runyard.queue.flow import GATE_INTERVAL_SECONDS, FlowGate
 from runyard.queue.workers import WorkerRegistry, new_worker_id
 from runyard.reads.metrics import Metrics
 from runyard.registry.reload import RegistryChanges, RegistryWatcher
@@ -105,12 +106,21 @@ def check_engine(settings: Settings, runner: DockerRunner) -> ToolRegistry:
     return registry
 
 
-def registry_watch(settings: Settings, runner: DockerRunner, registry: ToolRegistry) -> Chores:
-    """The tools file's reload: a worker runs each run from the definition stored on it, so a
-    new registry only has its networks and runtimes checked against this engine, and what
-    this engine lacks is logged (such runs end ``engine_unsupported`` here)."""
+def registry_watch(
+    settings: Settings,
+    runner: DockerRunner,
+    registry: ToolRegistry,
+    gate: FlowGate | None = None,
+) -> Chores:
+    """The worker's chores. The tools file's reload: a worker runs each run from the
+    definition stored on it, so a new registry only has its networks and runtimes checked
+    against this engine, and what this engine lacks is logged (such runs end
+    ``engine_unsupported`` here); its flow limits replace the gate's. The flow gate's passes,
+    beside the claims: the runs it releases wake the workers of their queues."""
+    limits = [registry.flow_config()]
 
     def recheck(new: ToolRegistry, changes: RegistryChanges) -> None:
+        limits[0] = dataclasses.replace(new, tenant_flow=settings.tenant_flow_limit()).flow_config()
         touched = [new.tools[name] for name in sorted((*changes.added, *changes.changed))]
         problems = runner.engine_problems(touched)
         if problems:
@@ -129,7 +139,13 @@ def registry_watch(settings: Settings, runner: DockerRunner, registry: ToolRegis
         interval_seconds=settings.tools_reload_seconds,
         process="worker",
     )
-    return registry_reload(watcher, thread_name="runyard-registry-reload")
+    chores = []
+    if watcher.interval_seconds > 0:
+        chores.append(Chore("tool registry reload", watcher.interval_seconds, watcher.check))
+    if gate is not None:
+        gate.follow(lambda: limits[0])
+        chores.append(Chore("flow gate", GATE_INTERVAL_SECONDS, gate.release))
+    return Chores(chores, thread_name="runyard-worker-chores")
 
 
 def build_worker(
@@ -197,7 +213,7 @@ def build_worker(
         metrics,
         artifacts=store_from_settings(settings, engine),
         builds=builds,
-        chores=registry_watch(settings, runner, registry),
+        chores=registry_watch(settings, runner, registry, FlowGate(engine, registry.flow_config)),
     )
 
 

@@ -14,6 +14,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from api.deps import Services, visible_tenant
 from api.problems import Problem
+from runyard.domain.flow_limits import rate_limit_headers
 from runyard.domain.graph import GraphProblem
 from runyard.maintenance.retention import Deleted
 from runyard.maintenance.retention import delete_run as delete_stored_run
@@ -145,6 +146,7 @@ async def submit(
 ) -> Submitted:
     """The submit use case, watching for the client to leave (which cancels its inline run
     and ends its wait); a refusal comes out as its problem document."""
+    await run_in_threadpool(require_submit_rate, services, run_request.tenant)
     caller = Caller()
     try:
         return await watching_disconnect(
@@ -157,6 +159,24 @@ async def submit(
         if problem_ is None:
             raise
         raise problem_ from exc
+
+
+def require_submit_rate(services: Services, tenant: str) -> None:
+    """Take a token of the tenant's submit bucket; 429 ``tenant_submit_rate`` with
+    ``RateLimit``, ``RateLimit-Policy`` and ``Retry-After`` when it has none."""
+    rates = services.submit_rates
+    verdict = rates.take(tenant)
+    if verdict.allowed:
+        return
+    per_second = rates.limit.per_second
+    raise Problem(
+        429,
+        "tenant_submit_rate",
+        f"this tenant submits at most {per_second:g} runs a second; try again in "
+        f"{verdict.retry_after_seconds} s",
+        headers=rate_limit_headers(rates.limit, verdict),
+        limit=per_second,
+    )
 
 
 def cancel_run(services: Services, principal: Principal, run_id: uuid.UUID) -> RunView:

@@ -41,6 +41,7 @@ from runyard.cli.common import (
     say,
 )
 from runyard.cli.failures import database_url_problem, describe_failure
+from runyard.cli.schedules import add_schedule_commands
 from runyard.cli.spinner import Spinner
 from runyard.cli.waiting import follow_logs, wait_for_run
 from runyard.cli.workflows import add_workflow_commands
@@ -201,7 +202,10 @@ def _workflow_fields(args: argparse.Namespace) -> dict[str, Any]:
 def _submit(args: argparse.Namespace) -> int:
     """Without --wait, stdout is the run id; with it, the result (--json: the run)."""
     value = read_input(args.input)
-    fields = _workflow_fields(args) | {"callback_url": args.callback_url}
+    fields = _workflow_fields(args) | {
+        "callback_url": args.callback_url,
+        "concurrency_key": args.concurrency_key,
+    }
     client = client_for(args)
     if not args.wait:
         submitted = client.submit(args.tool, value, idempotency_key=args.idempotency_key, **fields)
@@ -467,6 +471,7 @@ def _add_client_commands(sub: Any) -> None:
     submit.add_argument(
         "--at", metavar="TIME", help="not before this RFC 3339 time, e.g. 2026-12-01T09:00:00Z"
     )
+    submit.add_argument("--concurrency-key", metavar="KEY", help="the run's flow-control key")
     submit.set_defaults(func=_submit)
     get = sub.add_parser("get", parents=[common], help="show a run")
     get.add_argument("run_id")
@@ -512,6 +517,7 @@ def _add_client_commands(sub: Any) -> None:
     _add_webhook_commands(sub, common)
     add_workflow_commands(sub, common)
     add_build_commands(sub, common)
+    add_schedule_commands(sub, common)
 
 
 def build_parser() -> argparse.ArgumentParser:

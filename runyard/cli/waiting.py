@@ -68,6 +68,7 @@ def wait_for_run(
     depends_on: Sequence[str] = (),
     run_at: datetime | None = None,
     callback_url: str | None = None,
+    concurrency_key: str | None = None,
     pause: Callable[[float], None] = time.sleep,
 ) -> Run:
     """Submit with ``key`` (answered at once, so the run's id is known), then long-poll the
@@ -77,6 +78,7 @@ def wait_for_run(
         "depends_on": depends_on,
         "run_at": run_at,
         "callback_url": callback_url,
+        "concurrency_key": concurrency_key,
     }
     run = client.submit(tool, value, **fields)
     on_update(run)

@@ -15,6 +15,7 @@ from sqlalchemy import (
     CheckConstraint,
     DateTime,
     Enum,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -91,6 +92,14 @@ class ToolRun(Base):
         ),
         # A batch's retry asks whether its runs were re-run already (LOCK_BATCH_FOR_RETRY).
         Index("ix_tool_runs_rerun_of", "rerun_of", postgresql_where=text("rerun_of IS NOT NULL")),
+        # A schedule's slot makes at most one run (runyard.schedules, migration 0021).
+        Index(
+            "uq_tool_runs_schedule_slot",
+            "schedule_id",
+            "schedule_slot",
+            unique=True,
+            postgresql_where=text("schedule_id IS NOT NULL"),
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
@@ -132,6 +141,11 @@ class ToolRun(Base):
     run_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Read by the trigger that settles dependents (migration 0011): false, it never fires.
     has_dependents: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    # The caller's flow-control key (e.g. a customer id): per-key limits of its tool apply.
+    concurrency_key: Mapped[str | None] = mapped_column(Text)
+    # The schedule that made it and the slot it fired for (docs/workflows.md); else NULL.
+    schedule_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    schedule_slot: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Batch(Base):
@@ -215,7 +229,10 @@ class ToolRunJob(Base):
             "build_tag",
             text("priority DESC"),
             "created_at",
-            postgresql_where=text("status = 'queued' AND waiting_on = 0"),
+            # Held jobs (flow control) are left out: a claim never steps over them.
+            postgresql_where=text(
+                "status = 'queued' AND waiting_on = 0 AND available_at < 'infinity'"
+            ),
         ),
         # The builds queued runs wait for (a skip scan lists them).
         Index(
@@ -230,6 +247,15 @@ class ToolRunJob(Base):
             text("priority DESC"),
             "created_at",
             postgresql_where=text("status = 'running' AND locked_until IS NULL"),
+        ),
+        # Flow control (runyard.queue.flow, migration 0021): the held jobs in claim order.
+        Index(
+            "ix_tool_run_jobs_flow_held",
+            text("priority DESC"),
+            "created_at",
+            postgresql_where=text(
+                "status = 'queued' AND available_at = 'infinity' AND flow_scopes IS NOT NULL"
+            ),
         ),
         CheckConstraint("attempts >= 0", name="attempts_non_negative"),
         CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
@@ -271,6 +297,8 @@ class ToolRunJob(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The flow-control scopes whose limits hold it back (NULL: none); held until released.
+    flow_scopes: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
 
 
 class ToolRunEvent(Base):
@@ -532,3 +560,58 @@ class ToolBuild(Base):
     log_size: Mapped[int] = mapped_column(BigInteger, server_default="0")
     error: Mapped[str | None] = mapped_column(Text)
     image_id: Mapped[str | None] = mapped_column(Text)
+
+
+class Schedule(Base):
+    """A recurring schedule: a tool and input fired at each slot of its cadence."""
+
+    __tablename__ = "schedules"
+    __table_args__ = (
+        CheckConstraint("(cron IS NULL) <> (every_seconds IS NULL)", name="one_cadence"),
+        CheckConstraint("catch_up IN ('none', 'one', 'all')", name="catch_up_known"),
+        Index("ix_schedules_tenant_created", "tenant", text("created_at DESC"), text("id DESC")),
+        # The scheduler's scan for due schedules (runyard.schedules.sql.TAKE_DUE).
+        Index(
+            "ix_schedules_due",
+            "next_slot_at",
+            postgresql_where=text("NOT paused AND next_slot_at IS NOT NULL"),
+        ),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    tenant: Mapped[str] = mapped_column(Text)
+    tool: Mapped[str] = mapped_column(Text)
+    input: Mapped[Any] = mapped_column(JSONB)
+    priority: Mapped[int] = mapped_column(Integer, server_default="0")
+    cron: Mapped[str | None] = mapped_column(Text)
+    every_seconds: Mapped[int | None] = mapped_column(Integer)
+    timezone: Mapped[str] = mapped_column(Text)
+    start_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    end_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    catch_up: Mapped[str] = mapped_column(Text)
+    paused: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    # The first slot not yet decided (fired or skipped); NULL: no slot left.
+    next_slot_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    fired: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    skipped: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    last_slot_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_run_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+
+class FlowCounter(Base):
+    """One flow-control scope: the row its gates lock, its jobs in flight, its token bucket
+    (NULL: full)."""
+
+    __tablename__ = "flow_counters"
+
+    scope: Mapped[str] = mapped_column(Text, primary_key=True)
+    # Released or running jobs of the scope: gates add, the trigger of migration 0021 takes.
+    in_flight: Mapped[int] = mapped_column(Integer, server_default="0")
+    # The limits the last gate applied (NULL: none), read to pass over full scopes.
+    max_running: Mapped[int | None] = mapped_column(Integer)
+    per_second: Mapped[float | None] = mapped_column(Float)
+    tokens: Mapped[float | None] = mapped_column(Float)
+    refilled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from runyard.domain.flow_limits import Limit
 from runyard.domain.limit_bounds import BOUNDS
 from runyard.platform.pooling import ConnectionPlan, Pooler, connection_plan
 
@@ -105,6 +106,27 @@ class Settings(BaseSettings):
     tenant_max_stored_runs: int = Field(default=1_000_000, ge=0)
     # Dependencies (depends_on entries) one batch may hold in all: more is a 422.
     batch_max_dependencies: int = Field(default=10_000, ge=0)
+    # Schedules (runyard.schedules): how many a tenant may keep (0: no cap); how often the
+    # reaper's scheduler looks for due slots (0 turns it off there), and how late a slot may
+    # fire and still count as on time (older ones follow the schedule's catch_up).
+    tenant_max_schedules: int = Field(default=1000, ge=0)
+    # Flow control (docs/operations.md#flow-control): each tenant's most runs in flight (released
+    # to the workers or running) and runs started per second (0: no limit), enforced where
+    # runs are claimed; and its submits per second (0: no limit; more is a 429).
+    tenant_flow_max_running: int = Field(default=0, ge=0, le=1_000_000)
+    tenant_starts_per_second: float = Field(default=0.0, ge=0, le=100_000)
+    tenant_submits_per_second: float = Field(default=0.0, ge=0, le=100_000)
+
+    def tenant_flow_limit(self) -> Limit:
+        """Each tenant's flow limits (``runyard.domain.flow_limits``)."""
+        return Limit(self.tenant_flow_max_running or None, self.tenant_starts_per_second or None)
+
+    def tenant_submit_limit(self) -> Limit:
+        """Each tenant's submit rate."""
+        return Limit(None, self.tenant_submits_per_second or None)
+
+    scheduler_interval_seconds: float = Field(default=1.0, ge=0, le=3600)
+    scheduler_grace_seconds: float = Field(default=60.0, ge=0, le=86400)
 
     # Live events (SSE): LISTEN/NOTIFY wakes streams; the poll is only a safety net.
     events_poll_seconds: float = Field(default=2.0, gt=0, le=60)

@@ -49,6 +49,9 @@ class GraphRun:
     run: NewRun
     node: Node
     run_at: datetime | None = None
+    # The schedule that fires it and the slot it fires for (unique together).
+    schedule_id: uuid.UUID | None = None
+    schedule_slot: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,21 @@ class GraphWriter:
             failed=tuple(start.error is not None for start in begin),
             dependencies=_dependencies(graph, resolved, run_ids, existing),
         )
+
+    def write_in(
+        self, conn: Connection, graph: GraphSubmit, caps: AdmissionCaps, *, now: datetime | None
+    ) -> list[uuid.UUID]:
+        """Write runs that depend on nothing, of no batch and without an Idempotency-Key, in
+        the caller's transaction (a schedule's slots); their ids. Raises
+        ``AdmissionRefused``; a slot fired before raises the database's ``IntegrityError``."""
+        assert not graph.batch and graph.idempotency_key is None
+        resolved = resolve([item.node for item in graph.runs])
+        assert not resolved.existing()
+        run_ids = [uuid.uuid4() for _ in graph.runs]
+        self._admit(conn, graph.tenant, len(graph.runs), caps, now)
+        begin = starts(resolved, [item.node for item in graph.runs], run_ids, {})
+        conn.execute(INSERT_GRAPH, self._graph_params(graph, resolved, run_ids, begin, None, now))
+        return run_ids
 
     def cancel_batch(self, batch_id: uuid.UUID, *, now: datetime | None = None) -> int:
         """Flag the batch's running runs and cancel its queued ones (in the lock order of
@@ -284,6 +302,12 @@ class GraphWriter:
                     ),
                     "rerun_of": str(run.rerun_of) if run.rerun_of else None,
                     "has_dependents": run_ids[index] in depended,
+                    "concurrency_key": run.concurrency_key,
+                    "flow_scopes": list(run.flow_scopes) if run.flow_scopes else None,
+                    "schedule_id": str(item.schedule_id) if item.schedule_id else None,
+                    "schedule_slot": (
+                        item.schedule_slot.isoformat() if item.schedule_slot else None
+                    ),
                 }
             )
         return {

@@ -71,7 +71,9 @@ ADMIT_MANY = _sql(
 # run whose dependency already ended without success is written failed (``error``); the others
 # queued, waiting for ``waiting_on`` dependencies, claimable from ``run_at`` (a past time means
 # now). A single run's Idempotency-Key that was used before writes nothing (``inserted`` 0):
-# the caller reads the replay. ``requested_at`` is the time written on the runs.
+# the caller reads the replay. ``requested_at`` is the time written on the runs. A run a
+# schedule fires names its slot (``schedule_id``, ``schedule_slot``): the unique index on the
+# pair refuses a second run of one slot.
 INSERT_GRAPH = _sql(
     """
     WITH spec AS MATERIALIZED (
@@ -80,12 +82,14 @@ INSERT_GRAPH = _sql(
     ), item AS MATERIALIZED (
         SELECT t.run_id, gen_random_uuid() AS job_id, t.tool, spec.spec, t.input, t.queue,
                t.priority, t.max_attempts, t.timeout_seconds, t.ref, t.run_at, t.waiting_on,
-               t.error, t.callback_url, t.request_hash, t.rerun_of, t.has_dependents
+               t.error, t.callback_url, t.request_hash, t.rerun_of, t.has_dependents,
+               t.schedule_id, t.schedule_slot, t.concurrency_key, t.flow_scopes
         FROM json_to_recordset(CAST(:items AS json)) AS t(
             run_id uuid, tool text, spec integer, input jsonb, queue text, priority integer,
             max_attempts integer, timeout_seconds integer, ref text, run_at timestamptz,
             waiting_on integer, error text, callback_url text, request_hash text,
-            rerun_of uuid, has_dependents boolean)
+            rerun_of uuid, has_dependents boolean, schedule_id uuid, schedule_slot timestamptz,
+            concurrency_key text, flow_scopes text[])
         JOIN spec ON spec.n = t.spec
     ), edge AS MATERIALIZED (
         SELECT CAST(e ->> 0 AS uuid) AS run_id, CAST(e ->> 1 AS uuid) AS depends_on
@@ -94,7 +98,8 @@ INSERT_GRAPH = _sql(
         INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode, requested_at,
                                finished_at, attempts, max_attempts, idempotency_key,
                                request_hash, callback_url, error_code, error, batch_id, ref,
-                               rerun_of, run_at, has_dependents)
+                               rerun_of, run_at, has_dependents, schedule_id, schedule_slot,
+                               concurrency_key)
         SELECT i.run_id, :tenant, i.tool, i.spec, i.input,
                CASE WHEN i.error IS NULL THEN 'queued' ELSE 'failed' END::run_status,
                'queue', {NOW}, CASE WHEN i.error IS NOT NULL THEN {NOW} END, 0,
@@ -102,19 +107,23 @@ INSERT_GRAPH = _sql(
                i.callback_url,
                CASE WHEN i.error IS NOT NULL THEN 'dependency_failed' END, i.error,
                CAST(:batch_id AS uuid), i.ref, i.rerun_of, i.run_at,
-               i.has_dependents
+               i.has_dependents, i.schedule_id, i.schedule_slot, i.concurrency_key
         FROM item i
         ON CONFLICT (tenant, idempotency_key) DO NOTHING
         RETURNING id, status
     ), job AS (
         INSERT INTO tool_run_jobs (id, run_id, status, queue, tenant, priority, attempts,
                                    max_attempts, timeout_seconds, available_at, created_at,
-                                   updated_at, finished_at, waiting_on, last_error, build_tag)
+                                   updated_at, finished_at, waiting_on, last_error, build_tag,
+                                   flow_scopes)
         SELECT i.job_id, i.run_id, run.status, i.queue, :tenant, i.priority, 0,
-               i.max_attempts, i.timeout_seconds, GREATEST({NOW}, coalesce(i.run_at, {NOW})),
+               i.max_attempts, i.timeout_seconds,
+               -- Held until a flow gate releases it (no sooner than its run_at).
+               CASE WHEN i.flow_scopes IS NULL THEN GREATEST({NOW}, coalesce(i.run_at, {NOW}))
+                    ELSE CAST('infinity' AS timestamptz) END,
                {NOW}, {NOW}, CASE WHEN i.error IS NOT NULL THEN {NOW} END, i.waiting_on,
                CASE WHEN i.error IS NOT NULL THEN 'dependency_failed' END,
-               coalesce(i.spec #>> '{build,tag}', '')
+               coalesce(i.spec #>> '{build,tag}', ''), i.flow_scopes
         FROM item i JOIN run ON run.id = i.run_id
         RETURNING run_id, queue, status, waiting_on, available_at
     ), deps AS (
@@ -125,9 +134,10 @@ INSERT_GRAPH = _sql(
         SELECT job.run_id, {NOW}, e.type, e.data
         FROM job CROSS JOIN LATERAL (VALUES
             (1, 'status', jsonb_build_object('status', 'queued')),
-            (2, 'waiting', CASE WHEN job.waiting_on > 0 OR job.available_at > {NOW}
+            (2, 'waiting', CASE WHEN job.waiting_on > 0
+                                     OR job.available_at > {NOW} AND job.available_at < 'infinity'
                 THEN jsonb_build_object('dependencies', job.waiting_on,
-                                        'run_at', job.available_at) END),
+                                        'run_at', NULLIF(job.available_at, 'infinity')) END),
             (3, 'status', CASE WHEN job.status = 'failed' THEN jsonb_build_object(
                 'status', 'failed', 'error_code', 'dependency_failed') END)
         ) AS e(n, type, data)

@@ -24,6 +24,7 @@ from runyard.domain.attempt import AttemptResult
 from runyard.domain.run_events import TRANSITION_EVENT_TYPES
 from runyard.domain.states import ErrorCode, RunStatus
 from runyard.platform.db import autocommit
+from runyard.queue.flow import FlowGate
 from runyard.queue.sql import (
     ADOPT,
     APPEND_LOG,
@@ -97,10 +98,13 @@ class JobQueue:
         *,
         backoff_base_seconds: float = 2.0,
         backoff_max_seconds: float = 300.0,
+        flow: FlowGate | None = None,
     ) -> None:
         self._engine = engine
         self._backoff_base = backoff_base_seconds
         self._backoff_max = backoff_max_seconds
+        # Releases held jobs within their flow limits before each claim of queued work.
+        self._flow = flow
 
     @property
     def engine(self) -> Engine:
@@ -157,6 +161,8 @@ class JobQueue:
         """
         if limit <= 0:
             return []
+        if self._flow is not None and not adopt_only:
+            self._flow.release(now=now)
         params: dict[str, Any] = {
             "worker_id": worker_id,
             "engine_id": engine_id,

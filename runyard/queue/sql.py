@@ -28,14 +28,14 @@ _ENQUEUE_CTES: LiteralString = """
     run AS (
         INSERT INTO tool_runs (id, tenant, tool, spec, input, status, mode, requested_at,
                                started_at, attempts, max_attempts, idempotency_key,
-                               request_hash, callback_url, rerun_of)
+                               request_hash, callback_url, rerun_of, concurrency_key)
         SELECT :run_id, :tenant, :tool, CAST(:spec AS jsonb), CAST(:input AS jsonb),
                CASE WHEN claim.by_api THEN 'running' ELSE 'queued' END::run_status,
                CASE WHEN claim.by_api THEN 'sync' ELSE 'queue' END, {NOW},
                CASE WHEN claim.by_api THEN {NOW} END, CAST(claim.by_api AS integer),
                CASE WHEN claim.by_api THEN 1 ELSE :max_attempts END,
                :idempotency_key, :request_hash, CAST(:callback_url AS text),
-               CAST(:rerun_of AS uuid)
+               CAST(:rerun_of AS uuid), CAST(:concurrency_key AS text)
         FROM admitted, claim
         ON CONFLICT (tenant, idempotency_key) DO NOTHING
         RETURNING id, status, attempts, max_attempts
@@ -43,17 +43,23 @@ _ENQUEUE_CTES: LiteralString = """
         INSERT INTO tool_run_jobs (id, run_id, status, queue, tenant, priority, attempts,
                                    max_attempts, timeout_seconds, available_at, created_at,
                                    updated_at, started_at, locked_by, locked_until, lease_token,
-                                   engine_id, deadline_at, container_requested_at, build_tag)
+                                   engine_id, deadline_at, container_requested_at, build_tag,
+                                   flow_scopes)
         SELECT :job_id, run.id, run.status, :queue, :tenant, :priority, run.attempts,
                run.max_attempts,
-               :timeout_seconds, {NOW}, {NOW}, {NOW},
+               :timeout_seconds,
+               -- Held (no claim takes it) until a flow gate releases it (runyard.queue.flow).
+               CASE WHEN CAST(:flow_scopes AS text[]) IS NULL THEN {NOW}
+                    ELSE CAST('infinity' AS timestamptz) END,
+               {NOW}, {NOW},
                CASE WHEN claim.by_api THEN {NOW} END, CAST(:owner AS text),
                {NOW} + make_interval(secs => CAST(:lease AS double precision)),
                CASE WHEN claim.by_api THEN gen_random_uuid() END, CAST(:engine_id AS text),
                CASE WHEN claim.by_api THEN {NOW} + make_interval(
                    secs => CAST(:timeout_seconds AS double precision)) END,
                CASE WHEN claim.by_api THEN {NOW} END,
-               coalesce(CAST(:spec AS jsonb) #>> '{build,tag}', '')
+               coalesce(CAST(:spec AS jsonb) #>> '{build,tag}', ''),
+               CAST(:flow_scopes AS text[])
         FROM run, claim
         RETURNING id, run_id, attempts, max_attempts, lease_token, locked_until, deadline_at,
                   started_at, container_requested_at
@@ -202,7 +208,8 @@ FIND_IDEMPOTENT = _sql(
 # than it takes. Cost: O(queues * tenants with work * limit) index probes, flat however deep
 # the backlog is. The selections are MATERIALIZED so the planner cannot re-run them and lock
 # more rows than the limit; the picked ids reach the UPDATEs and the final join as arrays and
-# primary-key lookups.
+# primary-key lookups. Jobs held by flow limits (``available_at`` infinity, released by
+# ``runyard.queue.flow``) are not in the index the probes read: the claim never steps over them.
 _CLAIM_CTES: LiteralString = """
     adoptable AS MATERIALIZED (
         SELECT id FROM tool_run_jobs
@@ -218,6 +225,7 @@ _CLAIM_CTES: LiteralString = """
         FROM {QUEUES} AS q(name) CROSS JOIN wanted CROSS JOIN LATERAL (
             SELECT tenant, build_tag FROM tool_run_jobs
             WHERE status = 'queued' AND waiting_on = 0 AND queue = q.name AND {FRESH}
+              AND available_at < 'infinity'
             ORDER BY tenant, build_tag LIMIT 1
         ) g
         WHERE wanted.n > 0
@@ -226,6 +234,7 @@ _CLAIM_CTES: LiteralString = """
         FROM groups t CROSS JOIN LATERAL (
             SELECT tenant, build_tag FROM tool_run_jobs
             WHERE status = 'queued' AND waiting_on = 0 AND queue = t.queue
+              AND available_at < 'infinity'
               AND (tenant, build_tag) > (t.tenant, t.build_tag)
             ORDER BY tenant, build_tag LIMIT 1
         ) g
@@ -238,7 +247,7 @@ _CLAIM_CTES: LiteralString = """
         FROM groups t CROSS JOIN wanted CROSS JOIN LATERAL (
             SELECT id, priority, created_at FROM tool_run_jobs
             WHERE status = 'queued' AND waiting_on = 0 AND queue = t.queue AND tenant = t.tenant
-              AND build_tag = t.build_tag
+              AND build_tag = t.build_tag AND available_at < 'infinity'
               AND available_at <= {NOW} AND attempts < max_attempts
             ORDER BY priority DESC, created_at
             LIMIT wanted.n + {SPARE}

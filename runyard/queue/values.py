@@ -9,10 +9,13 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 
 from runyard.domain.attempt import AttemptResult
 from runyard.domain.states import RunStatus
+
+if TYPE_CHECKING:
+    from runyard.platform.settings import Settings
 
 
 def json_digest(value: Any) -> str:
@@ -39,6 +42,10 @@ class NewRun:
     limits: dict[str, float] = field(default_factory=dict)
     # The run this one re-runs (``POST /v1/runs/{id}/rerun``, a batch's retry).
     rerun_of: uuid.UUID | None = None
+    # Flow control: the caller's key, and the limited scopes that hold the job until a gate
+    # releases it (None: never held).
+    concurrency_key: str | None = None
+    flow_scopes: tuple[str, ...] | None = None
 
     def key_hash(self) -> str | None:
         """``request_hash`` when the request carries an Idempotency-Key (else nothing to tell)."""
@@ -51,6 +58,8 @@ class NewRun:
             asked["callback_url"] = self.callback_url
         if self.limits:  # likewise
             asked["limits"] = self.limits
+        if self.concurrency_key is not None:  # likewise
+            asked["concurrency_key"] = self.concurrency_key
         return json_digest(asked)
 
 
@@ -175,6 +184,9 @@ def enqueue_params(
         "request_hash": run.key_hash(),
         "callback_url": run.callback_url,
         "rerun_of": run.rerun_of,
+        "concurrency_key": run.concurrency_key,
+        # A sync run runs inline at once: flow limits apply to queued work only.
+        "flow_scopes": list(run.flow_scopes) if run.flow_scopes and inline is None else None,
         "now": now,
     }
 
@@ -236,6 +248,19 @@ class AdmissionCaps:
     tenant_max_stored: int = 0
     # Dependencies (``depends_on`` entries) one batch may hold in all.
     batch_max_dependencies: int = 0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        """The caps an operator set."""
+        return cls(
+            max_queue_depth=settings.max_queue_depth,
+            tenant_max_queued=settings.tenant_max_queued,
+            tenant_max_running=settings.tenant_max_running,
+            tenant_max_created=settings.tenant_max_created_per_window,
+            created_window_seconds=settings.tenant_created_window_seconds,
+            tenant_max_stored=settings.tenant_max_stored_runs,
+            batch_max_dependencies=settings.batch_max_dependencies,
+        )
 
     def tenant_params(self) -> dict[str, Any]:
         """The bind parameters of the tenant caps (``TENANT_COUNTS_CTES``)."""

@@ -53,6 +53,11 @@ class RunView:
     ref: str | None = None
     rerun_of: uuid.UUID | None = None
     run_at: datetime | None = None
+    # Schedules: the schedule that made it and the slot it was made for.
+    schedule_id: uuid.UUID | None = None
+    schedule_slot: datetime | None = None
+    # Flow control: the caller's key (the per-key limits of its tool apply).
+    concurrency_key: str | None = None
 
     @classmethod
     def of(cls, row: Any) -> Self:
@@ -78,10 +83,18 @@ RUN_VIEW = text(
     """
     SELECT id, tool, status, mode, input, result, exit_code, attempts, max_attempts,
            error_code, error, stdout_truncated, stderr_truncated, requested_at, started_at,
-           finished_at, waiting_for, depends_on, waiting_on, batch_id, ref, rerun_of, run_at
+           finished_at, waiting_for, depends_on, waiting_on, batch_id, ref, rerun_of, run_at,
+           schedule_id, schedule_slot, concurrency_key
     FROM tool_runs r LEFT JOIN LATERAL (
         SELECT CASE
             WHEN j.waiting_on > 0 THEN format('%s of its dependencies to succeed', j.waiting_on)
+            WHEN j.available_at = 'infinity' AND j.flow_scopes IS NOT NULL THEN
+                'its flow limits: ' || (
+                    SELECT string_agg(CASE split_part(s, ':', 1)
+                                      WHEN 'key' THEN 'concurrency_key ' || r.concurrency_key
+                                      WHEN 'tool' THEN 'tool ' || r.tool
+                                      ELSE 'tenant' END, ', ' ORDER BY s)
+                    FROM unnest(j.flow_scopes) s)
             WHEN j.available_at > now() AND r.run_at IS NOT NULL THEN 'its run_at time'
             WHEN NOT EXISTS (
                 SELECT 1 FROM workers w

@@ -160,6 +160,7 @@ def live_registry(
         builds=registry.builds,
         source=settings.tools_file,
         reload_seconds=settings.tools_reload_seconds or None,
+        tenant_flow=settings.tenant_flow_limit(),
     )
 
     def take(new: ToolRegistry, changes: RegistryChanges) -> None:

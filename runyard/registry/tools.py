@@ -7,7 +7,7 @@ import functools
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
@@ -23,6 +23,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from runyard.domain.flow_limits import FlowConfig, Limit, ToolFlow
 from runyard.domain.limit_bounds import BOUNDS
 from runyard.domain.tool_json import DEFAULT_MAX_DEPTH, MAX_STORED_DEPTH
 from runyard.platform.settings import Settings
@@ -97,6 +98,29 @@ class BuildSpec(BaseModel):
     network: Literal["none", "bridge"] = "none"
 
 
+class FlowSpec(BaseModel):
+    """A tool's flow limits (``[tools.<name>.flow]``): for all its runs, and for each
+    concurrency key of a tenant (a run's ``concurrency_key``). Unset: no limit."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    max_running: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
+    starts_per_second: StrictFloat | StrictInt | None = Field(default=None, gt=0, le=100_000)
+    key_max_running: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
+    key_starts_per_second: StrictFloat | StrictInt | None = Field(default=None, gt=0, le=100_000)
+
+    def limits(self) -> ToolFlow:
+        """The limits as the flow rules read them."""
+        return ToolFlow(
+            tool=Limit(self.max_running, _rate(self.starts_per_second)),
+            key=Limit(self.key_max_running, _rate(self.key_starts_per_second)),
+        )
+
+
+def _rate(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
 class ToolSpec(BaseModel):
     """One tool as the registry defines it; snapshotted into every run at submit time."""
 
@@ -144,6 +168,7 @@ class ToolSpec(BaseModel):
         _limit("idle_timeout_seconds", None)
     )
     input_schema: dict[str, Any] | None = None
+    flow: FlowSpec | None = None
 
     def snapshot(self) -> dict[str, Any]:
         """The JSON stored on a run: later registry edits never change queued runs. A new
@@ -190,10 +215,20 @@ class ToolRegistry:
     # The file it was read from, and how often a running process re-reads it (None: never).
     source: Path | None = None
     reload_seconds: float | None = None
+    # Each tenant's flow limits (the operator's settings, not the file): runs of every tool
+    # are under them.
+    tenant_flow: Limit = field(default_factory=Limit)
 
     def get(self, name: str) -> ToolSpec | None:
         """The tool called ``name``, or None."""
         return self.tools.get(name)
+
+    def flow_config(self, only: ToolSpec | None = None) -> FlowConfig:
+        """The flow limits as they are now: of every tool (or ``only`` that one), and each
+        tenant's."""
+        tools = [only] if only is not None else list(self.tools.values())
+        flows = {tool.name: tool.flow.limits() for tool in tools if tool.flow is not None}
+        return FlowConfig(tools=flows, tenant=self.tenant_flow)
 
     def names(self) -> list[str]:
         """Tool names in sorted order."""
@@ -325,5 +360,7 @@ def load_registry(path: Path, settings: Settings) -> ToolRegistry:
     except tomllib.TOMLDecodeError as exc:
         raise RegistryError(f"tool registry {path} is not valid TOML: {exc}") from exc
     return dataclasses.replace(
-        parse_registry(document, settings, path.resolve().parent), source=path
+        parse_registry(document, settings, path.resolve().parent),
+        source=path,
+        tenant_flow=settings.tenant_flow_limit(),
     )

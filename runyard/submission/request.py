@@ -12,6 +12,7 @@ import jsonschema
 
 from runyard.builds.context import ContextProblem
 from runyard.domain.build_ref import BuildRef
+from runyard.domain.flow_limits import scopes_of
 from runyard.queue import NewRun
 from runyard.registry.tools import ToolRegistry, ToolSpec
 
@@ -89,6 +90,8 @@ class RunRequest:
     depends_on: tuple[str, ...] = ()
     run_at: datetime | None = None
     rerun_of: uuid.UUID | None = None
+    # Flow control: the per-key limits of its tool apply to the runs of this key.
+    concurrency_key: str | None = None
 
     @property
     def in_graph(self) -> bool:
@@ -132,6 +135,10 @@ class RunRequest:
             callback_url=self.callback_url,
             limits=limits,
             rerun_of=self.rerun_of,
+            concurrency_key=self.concurrency_key,
+            flow_scopes=scopes_of(
+                registry.flow_config(tool), self.tenant, tool.name, self.concurrency_key
+            ),
         )
 
 

@@ -218,6 +218,7 @@ def test_themes__the_toggle_is_remembered_and_every_page_keeps_its_contrast(
         "/ui/workers",
         "/ui/tools",
         "/ui/builds",
+        "/ui/schedules",
     ):
         page.goto(path)
         expect(page.locator("html")).to_have_attribute("data-theme", scheme)

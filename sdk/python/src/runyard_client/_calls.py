@@ -28,6 +28,8 @@ from runyard_client.models import (
     Run,
     RunPage,
     RunStatus,
+    Schedule,
+    SchedulePage,
     TenantWebhook,
     Tool,
 )
@@ -106,6 +108,7 @@ def submit_body(
     callback_url: str | None = None,
     priority: int | None = None,
     limits: Limits | Mapping[str, Any] | None = None,
+    concurrency_key: str | None = None,
 ) -> dict[str, Any]:
     """The JSON body of ``POST /v1/runs``: only the fields given (the API's defaults apply)."""
     body: dict[str, Any] = {"tool": tool, "input": input}
@@ -121,6 +124,8 @@ def submit_body(
         body["depends_on"] = dependencies
     if run_at is not None:
         body["run_at"] = run_at.isoformat()
+    if concurrency_key is not None:
+        body["concurrency_key"] = concurrency_key
     return body
 
 
@@ -226,6 +231,50 @@ def retry_batch(batch_id: Id) -> Call[Batch]:
     return Call("POST", f"/v1/batches/{segment(batch_id)}/retry", _batch)
 
 
+def _schedule(response: httpx2.Response) -> Schedule:
+    return Schedule.model_validate_json(response.content)
+
+
+def create_schedule(
+    tool: str,
+    input: JsonInput,
+    *,
+    cron: str | None,
+    every_seconds: int | None,
+    timezone: str | None,
+    start_at: datetime | None,
+    end_at: datetime | None,
+    catch_up: str | None,
+    priority: int | None,
+) -> Call[Schedule]:
+    """A recurring schedule of ``tool`` (a cron expression or a period in seconds)."""
+    body: dict[str, Any] = {"tool": tool, "input": input}
+    optional = {
+        "cron": cron,
+        "every_seconds": every_seconds,
+        "timezone": timezone,
+        "start_at": None if start_at is None else start_at.isoformat(),
+        "end_at": None if end_at is None else end_at.isoformat(),
+        "catch_up": catch_up,
+        "priority": priority,
+    }
+    body.update({key: value for key, value in optional.items() if value is not None})
+    return Call("POST", "/v1/schedules", _schedule, json=body)
+
+
+def schedule_call(schedule_id: Id, action: str | None = None) -> Call[Schedule]:
+    """Read a schedule (``action`` None), or ``pause`` or ``resume`` it."""
+    path = f"/v1/schedules/{segment(schedule_id)}"
+    if action is None:
+        return Call("GET", path, _schedule)
+    return Call("POST", f"{path}/{action}", _schedule)
+
+
+def delete_schedule(schedule_id: Id) -> Call[None]:
+    """Delete a schedule (the runs it made stay)."""
+    return Call("DELETE", f"/v1/schedules/{segment(schedule_id)}", _nothing)
+
+
 T_co = TypeVar("T_co", covariant=True)
 
 
@@ -295,6 +344,17 @@ def run_pager(
 def batch_pager(page_size: int, limit: int | None) -> Pager[BatchPage, BatchSummary]:
     """Every batch of the caller's tenant, newest first."""
     return Pager("/v1/batches", _batch_page, {}, page_size, limit)
+
+
+def schedule_pager(page_size: int, limit: int | None) -> Pager[SchedulePage, Schedule]:
+    """Every schedule of the caller's tenant, newest first."""
+    return Pager(
+        "/v1/schedules",
+        lambda r: SchedulePage.model_validate_json(r.content),
+        {},
+        page_size,
+        limit,
+    )
 
 
 def list_page(

@@ -54,6 +54,7 @@ from runyard_client.models import (
     Run,
     RunPage,
     RunStatus,
+    Schedule,
     TenantWebhook,
     Tool,
 )
@@ -131,6 +132,7 @@ class Runyard:
         callback_url: str | None = None,
         priority: int | None = None,
         limits: Limits | Mapping[str, Any] | None = None,
+        concurrency_key: str | None = None,
     ) -> Run:
         """Submit a run of ``tool``; the run as accepted (usually ``queued``). With an
         ``idempotency_key`` a retry returns the first run and transient failures are retried."""
@@ -142,6 +144,7 @@ class Runyard:
             callback_url=callback_url,
             priority=priority,
             limits=limits,
+            concurrency_key=concurrency_key,
         )
         return self._send(calls.submit(body, idempotency_key))
 
@@ -157,6 +160,7 @@ class Runyard:
         callback_url: str | None = None,
         priority: int | None = None,
         limits: Limits | Mapping[str, Any] | None = None,
+        concurrency_key: str | None = None,
     ) -> Run:
         """Submit and wait for the end: the finished run (``WaitTimeoutError`` after
         ``timeout`` s). Long-polls with an idempotency key (a fresh one unless given), so a
@@ -169,6 +173,7 @@ class Runyard:
             callback_url=callback_url,
             priority=priority,
             limits=limits,
+            concurrency_key=concurrency_key,
         )
         key = idempotency_key or calls.new_idempotency_key()
         deadline = Deadline(timeout)
@@ -311,6 +316,58 @@ class Runyard:
             make_parents(dest, target)
             written.append(self._fetch(artifact, target))
         return written
+
+    # --- schedules ---------------------------------------------------------------------
+
+    def create_schedule(
+        self,
+        tool: str,
+        input: Any = None,
+        *,
+        cron: str | None = None,
+        every_seconds: int | None = None,
+        timezone: str | None = None,
+        start_at: datetime | None = None,
+        end_at: datetime | None = None,
+        catch_up: str | None = None,
+        priority: int | None = None,
+    ) -> Schedule:
+        """A recurring schedule: ``tool`` with ``input`` at each slot of ``cron`` (in
+        ``timezone``) or every ``every_seconds``; each slot makes one run."""
+        call = calls.create_schedule(
+            tool,
+            {} if input is None else input,
+            cron=cron,
+            every_seconds=every_seconds,
+            timezone=timezone,
+            start_at=start_at,
+            end_at=end_at,
+            catch_up=catch_up,
+            priority=priority,
+        )
+        return self._send(call)
+
+    def get_schedule(self, schedule_id: Id) -> Schedule:
+        """One of your schedules."""
+        return self._send(calls.schedule_call(schedule_id))
+
+    def list_schedules(
+        self, *, page_size: int = 50, limit: int | None = None
+    ) -> Iterator[Schedule]:
+        """Every schedule of yours, newest first, page after page (up to ``limit``)."""
+        return self._walk(calls.schedule_pager(page_size, limit))
+
+    def pause_schedule(self, schedule_id: Id) -> Schedule:
+        """Stop firing the schedule's slots until resumed."""
+        return self._send(calls.schedule_call(schedule_id, "pause"))
+
+    def resume_schedule(self, schedule_id: Id) -> Schedule:
+        """Fire its slots again from now on (those that fell while paused are skipped)."""
+        return self._send(calls.schedule_call(schedule_id, "resume"))
+
+    def delete_schedule(self, schedule_id: Id) -> None:
+        """Delete the schedule; the runs it made stay."""
+        self._send(calls.delete_schedule(schedule_id))
 
     # --- batches and tools -----------------------------------------------------------------
 

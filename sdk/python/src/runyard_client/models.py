@@ -69,6 +69,9 @@ class Run(Model):
     ref: str | None = None
     rerun_of: uuid.UUID | None = None
     run_at: datetime | None = None
+    schedule_id: uuid.UUID | None = None
+    schedule_slot: datetime | None = None
+    concurrency_key: str | None = None
 
     @property
     def done(self) -> bool:
@@ -192,6 +195,7 @@ class BatchItem(Model):
     depends_on: tuple[str, ...] = ()
     run_at: datetime | None = None
     callback_url: str | None = None
+    concurrency_key: str | None = None
 
 
 class BatchRun(Model):
@@ -240,6 +244,37 @@ class BatchPage(Model):
     """One page of batches, newest first."""
 
     items: tuple[BatchSummary, ...]
+    next_cursor: str | None
+
+
+class Schedule(Model):
+    """A recurring schedule as ``GET /v1/schedules/{id}`` shows it."""
+
+    id: uuid.UUID
+    tool: str
+    input: Any
+    priority: int
+    cron: str | None
+    every_seconds: int | None
+    timezone: str
+    start_at: datetime
+    end_at: datetime | None
+    catch_up: str
+    paused: bool
+    next_slot_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    fired: int
+    skipped: int
+    last_slot_at: datetime | None
+    last_run_id: uuid.UUID | None
+    last_error: str | None
+
+
+class SchedulePage(Model):
+    """One page of schedules, newest first."""
+
+    items: tuple[Schedule, ...]
     next_cursor: str | None
 
 

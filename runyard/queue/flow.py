@@ -1,0 +1,136 @@
+"""Flow control over the queue: the gate that releases held jobs within their scopes' limits,
+and the tenants' submit buckets. The rules are ``runyard.domain.flow_limits``; the
+statements ``runyard.queue.flow_sql``."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine
+
+from runyard.domain.flow_limits import (
+    FlowConfig,
+    Limit,
+    SubmitVerdict,
+    choose,
+    refilled,
+    room,
+    submit_verdict,
+)
+from runyard.platform.db import autocommit
+from runyard.queue.flow_sql import (
+    CANDIDATES,
+    HELD_SCOPES,
+    LOCK_SCOPES,
+    NEW_BUCKET,
+    RELEASE,
+    TAKE_TOKEN,
+)
+
+# Held jobs one gate pass looks at, in claim order, and how often a worker passes the gate.
+GATE_BATCH = 200
+GATE_INTERVAL_SECONDS = 0.1
+
+
+class FlowGate:
+    """Releases held jobs to the claim as their scopes have room; any number may run."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        config: Callable[[], FlowConfig],
+        *,
+        batch: int = GATE_BATCH,
+        interval_seconds: float = 0.0,
+    ) -> None:
+        self._engine = engine
+        # Read at each pass: the limits follow the registry's reloads.
+        self._config = config
+        self._batch = batch
+        # A process's claims pass the gate at most this often: a busy worker's claims do not
+        # each pay for a pass (the gates of other processes go on meanwhile).
+        self._interval = interval_seconds
+        self._next_pass = 0.0
+
+    def follow(self, config: Callable[[], FlowConfig]) -> None:
+        """Read the limits from ``config`` from now on (a process's reloaded registry)."""
+        self._config = config
+
+    def release(self, *, now: datetime | None = None) -> int:
+        """One pass, unless this process made one less than the interval ago: how many held
+        jobs it released (0 when none waits, in one statement)."""
+        if self._interval > 0:
+            moment = time.monotonic()
+            if moment < self._next_pass:
+                return 0
+            self._next_pass = moment + self._interval
+        params = {"n": self._batch, "now": now}
+        scopes = [row.scope for row in autocommit(self._engine, HELD_SCOPES, params)]
+        if not scopes:
+            return 0
+        config = self._config()
+        with self._engine.begin() as conn:
+            locked = conn.execute(LOCK_SCOPES, {"scopes": scopes, "now": now}).all()
+            if not locked:
+                return 0  # other gates hold them: they release those jobs
+            names = [row.scope for row in locked]
+            limits = {row.scope: config.limit_of(row.scope) for row in locked}
+            tokens = {
+                row.scope: refilled(limits[row.scope], row.tokens, row.refilled_at, row.now)
+                for row in locked
+            }
+            rooms = {
+                row.scope: room(limits[row.scope], row.in_flight, tokens[row.scope])
+                for row in locked
+            }
+            candidates = conn.execute(CANDIDATES, {**params, "scopes": names}).all()
+            chosen = choose([(row.id, row.flow_scopes) for row in candidates], rooms)
+            picked = set(chosen)
+            used = Counter(s for row in candidates if row.id in picked for s in row.flow_scopes)
+            counters = {
+                scope: {
+                    "add": used[scope],
+                    "tokens": _spend(tokens[scope], used[scope]),
+                    "max": limits[scope].max_running,
+                    "rate": limits[scope].per_second,
+                }
+                for scope in names
+            }
+            found = conn.execute(
+                RELEASE, {"ids": chosen, "counters": json.dumps(counters), "now": now}
+            ).one()
+        return int(found.released)
+
+
+def _spend(tokens: float | None, used: int) -> float | None:
+    """A bucket after ``used`` releases (None: no rate)."""
+    return None if tokens is None else tokens - used
+
+
+class SubmitRates:
+    """Each tenant's submit bucket (``RUNYARD_TENANT_SUBMITS_PER_SECOND``)."""
+
+    def __init__(self, engine: Engine, limit: Limit) -> None:
+        self._engine = engine
+        self.limit = limit
+
+    def take(self, tenant: str, *, now: datetime | None = None) -> SubmitVerdict:
+        """Take one token of the tenant's bucket, if there is one."""
+        if self.limit.per_second is None:
+            return submit_verdict(self.limit, None)
+        params: dict[str, Any] = {
+            "scope": f"submit:{tenant}",
+            "burst": self.limit.burst,
+            "rate": self.limit.per_second,
+            "now": now,
+        }
+        for statement in (TAKE_TOKEN, NEW_BUCKET, TAKE_TOKEN):  # a new bucket may race
+            rows = autocommit(self._engine, statement, params)
+            if rows:
+                return submit_verdict(self.limit, float(rows[0].tokens_after))
+        raise AssertionError("a bucket that is neither there nor new")
