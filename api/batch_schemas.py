@@ -46,7 +46,12 @@ class BatchItemIn(BaseModel):
     callback_url: str | None = Field(default=None, min_length=1, max_length=MAX_URL_LENGTH)
 
     def item(
-        self, index: int, tenant: str, max_priority: int | None, callback: str | None
+        self,
+        index: int,
+        tenant: str,
+        max_priority: int | None,
+        callback: str | None,
+        allowed_tools: frozenset[str] | None = None,
     ) -> BatchItem:
         """The core's batch item."""
         limits = self.limits.model_dump(exclude_none=True) if self.limits else {}
@@ -57,6 +62,7 @@ class BatchItemIn(BaseModel):
             self.priority,
             callback_url=self.callback_url or callback,
             max_priority=max_priority,
+            allowed_tools=allowed_tools,
             limits=limits,
             depends_on=tuple(dict.fromkeys(self.depends_on)),
             run_at=self.run_at,
@@ -106,10 +112,12 @@ class BatchCreate(BaseModel):
         description="Each run's callback_url unless the run names its own",
     )
 
-    def items(self, tenant: str, max_priority: int | None) -> list[BatchItem]:
+    def items(
+        self, tenant: str, max_priority: int | None, allowed_tools: frozenset[str] | None = None
+    ) -> list[BatchItem]:
         """The core's items, in the order given."""
         return [
-            run.item(index, tenant, max_priority, self.callback_url)
+            run.item(index, tenant, max_priority, self.callback_url, allowed_tools)
             for index, run in enumerate(self.runs)
         ]
 
