@@ -50,7 +50,12 @@ class BatchItemIn(BaseModel):
     )
 
     def item(
-        self, index: int, tenant: str, max_priority: int | None, callback: str | None
+        self,
+        index: int,
+        tenant: str,
+        max_priority: int | None,
+        callback: str | None,
+        allowed_tools: frozenset[str] | None = None,
     ) -> BatchItem:
         """The core's batch item."""
         limits = self.limits.model_dump(exclude_none=True) if self.limits else {}
@@ -61,6 +66,7 @@ class BatchItemIn(BaseModel):
             self.priority,
             callback_url=self.callback_url or callback,
             max_priority=max_priority,
+            allowed_tools=allowed_tools,
             limits=limits,
             depends_on=tuple(dict.fromkeys(self.depends_on)),
             run_at=self.run_at,
@@ -111,10 +117,12 @@ class BatchCreate(BaseModel):
         description="Each run's callback_url unless the run names its own",
     )
 
-    def items(self, tenant: str, max_priority: int | None) -> list[BatchItem]:
+    def items(
+        self, tenant: str, max_priority: int | None, allowed_tools: frozenset[str] | None = None
+    ) -> list[BatchItem]:
         """The core's items, in the order given."""
         return [
-            run.item(index, tenant, max_priority, self.callback_url)
+            run.item(index, tenant, max_priority, self.callback_url, allowed_tools)
             for index, run in enumerate(self.runs)
         ]
 

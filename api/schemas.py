@@ -7,13 +7,14 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import pydantic
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from runyard.domain.flow_limits import CONCURRENCY_KEY_PATTERN
 from runyard.domain.graph import MAX_DEPENDENCIES
 from runyard.reads.runs import RunView
 from runyard.registry.tools import TOOL_NAME_PATTERN, bounds_schema, within_bounds
 from runyard.submission.request import RunRequest
+from runyard.tenancy.auth import MAX_KEY_TOOLS
 from runyard.webhooks.urls import MAX_URL_LENGTH
 
 RUN_EXAMPLE: dict[str, Any] = {
@@ -34,6 +35,10 @@ RUN_EXAMPLE: dict[str, Any] = {
     "started_at": "2026-11-26T10:00:00.120000Z",
     "finished_at": "2026-11-26T10:00:00.910000Z",
 }
+
+
+# A tool name in a key's list: it need not be registered yet (the registry can be reloaded).
+ToolName = Annotated[str, StringConstraints(pattern=TOOL_NAME_PATTERN)]
 
 
 class RunLimits(BaseModel):
@@ -120,9 +125,14 @@ class RunCreate(BaseModel):
     )
 
     def request(
-        self, tenant: str, idempotency_key: str | None, max_priority: int | None = None
+        self,
+        tenant: str,
+        idempotency_key: str | None,
+        max_priority: int | None = None,
+        allowed_tools: frozenset[str] | None = None,
     ) -> RunRequest:
-        """The core's request for ``tenant``, whose key allows at most ``max_priority``."""
+        """The core's request for ``tenant``, whose key allows at most ``max_priority`` and
+        the tools ``allowed_tools`` (None: every tool)."""
         limits = self.limits.model_dump(exclude_none=True) if self.limits else {}
         return RunRequest(
             tenant,
@@ -132,6 +142,7 @@ class RunCreate(BaseModel):
             idempotency_key,
             self.callback_url,
             max_priority=max_priority,
+            allowed_tools=allowed_tools,
             limits=limits,
             depends_on=tuple(str(dep) for dep in dict.fromkeys(self.depends_on)),
             run_at=self.run_at,
@@ -280,18 +291,43 @@ class KeyCreate(BaseModel):
     max_priority: int = Field(
         default=0, ge=-100, le=100, description="The highest priority its runs may ask for"
     )
+    tools: list[ToolName] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_KEY_TOOLS,
+        description="The only tools it may run, list and schedule (left out: every tool)",
+    )
 
 
 class KeyUpdate(BaseModel):
-    """What an admin may change on a key."""
+    """What an admin may change on a key: at least one of them."""
 
     model_config = ConfigDict(
-        extra="forbid", strict=True, json_schema_extra={"examples": [{"max_priority": 50}]}
+        extra="forbid",
+        strict=True,
+        json_schema_extra={
+            "examples": [{"max_priority": 50}, {"tools": ["echo"]}, {"all_tools": True}]
+        },
     )
 
-    max_priority: int = Field(
-        ge=-100, le=100, description="The highest priority its runs may ask for"
+    max_priority: int | None = Field(
+        default=None, ge=-100, le=100, description="The highest priority its runs may ask for"
     )
+    tools: list[ToolName] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_KEY_TOOLS,
+        description="The only tools it may run from now on",
+    )
+    all_tools: bool = Field(default=False, description="Let it run every tool again")
+
+    @model_validator(mode="after")
+    def _one_change(self) -> KeyUpdate:
+        if self.max_priority is None and self.tools is None and not self.all_tools:
+            raise ValueError("give max_priority, tools or all_tools")
+        if self.tools is not None and self.all_tools:
+            raise ValueError("give tools or all_tools, not both")
+        return self
 
 
 class KeyOut(BaseModel):
@@ -304,6 +340,9 @@ class KeyOut(BaseModel):
     name: str | None
     scopes: list[str]
     max_priority: int = Field(default=0, description="The highest priority its runs may ask for")
+    tools: list[str] | None = Field(
+        default=None, description="The only tools it may run (null: every tool)"
+    )
     created_at: datetime
     last_used_at: datetime | None = Field(description="Written at most once a minute")
     revoked_at: datetime | None

@@ -83,7 +83,7 @@ def retry_batch(
     require_queue_mode(services)
     view = load_batch(services, principal, batch_id)
     try:
-        _, runs = services.batches.retry(view.id, priority_ceiling(principal))
+        _, runs = services.batches.retry(view.id, priority_ceiling(principal), principal.tools)
     except BatchNotFinished as exc:
         raise Problem(409, "batch_not_finished", str(exc)) from exc
     except BatchRetried as exc:

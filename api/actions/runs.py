@@ -28,6 +28,7 @@ from runyard.submission.request import (
     BuildUnavailable,
     InvalidInput,
     RunRequest,
+    ToolNotAllowed,
     UnknownTool,
 )
 from runyard.submission.runs import QueueModeOnly, Submitted
@@ -72,6 +73,8 @@ async def await_run(
 
 def submit_problem(services: Services, exc: Exception) -> Problem | None:
     """The problem document of a submit the core refused; None for any other error."""
+    if isinstance(exc, ToolNotAllowed):
+        return Problem(403, "tool_not_allowed", str(exc), field="tool")
     if isinstance(exc, AboveMaximum):
         return Problem(422, "above_maximum", str(exc), field=exc.path)
     if isinstance(exc, UnknownTool):
@@ -210,6 +213,7 @@ async def rerun(
         priority,
         callback_url=old.callback_url,
         max_priority=priority_ceiling(principal),
+        allowed_tools=principal.tools,
         rerun_of=old.id,
     )
     return await submit(request, services, run_request)

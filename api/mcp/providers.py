@@ -18,7 +18,7 @@ from api.mcp.runs import Progress, RunCalls
 from api.problems import Problem
 from runyard.registry.tools import ToolSpec
 from runyard.submission.request import RunRequest
-from runyard.tenancy.auth import Principal, priority_ceiling
+from runyard.tenancy.auth import Principal, may_run, priority_ceiling
 
 # The input schema of a tool that declares none: any object.
 PERMISSIVE_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties": True}
@@ -69,7 +69,9 @@ class RegistryTools:
         self, principal: Principal, name: str
     ) -> tuple[ToolSpec, Mapping[str, Any]] | None:
         """The tool and the schema it is listed with, if ``principal`` may run it here; the
-        one place that decides it (keys have no tool lists yet: any key may run any tool)."""
+        one place that decides it (a key limited to some tools runs only those)."""
+        if not may_run(principal, name):
+            return None
         tool = self._services.registry.get(name)
         if tool is None:
             return None
@@ -104,6 +106,7 @@ class RegistryTools:
             call.arguments,
             idempotency_key=call.idempotency_key,
             max_priority=priority_ceiling(call.principal),
+            allowed_tools=call.principal.tools,
         )
         return await self._runs.call(call.principal, request, call.progress)
 

@@ -57,7 +57,7 @@ async def post_batch(
     def write() -> tuple[GraphResult, BatchView, bytes]:
         # In the thread pool with the write: 1,000 items and their answer are CPU work that
         # would hold the event loop, and every other request behind it, for milliseconds.
-        items = body.items(principal.tenant, priority_ceiling(principal))
+        items = body.items(principal.tenant, priority_ceiling(principal), principal.tools)
         result, view = services.batches.submit_viewed(principal.tenant, items, idempotency_key)
         run_ids = dict(zip((item.ref for item in items), result.run_ids, strict=True))
         # Serialized as the response model would be, without validating 1,000 runs again.

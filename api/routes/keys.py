@@ -12,7 +12,8 @@ from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
 from api.problems import Problem
 from api.schemas import KeyCreate, KeyCreated, KeyOut, KeyUpdate
 from runyard.tenancy.auth import Principal, issue_api_key
-from runyard.tenancy.keys import PREFIX_PATTERN, list_keys, revoke_key, set_max_priority
+from runyard.tenancy.keys import PREFIX_PATTERN, list_keys, revoke_key
+from runyard.tenancy.keys import update_key as change_key
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ def create_key(body: KeyCreate, services: ServicesDep, admin: AdminDep) -> KeyCr
         admin=body.admin,
         name=body.name,
         max_priority=body.max_priority,
+        tools=body.tools,
     )
     logger.info(
         "api key created",
@@ -67,6 +69,7 @@ def create_key(body: KeyCreate, services: ServicesDep, admin: AdminDep) -> KeyCr
         name=issued.name,
         scopes=issued.scopes,
         max_priority=issued.max_priority,
+        tools=issued.tools,
         created_at=issued.created_at,
         last_used_at=None,
         revoked_at=None,
@@ -106,10 +109,16 @@ def update_key(
     services: ServicesDep,
     admin: AdminDep,
 ) -> KeyOut:
-    """Change a key's highest priority; this process applies it at once, others within
-    the auth cache's few seconds."""
+    """Change a key's highest priority or the tools it may run; this process applies it at
+    once, others within the auth cache's few seconds."""
     key = (
-        set_max_priority(services.engine, prefix, body.max_priority)
+        change_key(
+            services.engine,
+            prefix,
+            max_priority=body.max_priority,
+            tools=body.tools,
+            all_tools=body.all_tools,
+        )
         if _well_formed(prefix)
         else None
     )
@@ -118,7 +127,13 @@ def update_key(
     services.auth_cache.forget(prefix)
     logger.info(
         "api key changed",
-        extra={"key": prefix, "max_priority": body.max_priority, "by": admin.key_prefix},
+        extra={
+            "key": prefix,
+            "max_priority": body.max_priority,
+            "tools": body.tools,
+            "all_tools": body.all_tools,
+            "by": admin.key_prefix,
+        },
     )
     return KeyOut.model_validate(key, from_attributes=True)
 

@@ -63,7 +63,9 @@ async def post_run(
     submitted = await run_actions.submit(
         request,
         services,
-        body.request(principal.tenant, idempotency_key, priority_ceiling(principal)),
+        body.request(
+            principal.tenant, idempotency_key, priority_ceiling(principal), principal.tools
+        ),
         wait,
     )
     run = submitted.run

@@ -13,7 +13,7 @@ from api.schemas import BuildRequested, ToolBuildOut, ToolOut
 from runyard.domain.build_ref import BuildRef
 from runyard.registry.tools import ToolSpec
 from runyard.submission.request import BuildUnavailable, pinned_build_ref
-from runyard.tenancy.auth import Principal
+from runyard.tenancy.auth import Principal, may_run
 
 router = APIRouter(prefix="/v1/tools", tags=["tools"], responses=COMMON_ERRORS)
 
@@ -67,9 +67,9 @@ def _tool_out(tool: ToolSpec, build: ToolBuildOut | None) -> ToolOut:
 
 @router.get("", operation_id="listTools")
 def list_tools(services: ServicesDep, principal: PrincipalDep) -> list[ToolOut]:
-    """Every registered tool with its limits and input schema; a built tool with its current
-    digest and its build's status on each engine."""
-    tools = list(services.registry.tools.values())
+    """Every registered tool the key may run, with its limits and input schema; a built tool
+    with its current digest and its build's status on each engine."""
+    tools = [t for t in services.registry.tools.values() if may_run(principal, t.name)]
     refs = {t.name: _current(services, t) for t in tools if t.build is not None}
     tags = [ref.tag for ref in refs.values() if isinstance(ref, BuildRef)]
     status = services.build_reads.by_tags(tags)

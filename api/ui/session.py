@@ -17,14 +17,14 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, text
 
-from runyard.tenancy.auth import ADMIN_SCOPE, KEY_PREFIX, Principal
+from runyard.tenancy.auth import KEY_PREFIX, Principal, principal_of
 
 COOKIE_NAME = "runyard_session"
 COOKIE_PATH = "/ui"
 _VERSION = "v1"
 
 FIND_LIVE_KEY = text(
-    "SELECT tenant, scopes, max_priority FROM api_keys"
+    "SELECT tenant, scopes, max_priority, tools FROM api_keys"
     " WHERE prefix = :prefix AND revoked_at IS NULL"
 )
 
@@ -104,12 +104,7 @@ def load_session(engine: Engine, signer: SessionSigner, cookie: str | None) -> S
         row = conn.execute(FIND_LIVE_KEY, {"prefix": prefix}).one_or_none()
     if row is None:
         return None
-    principal = Principal(
-        tenant=row.tenant,
-        admin=ADMIN_SCOPE in (row.scopes or []),
-        max_priority=row.max_priority,
-    )
-    return Session(principal=principal, key_prefix=prefix, csrf_token=csrf_token)
+    return Session(principal=principal_of(row, prefix), key_prefix=prefix, csrf_token=csrf_token)
 
 
 def same_token(sent: str | None, expected: str) -> bool:

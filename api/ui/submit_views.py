@@ -28,7 +28,7 @@ from runyard.submission.schema_form import (
     read_form,
     schema_errors,
 )
-from runyard.tenancy.auth import priority_ceiling
+from runyard.tenancy.auth import Principal, may_run, priority_ceiling
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -38,6 +38,7 @@ FIELD_PREFIX = "field."
 
 def submit_context(
     services: Services,
+    principal: Principal,
     tool: str | None,
     input_text: str,
     error: str | None,
@@ -46,10 +47,12 @@ def submit_context(
     field_values: dict[str, str] | None = None,
     from_fields: bool = False,
 ) -> dict[str, Any]:
-    """What ``submit.html`` shows: every tool with its fields (the chosen one's filled)."""
+    """What ``submit.html`` shows: every tool the key may run, with its fields (the chosen
+    one's filled)."""
     registry = services.registry
-    chosen = tool if tool in registry.tools else None
-    tools = [registry.tools[name] for name in sorted(registry.tools)]
+    names = sorted(name for name in registry.tools if may_run(principal, name))
+    chosen = tool if tool in names else None
+    tools = [registry.tools[name] for name in names]
     fields = {t.name: form_fields(t.input_schema) for t in tools}
     values = {
         name: field_values if name == chosen and field_values is not None else form_values(spec, {})
@@ -82,7 +85,9 @@ def submit_form(
 ) -> HTMLResponse:
     """A form: pick a tool, fill its fields or write its JSON input."""
     chosen = tool if tool is not None and len(tool) <= 63 else None
-    return page(ui, request, "submit.html", submit_context(services, chosen, "{}", None))
+    return page(
+        ui, request, "submit.html", submit_context(services, session.principal, chosen, "{}", None)
+    )
 
 
 @router.post("/submit")
@@ -108,6 +113,7 @@ async def submit(
     ) -> HTMLResponse:
         context = submit_context(
             services,
+            session.principal,
             tool,
             input_text,
             message,
@@ -141,7 +147,12 @@ async def submit(
         submitted = await run_actions.submit(
             request,
             services,
-            body.request(session.principal.tenant, key, priority_ceiling(session.principal)),
+            body.request(
+                session.principal.tenant,
+                key,
+                priority_ceiling(session.principal),
+                session.principal.tools,
+            ),
         )
     except Problem as exc:
         if exc.code != "invalid_input":

@@ -43,7 +43,7 @@ from runyard.reads.dashboard_workflows import dependencies, scheduled_runs
 from runyard.reads.pools import live_workers_by_queue
 from runyard.reads.runs import WORKER_LIVE_SECONDS, RunReader
 from runyard.reads.tool_figures import TOOL_WINDOW_SECONDS, tool_figures
-from runyard.tenancy.auth import authenticate
+from runyard.tenancy.auth import authenticate, may_run
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -378,9 +378,11 @@ def workers_page(
 def tools_page(
     request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
 ) -> HTMLResponse:
-    """The tool registry with its limits and input schemas, and each tool's last day."""
+    """The tools the key may run with their limits and input schemas, and each one's last
+    day."""
     registry = services.registry
-    tools = [registry.tools[name] for name in sorted(registry.tools)]
+    names = sorted(name for name in registry.tools if may_run(session.principal, name))
+    tools = [registry.tools[name] for name in names]
     figures = tool_figures(services.engine, visible_tenant(session.principal))
     context = {
         "title": "Tools",

@@ -124,11 +124,47 @@ def _keys_create(args: argparse.Namespace) -> int:
                 admin=args.admin,
                 name=args.name,
                 max_priority=args.max_priority,
+                tools=None if args.tools is None else _tool_names(args.tools),
             )
     except ValueError as exc:
         say(f"runyard: error: {exc}")
         return EXIT_USAGE
     print(issued.key)  # noqa: T201
+    return 0
+
+
+def _tool_names(text: str) -> list[str]:
+    """``echo,report`` as a list of names."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def _keys_set_tools(args: argparse.Namespace) -> int:
+    """Limit a key to some tools, or let it run every tool (as ``PATCH /v1/keys/{prefix}``)."""
+    from runyard.tenancy.keys import prefix_of, update_key
+
+    prefix = prefix_of(args.key)
+    if prefix is None:
+        say(f"runyard: error: {args.key!r} is not a key or a key prefix")
+        return EXIT_USAGE
+    if (args.tools is None) == (not args.all):
+        say("runyard: error: give a comma-separated list of tools, or --all")
+        return EXIT_USAGE
+    try:
+        with _admin_engine() as engine:
+            key = update_key(
+                engine,
+                prefix,
+                tools=None if args.all else _tool_names(args.tools),
+                all_tools=args.all,
+            )
+    except ValueError as exc:
+        say(f"runyard: error: {exc}")
+        return EXIT_USAGE
+    if key is None:
+        say(f"runyard: error: no key has the prefix {prefix}")
+        return EXIT_FAILED
+    allowed = "every tool" if key.tools is None else ", ".join(key.tools)
+    say(f"key {key.prefix} of {key.tenant}: may run {allowed}")
     return 0
 
 
@@ -156,16 +192,17 @@ def _keys_ls(args: argparse.Namespace) -> int:
         keys = list_keys(engine, tenant=args.tenant, include_revoked=args.all, limit=args.limit)
     rows = [
         f"{'PREFIX':12}  {'TENANT':16}  {'SCOPES':8}  {'MAX PRIO':8}  {'CREATED':25}  "
-        f"{'LAST USED':25}  NAME"
+        f"{'LAST USED':25}  NAME (TOOLS)"
     ]
     for key in keys:
         last = key.last_used_at.isoformat(timespec="seconds") if key.last_used_at else "never"
         revoked = f"  (revoked {key.revoked_at:%Y-%m-%d %H:%M})" if key.revoked_at else ""
         ceiling = "any" if "admin" in key.scopes else str(key.max_priority)
+        tools = "" if key.tools is None else f" ({','.join(key.tools)})"
         rows.append(
             f"{key.prefix:12}  {key.tenant[:16]:16}  {','.join(key.scopes) or '-':8}  "
             f"{ceiling:8}  {key.created_at.isoformat(timespec='seconds'):25}  {last:25}  "
-            f"{key.name or ''}{revoked}"
+            f"{key.name or ''}{tools}{revoked}"
         )
     value = [dataclasses.asdict(key) for key in keys]
     emit(args, value, "\n".join(rows))
@@ -549,7 +586,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="the highest run priority the key may ask for (default 0; admin keys: any)",
     )
+    create.add_argument(
+        "--tools",
+        metavar="LIST",
+        help="the only tools the key may run, list and schedule, comma-separated "
+        "(default: every tool)",
+    )
     create.set_defaults(func=_keys_create)
+    set_tools = keys_sub.add_parser("set-tools", help="limit a key to some tools, or lift it")
+    set_tools.add_argument("key", help="the key's prefix, as `keys ls` shows it")
+    set_tools.add_argument("tools", nargs="?", help="comma-separated tool names")
+    set_tools.add_argument("--all", action="store_true", help="let the key run every tool")
+    set_tools.set_defaults(func=_keys_set_tools)
     set_priority = keys_sub.add_parser(
         "set-priority", help="set the highest run priority a key may ask for"
     )

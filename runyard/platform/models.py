@@ -372,6 +372,8 @@ class ApiKey(Base):
     scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'::text[]"))
     # The highest priority a run submitted with this key may ask for.
     max_priority: Mapped[int] = mapped_column(Integer, server_default="0")
+    # The tools this key may run, list and schedule (NULL: every tool; migration 0025).
+    tools: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

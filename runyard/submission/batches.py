@@ -382,7 +382,10 @@ class Batches:
         return self._writer.cancel_batch(batch_id)
 
     def retry(
-        self, batch_id: uuid.UUID, max_priority: int | None
+        self,
+        batch_id: uuid.UUID,
+        max_priority: int | None,
+        allowed_tools: frozenset[str] | None = None,
     ) -> tuple[GraphResult, dict[str, uuid.UUID]]:
         """New runs for every ref whose latest run did not succeed, wired to the latest
         successful runs of the others; the new runs by ref. They are the batch's tenant's,
@@ -417,6 +420,7 @@ class Batches:
                 old.priority or 0,
                 callback_url=old.callback_url,
                 max_priority=max_priority,
+                allowed_tools=allowed_tools,
                 depends_on=tuple(depends.get(old.id, ())),
                 rerun_of=old.id,
             )

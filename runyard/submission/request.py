@@ -21,6 +21,10 @@ class UnknownTool(Exception):
     """No tool of that name is registered."""
 
 
+class ToolNotAllowed(Exception):
+    """The caller's API key may not run this tool."""
+
+
 class BuildUnavailable(Exception):
     """A built tool's source cannot be used (or this process cannot build tools)."""
 
@@ -84,6 +88,8 @@ class RunRequest:
     callback_url: str | None = None
     # The caller's highest priority (None: any, as for admin keys).
     max_priority: int | None = None
+    # The tools the caller's key may run (None: every tool).
+    allowed_tools: frozenset[str] | None = None
     # Per-run limits asked for (timeout_seconds, memory_mb, cpus), within the tool's maxima.
     limits: Mapping[str, float] = field(default_factory=dict)
     # Workflows (queue mode): runs it waits for (ids, or refs of its batch), when it may start.
@@ -100,6 +106,8 @@ class RunRequest:
 
     def prepare(self, registry: ToolRegistry) -> NewRun:
         """Resolve the tool, check the input against its schema, snapshot its definition."""
+        if self.allowed_tools is not None and self.tool not in self.allowed_tools:
+            raise ToolNotAllowed(f"this API key may not run the tool {self.tool!r}")
         problem = priority_problem(self.priority, self.max_priority)
         if problem is not None:
             raise AboveMaximum(problem, "priority")

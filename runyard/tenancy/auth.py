@@ -9,9 +9,10 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
@@ -29,15 +30,16 @@ LAST_USED_EVERY_SECONDS = 60.0
 
 INSERT_KEY = text(
     """
-    INSERT INTO api_keys (id, prefix, key_hash, tenant, name, scopes, max_priority)
-    VALUES (:id, :prefix, :key_hash, :tenant, :name, :scopes, :max_priority)
+    INSERT INTO api_keys (id, prefix, key_hash, tenant, name, scopes, max_priority, tools)
+    VALUES (:id, :prefix, :key_hash, :tenant, :name, :scopes, :max_priority,
+            CAST(:tools AS text[]))
     RETURNING created_at
     """
 )
 # ``stale``: the key's last use is older than the interval, so this use is worth writing.
 FIND_KEY = text(
     """
-    SELECT key_hash, tenant, scopes, max_priority,
+    SELECT key_hash, tenant, scopes, max_priority, tools,
            (last_used_at IS NULL OR last_used_at
                <= coalesce(CAST(:now AS timestamptz), now()) - make_interval(secs => :every))
                AS stale
@@ -65,11 +67,34 @@ class Principal:
     key_prefix: str | None = None
     # The highest priority this key may ask for (admins: any).
     max_priority: int = 0
+    # The tools this key may run (None: every tool).
+    tools: frozenset[str] | None = None
 
 
 def priority_ceiling(principal: Principal) -> int | None:
     """The highest priority ``principal`` may submit at; None: no bound (an admin)."""
     return None if principal.admin else principal.max_priority
+
+
+def may_run(principal: Principal, tool: str) -> bool:
+    """Whether ``principal``'s key may run (list, schedule) ``tool``."""
+    return principal.tools is None or tool in principal.tools
+
+
+MAX_KEY_TOOLS = 256
+
+
+def tools_problem(tools: Sequence[str] | None) -> str | None:
+    """Why a key's tool list is refused (None: it is fine; None as a list: every tool)."""
+    if tools is None:
+        return None
+    if not tools:
+        return "tools must name at least one tool (leave it out for every tool)"
+    if len(tools) > MAX_KEY_TOOLS:
+        return f"tools may name at most {MAX_KEY_TOOLS} tools"
+    if any(not t or len(t) > 128 for t in tools):
+        return "each tool name must be 1 to 128 characters"
+    return None
 
 
 @dataclass(frozen=True)
@@ -83,6 +108,7 @@ class IssuedKey:
     scopes: list[str]
     created_at: datetime
     max_priority: int = 0
+    tools: list[str] | None = None
 
 
 def _hash(secret: str) -> str:
@@ -96,12 +122,18 @@ def issue_api_key(
     admin: bool = False,
     name: str | None = None,
     max_priority: int = 0,
+    tools: Sequence[str] | None = None,
 ) -> IssuedKey:
-    """Store a new key for ``tenant``; the returned secret cannot be recovered later."""
+    """Store a new key for ``tenant`` (limited to ``tools`` if given); the returned secret
+    cannot be recovered later."""
     if not tenant or len(tenant) > 128:
         raise ValueError("tenant must be 1 to 128 characters")
     if name is not None and len(name) > 200:
         raise ValueError("name must be at most 200 characters")
+    problem = tools_problem(tools)
+    if problem is not None:
+        raise ValueError(problem)
+    listed = None if tools is None else sorted(set(tools))
     prefix = secrets.token_hex(6)
     secret = secrets.token_urlsafe(32)
     scopes = [ADMIN_SCOPE] if admin else []
@@ -116,6 +148,7 @@ def issue_api_key(
                 "name": name,
                 "scopes": scopes,
                 "max_priority": max_priority,
+                "tools": listed,
             },
         ).scalar_one()
     return IssuedKey(
@@ -126,14 +159,20 @@ def issue_api_key(
         scopes=scopes,
         created_at=created_at,
         max_priority=max_priority,
+        tools=listed,
     )
 
 
 def create_api_key(
-    engine: Engine, tenant: str, *, admin: bool = False, name: str | None = None
+    engine: Engine,
+    tenant: str,
+    *,
+    admin: bool = False,
+    name: str | None = None,
+    tools: Sequence[str] | None = None,
 ) -> str:
     """Store a new key for ``tenant`` and return it; it cannot be recovered later."""
-    return issue_api_key(engine, tenant, admin=admin, name=name).key
+    return issue_api_key(engine, tenant, admin=admin, name=name, tools=tools).key
 
 
 def authenticate(
@@ -167,11 +206,17 @@ def authenticate(
                 conn.commit()
             except SQLAlchemyError:
                 logger.warning("could not record the key's last use", extra={"key": prefix})
+    return principal_of(row, prefix)
+
+
+def principal_of(row: Any, prefix: str) -> Principal:
+    """Who a key's row (tenant, scopes, max_priority, tools) stands for."""
     return Principal(
         tenant=row.tenant,
         admin=ADMIN_SCOPE in (row.scopes or []),
         key_prefix=prefix,
         max_priority=row.max_priority,
+        tools=None if row.tools is None else frozenset(row.tools),
     )
 
 

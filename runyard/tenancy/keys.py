@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, text
 
-from runyard.tenancy.auth import KEY_PREFIX
+from runyard.tenancy.auth import KEY_PREFIX, tools_problem
 
-_COLUMNS = "prefix, tenant, name, scopes, max_priority, created_at, last_used_at, revoked_at"
+_COLUMNS = "prefix, tenant, name, scopes, max_priority, tools, created_at, last_used_at, revoked_at"
 LIST_KEYS = text(
     f"""
     SELECT {_COLUMNS} FROM api_keys
@@ -34,8 +35,16 @@ REVOKE_KEY = text(
     RETURNING revoked_at
     """
 )
-SET_MAX_PRIORITY = text(
-    "UPDATE api_keys SET max_priority = :max_priority WHERE prefix = :prefix RETURNING " + _COLUMNS
+# NULL keeps a value; :all_tools lifts the key's tool list (every tool again).
+UPDATE_KEY = text(
+    """
+    UPDATE api_keys
+    SET max_priority = coalesce(CAST(:max_priority AS integer), max_priority),
+        tools = CASE WHEN :all_tools THEN NULL
+                     ELSE coalesce(CAST(:tools AS text[]), tools) END
+    WHERE prefix = :prefix
+    RETURNING """
+    + _COLUMNS
 )
 KEY_REVOKED_AT = text("SELECT revoked_at FROM api_keys WHERE prefix = :prefix")
 
@@ -51,6 +60,7 @@ class KeyInfo:
     name: str | None
     scopes: list[str]
     max_priority: int
+    tools: list[str] | None
     created_at: datetime
     last_used_at: datetime | None
     revoked_at: datetime | None
@@ -89,13 +99,31 @@ def revoke_key(engine: Engine, prefix: str, *, now: datetime | None = None) -> d
 
 def set_max_priority(engine: Engine, prefix: str, max_priority: int) -> KeyInfo | None:
     """Set the highest priority runs of this key may ask for; None: no such key."""
+    return update_key(engine, prefix, max_priority=max_priority)
+
+
+def update_key(
+    engine: Engine,
+    prefix: str,
+    *,
+    max_priority: int | None = None,
+    tools: Sequence[str] | None = None,
+    all_tools: bool = False,
+) -> KeyInfo | None:
+    """Change what is given (the highest priority, the tools it may run, or every tool
+    again); None: no such key."""
+    problem = tools_problem(tools)
+    if problem is not None:
+        raise ValueError(problem)
+    params = {
+        "prefix": prefix,
+        "max_priority": max_priority,
+        "tools": None if tools is None else sorted(set(tools)),
+        "all_tools": all_tools,
+    }
     with engine.begin() as conn:
-        row = conn.execute(
-            SET_MAX_PRIORITY, {"prefix": prefix, "max_priority": max_priority}
-        ).one_or_none()
-    if row is None:
-        return None
-    return _key_info(row)
+        row = conn.execute(UPDATE_KEY, params).one_or_none()
+    return None if row is None else _key_info(row)
 
 
 def _key_info(row: Any) -> KeyInfo:
@@ -106,6 +134,7 @@ def _key_info(row: Any) -> KeyInfo:
         name=row.name,
         scopes=list(row.scopes or []),
         max_priority=row.max_priority,
+        tools=None if row.tools is None else list(row.tools),
         created_at=row.created_at,
         last_used_at=row.last_used_at,
         revoked_at=row.revoked_at,

@@ -60,6 +60,7 @@ def test_keys_api__create_use_list_revoke_refused(
             "name",
             "scopes",
             "max_priority",
+            "tools",
             "created_at",
             "last_used_at",
             "revoked_at",

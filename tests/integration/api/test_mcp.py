@@ -250,6 +250,24 @@ def test_mcp__refuses_unknown_keys_and_tools_and_keeps_tenants_apart(sync_api: s
     assert count(engine, "SELECT count(*) FROM tool_runs") == 1
 
 
+def test_mcp__a_key_limited_to_some_tools_lists_only_those_and_is_refused_the_rest(
+    sync_api: str, engine: Engine
+):
+    echo_only = create_api_key(engine, "acme", tools=["echo"])
+
+    async def scenario() -> list[str]:
+        async with mcp_client(sync_api, echo_only) as client:
+            listed = [tool.name for tool in (await client.list_tools()).tools]
+            with pytest.raises(MCPError, match="sleep"):
+                await client.call_tool("sleep", {"seconds": 1})
+            assert (await client.call_tool("echo", {"n": 1})).is_error is False
+        return listed
+
+    listed = anyio.run(scenario)
+    assert "echo" in listed and "sleep" not in listed
+    assert count(engine, "SELECT count(*) FROM tool_runs") == 1  # the echo, no sleep
+
+
 def test_mcp__a_call_cut_while_its_run_runs_is_not_run_again_when_retried_with_its_key(
     sync_api: str, engine: Engine, tools: Tools, runner: FakeRunner
 ):
