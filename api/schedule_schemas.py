@@ -94,8 +94,14 @@ class ScheduleCreate(BaseModel):
         "latest), all (run each)",
     )
 
-    def schedule(self, tenant: str, max_priority: int | None) -> NewSchedule:
-        """The core's request for ``tenant``, whose key allows at most ``max_priority``."""
+    def schedule(
+        self,
+        tenant: str,
+        max_priority: int | None,
+        allowed_tools: frozenset[str] | None = None,
+    ) -> NewSchedule:
+        """The core's request for ``tenant``, whose key allows at most ``max_priority`` and
+        the tools ``allowed_tools`` (None: every tool)."""
         return NewSchedule(
             tenant=tenant,
             tool=self.tool,
@@ -108,6 +114,7 @@ class ScheduleCreate(BaseModel):
             catch_up=self.catch_up,
             priority=self.priority,
             max_priority=max_priority,
+            allowed_tools=allowed_tools,
         )
 
 

@@ -38,7 +38,7 @@ def post_schedule(
     schedule_actions.require_queue_mode(services)
     try:
         view = services.schedules.create(
-            body.schedule(principal.tenant, priority_ceiling(principal))
+            body.schedule(principal.tenant, priority_ceiling(principal), principal.tools)
         )
     except Exception as exc:
         found = schedule_actions.create_problem(services, exc)

@@ -82,8 +82,9 @@ class NewSchedule:
     end_at: datetime | None = None
     catch_up: CatchUp = CatchUp.NONE
     priority: int = 0
-    # The caller's highest priority (None: any).
+    # The caller's highest priority (None: any) and the tools its key may run (None: every).
     max_priority: int | None = None
+    allowed_tools: frozenset[str] | None = None
 
     def cadence(self, now: datetime) -> Cadence:
         """Its cadence (from ``now`` without a ``start_at``); raises ``CadenceProblem``."""
@@ -107,7 +108,12 @@ class Schedules:
         now = now or datetime.now(UTC)
         cadence = new.cadence(now)
         request = RunRequest(
-            new.tenant, new.tool, new.input, new.priority, max_priority=new.max_priority
+            new.tenant,
+            new.tool,
+            new.input,
+            new.priority,
+            max_priority=new.max_priority,
+            allowed_tools=new.allowed_tools,
         )
         run = request.prepare(self._registry)
         first = cadence.first_at_or_after(now)

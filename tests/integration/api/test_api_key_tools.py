@@ -62,6 +62,14 @@ def test_scoped_key__may_not_rerun_another_keys_run_of_a_tool_it_may_not_run(
     assert rerun.status_code == 403 and rerun.json()["code"] == "tool_not_allowed"
 
 
+def test_scoped_key__may_not_schedule_another_tool(client: TestClient, echo_only: dict[str, str]):
+    body = {"tool": "sleep", "input": {"seconds": 1}, "every_seconds": 60}
+    refused = client.post("/v1/schedules", json=body, headers=echo_only)
+    assert refused.status_code == 403 and refused.json()["code"] == "tool_not_allowed"
+    body = {"tool": "echo", "input": {}, "every_seconds": 60}
+    assert client.post("/v1/schedules", json=body, headers=echo_only).status_code == 201
+
+
 def test_scoped_key__lists_only_its_tools_where_tools_are_listed(
     client: TestClient, engine: Engine, echo_only: dict[str, str], registry: ToolRegistry
 ):
