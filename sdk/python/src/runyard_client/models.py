@@ -109,6 +109,8 @@ class Tool(Model):
     pids_limit: int
     max_attempts: int
     network: str
+    runtime: str | None = None
+    isolation: str = "namespaces"
     queue: str = "default"
     max_timeout_seconds: int
     max_memory_mb: int
