@@ -47,3 +47,27 @@ def offered_tiers(engine_runtimes: Iterable[str]) -> list[Tier]:
     always: it is every engine's default)."""
     listed = set(engine_runtimes)
     return [tier for tier in KNOWN_TIERS if tier is NAMESPACES or tier.runtime in listed]
+
+
+# gVisor's own processes (the Sentry, its gofer, and under the ptrace platform a stub per
+# task) live in the container's cgroups: a tool's memory and pids limits are what the tool
+# may use, so the engine is asked for the tool's limits plus this allowance. Measured with
+# Debian's runsc: about 14 MB and 30 host threads for an idle sandbox, about 10 more host
+# threads for each task the tool starts (docs/isolation.md).
+GVISOR_MEMORY_ALLOWANCE_MB = 32
+GVISOR_PIDS_BASE = 64
+GVISOR_PIDS_PER_TASK = 12
+
+
+def engine_memory_mb(memory_mb: int, runtime: str | None) -> int:
+    """The memory limit to ask the engine for, for a tool limited to ``memory_mb``."""
+    if tier_of(runtime) == GVISOR.name:
+        return memory_mb + GVISOR_MEMORY_ALLOWANCE_MB
+    return memory_mb
+
+
+def engine_pids_limit(pids_limit: int, runtime: str | None) -> int:
+    """The pids limit to ask the engine for, for a tool limited to ``pids_limit`` tasks."""
+    if tier_of(runtime) == GVISOR.name and pids_limit > 0:
+        return GVISOR_PIDS_BASE + GVISOR_PIDS_PER_TASK * pids_limit
+    return pids_limit

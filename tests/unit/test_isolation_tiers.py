@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from runyard.domain.isolation import GVISOR, NAMESPACES, offered_tiers, tier_of
+from runyard.domain.isolation import (
+    GVISOR,
+    NAMESPACES,
+    engine_memory_mb,
+    engine_pids_limit,
+    offered_tiers,
+    tier_of,
+)
 
 
 @pytest.mark.parametrize(
@@ -34,3 +41,18 @@ def test_offered_tiers__known_tiers_the_engine_lists_weakest_first(
     runtimes: list[str], tiers: list[object]
 ):
     assert offered_tiers(runtimes) == tiers
+
+
+@pytest.mark.parametrize(
+    ("runtime", "memory_mb", "pids"),
+    [(None, 64, 48), ("runc", 64, 48), ("runsc", 64 + 32, 64 + 12 * 48), ("kata", 64, 48)],
+)
+def test_engine_limits__gvisor_gets_its_sandbox_allowance_on_top(
+    runtime: str | None, memory_mb: int, pids: int
+):
+    assert engine_memory_mb(64, runtime) == memory_mb
+    assert engine_pids_limit(48, runtime) == pids
+
+
+def test_engine_pids_limit__no_limit_stays_no_limit_for_the_check_to_refuse():
+    assert engine_pids_limit(0, "runsc") == 0
