@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import docker
 import pytest
 
+from runyard.cli.main import main
 from runyard.domain.isolation import Tier
 from runyard.runners.docker.probes import (
     PROBE_IMAGE,
@@ -58,3 +59,12 @@ def test_escape_probes__see_escapes_in_a_loose_container(docker_client: docker.D
     held = read_probes(output)
     escaped = {name for name, ok in held.items() if not ok}
     assert {"capabilities", "mount", "new namespaces", "host processes"} <= escaped, output
+
+
+def test_doctor__reports_every_tier_the_engine_offers_as_ok(
+    capsys: pytest.CaptureFixture[str], tier: Tier
+):
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert f"tier {tier.name} ({tier.runtime}): ok" in out
+    assert f"  {len(PROBES)} escape probes held" in out

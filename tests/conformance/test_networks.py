@@ -9,10 +9,8 @@ import pytest
 from runyard.domain.isolation import GVISOR, Tier
 from runyard.registry.tools import ToolRegistry
 from runyard.runners.docker.runner import DockerRunner
-from tests.integration.docker.test_tool_isolation_docker import (
-    bridge_listener,
-    test_network__a_bridge_tool_reaches_a_listener_a_none_tool_cannot,
-)
+from tests.integration.docker import test_tool_isolation_docker as isolation
+from tests.integration.docker.test_tool_isolation_docker import bridge_listener
 
 pytestmark = pytest.mark.docker
 
@@ -38,6 +36,6 @@ def test_network__each_tier_reaches_the_bridge_and_nothing_without_a_network(
         pytest.skip(
             "gVisor in passthrough networking mode: networked tools are unreliable under it"
         )
-    test_network__a_bridge_tool_reaches_a_listener_a_none_tool_cannot(
+    isolation.test_network__a_bridge_tool_reaches_a_listener_a_none_tool_cannot(
         docker_runner, registry, bridge_listener
     )
