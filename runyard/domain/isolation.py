@@ -71,3 +71,19 @@ def engine_pids_limit(pids_limit: int, runtime: str | None) -> int:
     if tier_of(runtime) == GVISOR.name and pids_limit > 0:
         return GVISOR_PIDS_BASE + GVISOR_PIDS_PER_TASK * pids_limit
     return pids_limit
+
+
+def limits_problem(security_options: Iterable[str], cgroup_version: str) -> str | None:
+    """Why an engine cannot hold a tool to its memory, CPU and pids limits (None: it can).
+
+    A rootless engine (rootless Podman, rootless Docker) applies limits only through
+    cgroup v2 controllers delegated to its user; on cgroup v1 it starts every container
+    without them, and says so only in a warning.
+    """
+    rootless = any("name=rootless" in option for option in security_options)
+    if rootless and str(cgroup_version) != "2":
+        return (
+            "the engine is rootless on cgroup v1: it cannot apply memory, CPU or pids limits "
+            "(a rootless engine needs cgroup v2 with the controllers delegated to its user)"
+        )
+    return None

@@ -10,22 +10,17 @@ instead of skipping.
 
 from __future__ import annotations
 
-import os
-
 import docker
 import pytest
 
 from runyard.domain.isolation import KNOWN_TIERS, NAMESPACES, Tier, offered_tiers
 from runyard.platform.settings import Settings
 from runyard.registry.tools import ToolRegistry, load_registry
+from tests.conformance.tiers import required_tiers
 from tests.integration.conftest import ROOT, docker_client, docker_runner
 
 # The integration fixtures these tests use, offered here too.
 __all__ = ["docker_client", "docker_runner"]
-
-
-def _required() -> set[str]:
-    return {name.strip() for name in os.environ.get("RUNYARD_CONFORMANCE_TIERS", "").split(",")}
 
 
 @pytest.fixture(scope="session", params=KNOWN_TIERS, ids=[tier.name for tier in KNOWN_TIERS])
@@ -39,7 +34,7 @@ def tier(request: pytest.FixtureRequest) -> Tier:
         finally:
             client.close()
         if wanted not in offered_tiers(runtimes):
-            if wanted.name in _required():
+            if wanted.name in required_tiers():
                 pytest.fail(
                     f"tier {wanted.name} is required but the engine has no {wanted.runtime}"
                 )

@@ -9,9 +9,13 @@ from runyard.domain.isolation import (
     NAMESPACES,
     engine_memory_mb,
     engine_pids_limit,
+    limits_problem,
     offered_tiers,
     tier_of,
 )
+from runyard.platform.settings import Settings
+from runyard.registry.tools import parse_registry
+from runyard.runners.docker.engine_check import engine_problems
 
 
 @pytest.mark.parametrize(
@@ -56,3 +60,43 @@ def test_engine_limits__gvisor_gets_its_sandbox_allowance_on_top(
 
 def test_engine_pids_limit__no_limit_stays_no_limit_for_the_check_to_refuse():
     assert engine_pids_limit(0, "runsc") == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "cgroups", "refused"),
+    [
+        (["name=seccomp,profile=default"], "1", False),
+        (["name=seccomp,profile=default", "name=rootless"], "2", False),
+        (["name=seccomp,profile=default", "name=rootless"], "1", True),
+        (["name=rootless"], "", True),
+    ],
+)
+def test_limits_problem__a_rootless_engine_on_cgroup_v1_cannot_limit(
+    options: list[str], cgroups: str, refused: bool
+):
+    problem = limits_problem(options, cgroups)
+    assert (problem is not None) is refused
+    if refused:
+        assert problem is not None and "cannot apply memory, CPU or pids limits" in problem
+
+
+class RootlessV1Engine:
+    """What a rootless Podman or Docker on cgroup v1 answers to ``info``."""
+
+    def info(self) -> dict[str, object]:
+        return {
+            "SecurityOptions": ["name=seccomp,profile=default", "name=rootless"],
+            "CgroupVersion": "1",
+            "Runtimes": {"crun": {}, "runc": {}},
+        }
+
+
+def test_engine_problems__a_worker_refuses_an_engine_that_cannot_limit():
+    tools = parse_registry(
+        {"tools": {"t": {"image": "img", "command": ["true"]}}}, Settings(database_url="unused")
+    )
+    problems = engine_problems(RootlessV1Engine(), tools.tools.values())
+    assert problems == [
+        "every tool: the engine is rootless on cgroup v1: it cannot apply memory, CPU or pids "
+        "limits (a rootless engine needs cgroup v2 with the controllers delegated to its user)"
+    ]
