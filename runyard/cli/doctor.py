@@ -10,16 +10,20 @@ import docker
 import docker.errors
 
 from runyard.cli.common import EXIT_FAILED, EXIT_OK, say
-from runyard.domain.isolation import KNOWN_TIERS, offered_tiers
+from runyard.domain.isolation import KNOWN_TIERS, limits_problem, offered_tiers
 from runyard.runner import RunnerUnavailable
 from runyard.runners.docker.probes import PROBE_IMAGE, TierCheck, check_tier
 from runyard.runners.docker.runner import DockerRunner
 
 
-def report_lines(runtimes: list[str], checks: list[TierCheck]) -> list[str]:
-    """What doctor prints: the engine's runtimes, then each tier, its verdict and every
-    probe that escaped (all of them held: one line)."""
+def report_lines(
+    runtimes: list[str], checks: list[TierCheck], unlimited: str | None = None
+) -> list[str]:
+    """What doctor prints: the engine's runtimes (and why it cannot limit a tool, if so),
+    then each tier, its verdict and every probe that escaped (all held: one line)."""
     lines = [f"engine runtimes: {', '.join(sorted(runtimes)) or 'none listed'}"]
+    if unlimited is not None:
+        lines.append(f"engine FAILED: {unlimited}")
     checked = {check.tier.name: check for check in checks}
     for tier in KNOWN_TIERS:
         check = checked.get(tier.name)
@@ -41,7 +45,8 @@ def report_lines(runtimes: list[str], checks: list[TierCheck]) -> list[str]:
 def _doctor(args: argparse.Namespace) -> int:
     try:
         client = docker.from_env(timeout=60)
-        runtimes = list((client.info().get("Runtimes") or {}).keys())
+        info = client.info()
+        runtimes = list((info.get("Runtimes") or {}).keys())
     except docker.errors.DockerException as exc:
         say(f"error: cannot reach the Docker engine: {exc}")
         return EXIT_FAILED
@@ -53,9 +58,11 @@ def _doctor(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     finally:
         client.close()
-    for line in report_lines(runtimes, checks):
+    unlimited = limits_problem(info)
+    for line in report_lines(runtimes, checks, unlimited):
         print(line)  # noqa: T201 (the command's report)
-    return EXIT_OK if all(check.passed for check in checks) else EXIT_FAILED
+    passed = unlimited is None and all(check.passed for check in checks)
+    return EXIT_OK if passed else EXIT_FAILED
 
 
 def add_doctor_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

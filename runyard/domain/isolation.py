@@ -7,8 +7,9 @@ conformance suite report per engine (docs/isolation.md).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 RUNC = "runc"
 RUNSC = "runsc"
@@ -73,15 +74,18 @@ def engine_pids_limit(pids_limit: int, runtime: str | None) -> int:
     return pids_limit
 
 
-def limits_problem(security_options: Iterable[str], cgroup_version: str) -> str | None:
-    """Why an engine cannot hold a tool to its memory, CPU and pids limits (None: it can).
+def limits_problem(info: Mapping[str, Any]) -> str | None:
+    """Why an engine whose ``docker info`` is ``info`` cannot hold a tool to its memory, CPU
+    and pids limits (None: it can).
 
-    A rootless engine (rootless Podman, rootless Docker) applies limits only through
-    cgroup v2 controllers delegated to its user; on cgroup v1 it starts every container
-    without them, and says so only in a warning.
+    A rootless engine (rootless Podman, which says ``Rootless``; rootless Docker, which lists
+    ``name=rootless`` among its security options) applies limits only through cgroup v2
+    controllers delegated to its user; on cgroup v1 it starts every container without them
+    and says so only in a warning.
     """
-    rootless = any("name=rootless" in option for option in security_options)
-    if rootless and str(cgroup_version) != "2":
+    options = [str(option) for option in info.get("SecurityOptions") or []]
+    rootless = info.get("Rootless") is True or any("name=rootless" in o for o in options)
+    if rootless and str(info.get("CgroupVersion", "")) != "2":
         return (
             "the engine is rootless on cgroup v1: it cannot apply memory, CPU or pids limits "
             "(a rootless engine needs cgroup v2 with the controllers delegated to its user)"

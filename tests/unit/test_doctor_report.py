@@ -29,3 +29,8 @@ def test_report__names_escapes_and_a_broken_contract():
     assert lines[3].startswith("tier gvisor (runsc): FAILED")
     assert lines[4] == "  runner contract: the probe run ended failed: exit 2"
     assert len(lines) == 5
+
+
+def test_report__an_engine_that_cannot_limit_fails_first():
+    lines = report_lines(["runc"], [TierCheck(NAMESPACES, None, ALL_HELD)], "it is rootless")
+    assert lines[1] == "engine FAILED: it is rootless"

@@ -63,18 +63,21 @@ def test_engine_pids_limit__no_limit_stays_no_limit_for_the_check_to_refuse():
 
 
 @pytest.mark.parametrize(
-    ("options", "cgroups", "refused"),
+    ("info", "refused"),
     [
-        (["name=seccomp,profile=default"], "1", False),
-        (["name=seccomp,profile=default", "name=rootless"], "2", False),
-        (["name=seccomp,profile=default", "name=rootless"], "1", True),
-        (["name=rootless"], "", True),
+        ({"SecurityOptions": ["name=seccomp,profile=default"], "CgroupVersion": "1"}, False),
+        ({"SecurityOptions": ["name=rootless"], "CgroupVersion": "2"}, False),
+        ({"SecurityOptions": ["name=rootless"], "CgroupVersion": "1"}, True),
+        ({"SecurityOptions": ["name=rootless"]}, True),
+        ({"Rootless": True, "CgroupVersion": "1"}, True),  # Podman's compatible API
+        ({"Rootless": True, "CgroupVersion": "2"}, False),
+        ({"Rootless": False, "CgroupVersion": "1"}, False),
     ],
 )
 def test_limits_problem__a_rootless_engine_on_cgroup_v1_cannot_limit(
-    options: list[str], cgroups: str, refused: bool
+    info: dict[str, object], refused: bool
 ):
-    problem = limits_problem(options, cgroups)
+    problem = limits_problem(info)
     assert (problem is not None) is refused
     if refused:
         assert problem is not None and "cannot apply memory, CPU or pids limits" in problem
@@ -85,7 +88,8 @@ class RootlessV1Engine:
 
     def info(self) -> dict[str, object]:
         return {
-            "SecurityOptions": ["name=seccomp,profile=default", "name=rootless"],
+            "SecurityOptions": ["name=seccomp,profile=default"],
+            "Rootless": True,
             "CgroupVersion": "1",
             "Runtimes": {"crun": {}, "runc": {}},
         }

@@ -17,7 +17,7 @@ def engine_problems(api: Any, tools: Iterable[ToolSpec]) -> list[str]:
     tools = list(tools)
     info = api.info()
     problems: list[str] = []
-    unlimited = limits_problem(info.get("SecurityOptions") or [], info.get("CgroupVersion", ""))
+    unlimited = limits_problem(info)
     if unlimited is not None and tools:
         problems.append(f"every tool: {unlimited}")
     known = set((info.get("Runtimes") or {}).keys())
