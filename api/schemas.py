@@ -187,6 +187,11 @@ class ToolOut(BaseModel):
     network: str = Field(
         description="'none' (no network), 'bridge' or the name of an operator's network"
     )
+    egress: list[str] | None = Field(
+        default=None,
+        description="The only destinations it can reach (host:port), through the platform's "
+        "filtering proxy; null: its network alone decides",
+    )
     runtime: str | None = Field(
         default=None, description="The engine's runtime its containers run under; null: runc"
     )

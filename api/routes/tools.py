@@ -57,6 +57,7 @@ def _tool_out(tool: ToolSpec, build: ToolBuildOut | None) -> ToolOut:
         pids_limit=tool.pids_limit,
         max_attempts=tool.max_attempts,
         network=tool.network,
+        egress=tool.egress,
         runtime=tool.runtime,
         isolation=tier_of(tool.runtime),
         queue=tool.queue,

@@ -109,6 +109,7 @@ class Tool(Model):
     pids_limit: int
     max_attempts: int
     network: str
+    egress: list[str] | None = None
     runtime: str | None = None
     isolation: str = "namespaces"
     queue: str = "default"
