@@ -54,6 +54,7 @@ from runyard.runners.docker.outputs import (
     ContainerLogs,
     add_workdir,
     parse_result_archive,
+    stat_is_link,
     stored_logs,
     workdir_archive,
 )
@@ -893,7 +894,7 @@ class DockerRunner:
             )
         except docker.errors.NotFound:
             return 0
-        if stat.get("linkTarget"):
+        if stat_is_link(stat):
             raise ArtifactRefused(ErrorCode.INVALID_ARTIFACT, "/runyard/out is a link")
         return collect_tar(stream, writer, limits, redactor=redactor)
 
