@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,9 @@ LABEL_EGRESS_FOR = "io.runyard.egress_for"
 # What one attempt may record: its first events, each line of a bounded length.
 MAX_EVENTS = 500
 MAX_LINE = 4096
+# A proxy whose attempt has neither container nor volume left is an orphan past this age
+# (younger, its attempt may be between the proxy's start and its own create).
+ORPHAN_SECONDS = 600.0
 _SOURCES = Path(__file__).resolve().parent
 _TRANSPORT_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
 
@@ -88,9 +92,12 @@ def read_events(log: str) -> list[dict[str, Any]]:
 class EgressGate:
     """Makes, reports on and removes the egress network and proxy of attempts."""
 
-    def __init__(self, api: Any, outbound_network: str = "bridge") -> None:
+    def __init__(
+        self, api: Any, outbound_network: str = "bridge", orphan_seconds: float = ORPHAN_SECONDS
+    ) -> None:
         self._api = api
         self._outbound = outbound_network
+        self._orphan_seconds = orphan_seconds
         # Attempts whose proxy this process made or reported on and has not removed yet:
         # ``discard`` asks the engine only about these.
         self._open: set[str] = set()
@@ -159,6 +166,26 @@ class EgressGate:
         for event in events:
             note("egress", event)
         return len(events)
+
+    def note_leftovers(self, attempts: set[str]) -> int:
+        """Take note of the engine's egress proxies (the sweep's pass over the engine): that of
+        an attempt in ``attempts`` goes with the attempt's ``discard`` from now on, one whose
+        attempt is gone is removed now, past ``ORPHAN_SECONDS``; how many were removed."""
+        try:
+            proxies = self._api.containers(all=True, filters={"label": LABEL_EGRESS_FOR})
+        except _TRANSPORT_ERRORS as exc:
+            raise RunnerUnavailable(f"cannot list egress proxies: {exc}") from exc
+        removed = 0
+        for summary in proxies:
+            owner = str((summary.get("Labels") or {}).get(LABEL_EGRESS_FOR) or "")
+            if not owner:
+                continue
+            if owner in attempts:
+                self._open.add(owner)
+            elif time.time() - float(summary.get("Created") or 0) > self._orphan_seconds:
+                self.remove(owner)
+                removed += 1
+        return removed
 
     def discard(self, container: str) -> None:
         """Remove the proxy and network of an attempt this process set up or reported on."""

@@ -974,6 +974,8 @@ class DockerRunner:
         for attempt in self._workdirs.attempts() if self._workdirs is not None else []:
             if attempt not in found:
                 found[attempt] = ManagedAttempt(attempt[0], attempt[1], False)
+        # Egress proxies of these attempts go with their discard; those of none, now.
+        self._egress.note_leftovers({container_name(*attempt) for attempt in found})
         return list(found.values())
 
 

@@ -94,3 +94,40 @@ def test_egress__only_listed_destinations_answer_and_each_connection_is_an_event
     assert not docker_client.containers.list(
         all=True, filters={"name": egress_name(spec.container_name)}
     )
+
+
+def test_sweep__an_orphaned_proxy_goes_one_of_a_listed_attempt_waits_for_its_discard(
+    docker_client: docker.DockerClient, registry: ToolRegistry
+):
+    # Two proxies as a worker that died after making them would leave: one whose attempt
+    # has a (labelled) volume left, one whose attempt left nothing.
+    maker = EgressGate(docker_client.api)
+    tool = {"egress": ["api.example.org:443"]}
+    kept = shell(registry, "true")
+    orphan = shell(registry, "true")
+    for spec in (kept, orphan):
+        maker.prepare(spec.container_name, tool, {"io.runyard.run_id": str(spec.run_id)})
+    docker_client.volumes.create(
+        kept.container_name,
+        labels={
+            "io.runyard.managed": "true",
+            "io.runyard.run_id": str(kept.run_id),
+            "io.runyard.attempt": "1",
+        },
+    )
+    sweeper = DockerRunner(docker_client, egress=EgressGate(docker_client.api, orphan_seconds=0))
+    try:
+        sweeper.managed_attempts()
+        assert not _exists(docker_client, egress_name(orphan.container_name))
+        assert _exists(docker_client, egress_name(kept.container_name))
+        sweeper.discard(kept.run_id, kept.attempt)
+        assert not _exists(docker_client, egress_name(kept.container_name))
+        assert docker_client.networks.list(names=[egress_name(kept.container_name)]) == []
+    finally:
+        for spec in (kept, orphan):
+            maker.remove(spec.container_name)
+
+
+def _exists(client: docker.DockerClient, name: str) -> bool:
+    """Whether a container of exactly that name exists (one list call: no inspect to race)."""
+    return bool(client.api.containers(all=True, filters={"name": f"^/{name}$"}))
