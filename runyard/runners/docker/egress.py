@@ -21,6 +21,7 @@ from typing import Any
 
 import docker.errors
 import requests.exceptions
+from docker.types import LogConfig
 
 from runyard.runner import RunnerUnavailable
 
@@ -35,6 +36,7 @@ MAX_LINE = 4096
 # A proxy whose attempt has neither container nor volume left is an orphan past this age
 # (younger, its attempt may be between the proxy's start and its own create).
 ORPHAN_SECONDS = 600.0
+LISTEN_SECONDS = 30.0
 _SOURCES = Path(__file__).resolve().parent
 _TRANSPORT_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
 
@@ -110,8 +112,18 @@ class EgressGate:
         try:
             self._network(name, own)
             self._proxy(name, tool, own)
+            self._wait_listening(name)
         except _TRANSPORT_ERRORS as exc:
             raise RunnerUnavailable(f"cannot set up the egress proxy {name}: {exc}") from exc
+
+    def _wait_listening(self, name: str) -> None:
+        """Until the proxy says it listens: a tool started before would find no way out."""
+        deadline = time.monotonic() + LISTEN_SECONDS
+        while b'"listening"' not in self._api.logs(name, stdout=True, stderr=False, tail=5):
+            if time.monotonic() > deadline:
+                waited = f"{LISTEN_SECONDS:g} s"
+                raise RunnerUnavailable(f"the egress proxy {name} did not listen within {waited}")
+            time.sleep(0.05)
 
     def _network(self, name: str, labels: Mapping[str, str]) -> None:
         try:
@@ -131,6 +143,8 @@ class EgressGate:
             nano_cpus=250_000_000,
             pids_limit=32,
             init=True,
+            # Its event lines: the runner reads the first MAX_EVENTS; the rest is capped.
+            log_config=LogConfig(type="json-file", config={"max-size": "4m", "max-file": "1"}),
         )
         try:
             self._api.create_container(
@@ -155,7 +169,7 @@ class EgressGate:
         name = egress_name(container)
         try:
             self._api.stop(name, timeout=2)
-            log = self._api.logs(name, stdout=True, stderr=False).decode("utf-8", "replace")
+            log = self._head_of_log(name)
         except docker.errors.NotFound:
             return 0
         except _TRANSPORT_ERRORS as exc:
@@ -166,6 +180,19 @@ class EgressGate:
         for event in events:
             note("egress", event)
         return len(events)
+
+    def _head_of_log(self, name: str) -> str:
+        """The start of the proxy's stdout, never more than ``MAX_EVENTS`` lines can fill."""
+        stream = self._api.logs(name, stdout=True, stderr=False, stream=True, follow=False)
+        head = bytearray()
+        try:
+            for chunk in stream:
+                head += chunk
+                if len(head) >= MAX_EVENTS * MAX_LINE:
+                    break
+        finally:
+            stream.close()
+        return bytes(head[: MAX_EVENTS * MAX_LINE]).decode("utf-8", "replace")
 
     def note_leftovers(self, attempts: set[str]) -> int:
         """Take note of the engine's egress proxies (the sweep's pass over the engine): that of

@@ -56,8 +56,17 @@ class Connection:
         }
 
 
+# The runner records the first 500 connections of an attempt: printing many more only
+# fills the log.
+MAX_LINES = 1000
+_printed = [0]
+
+
 def emit(event: dict[str, Any]) -> None:
-    """One event line on stdout (the runner reads the container's log)."""
+    """One event line on stdout (the runner reads the container's log), up to ``MAX_LINES``."""
+    if _printed[0] >= MAX_LINES:
+        return
+    _printed[0] += 1
     sys.stdout.write(json.dumps(event, separators=(",", ":")) + "\n")
     sys.stdout.flush()
 
@@ -75,11 +84,12 @@ def read_target(head: bytes) -> tuple[str, int, bytes | None]:
         return host.strip("[]"), int(port), None
     if not target.startswith("http://"):
         raise ValueError("only CONNECT and absolute http:// requests are proxied")
-    authority, slash, path = target[len("http://") :].partition("/")
+    authority, _, path = target[len("http://") :].partition("/")
     host, colon, port = authority.rpartition(":")
     if not colon or "]" in port:
         host, port = authority, "80"
-    request = f"{method} {slash}{path} {version}\r\n".encode("latin-1") + rest
+    # Origin form: the path (always at least "/") and the query, never the authority again.
+    request = f"{method} /{path} {version}\r\n".encode("latin-1") + rest
     return host.strip("[]"), int(port), request
 
 
