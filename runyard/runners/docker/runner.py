@@ -58,7 +58,7 @@ from runyard.runners.docker.outputs import (
     stored_logs,
     workdir_archive,
 )
-from runyard.runners.docker.refusals import refused_for_settings
+from runyard.runners.docker.refusals import name_in_use, refused_for_settings
 from runyard.runners.docker.watch import AttemptWatch
 
 logger = logging.getLogger(__name__)
@@ -464,7 +464,7 @@ class DockerRunner:
                     return failed
                 pulled = True
             except docker.errors.APIError as exc:
-                if exc.status_code == 409:
+                if exc.status_code == 409 or name_in_use(exc.status_code, _engine_message(exc)):
                     # The attempt's container already exists: look again, never make a twin.
                     self._not_ours(name, fresh_dir)
                     return None
