@@ -13,7 +13,13 @@ from __future__ import annotations
 import docker
 import pytest
 
-from runyard.domain.isolation import KNOWN_TIERS, NAMESPACES, Tier, offered_tiers
+from runyard.domain.isolation import (
+    KNOWN_TIERS,
+    NAMESPACES,
+    Tier,
+    limits_problem,
+    offered_tiers,
+)
 from runyard.platform.settings import Settings
 from runyard.registry.tools import ToolRegistry, load_registry
 from tests.conformance.tiers import required_tiers
@@ -27,12 +33,17 @@ __all__ = ["docker_client", "docker_runner"]
 def tier(request: pytest.FixtureRequest) -> Tier:
     """One isolation tier; skipped when this engine lacks it, unless it is required."""
     wanted: Tier = request.param
+    client = docker.from_env(timeout=30)
+    try:
+        info = client.info()
+    finally:
+        client.close()
+    unlimited = limits_problem(info)
+    if unlimited is not None:
+        # Its fork bombs and memory hogs would run unbounded on a shared machine.
+        pytest.fail(f"the suite does not run on this engine: {unlimited}")
     if wanted is not NAMESPACES:
-        client = docker.from_env(timeout=30)
-        try:
-            runtimes = (client.info().get("Runtimes") or {}).keys()
-        finally:
-            client.close()
+        runtimes = (info.get("Runtimes") or {}).keys()
         if wanted not in offered_tiers(runtimes):
             if wanted.name in required_tiers():
                 pytest.fail(
