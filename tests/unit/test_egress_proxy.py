@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from api.ui.render import event_details, event_label
+from runyard.platform.models import ToolRunEvent
 from runyard.runners.docker.egress import MAX_EVENTS, MAX_LINE, proxy_program, read_events
 from runyard.runners.docker.egress_proxy import read_target
 
@@ -63,3 +65,21 @@ def test_read_events__only_event_lines_at_most_the_cap():
 
 def test_proxy_program__compiles_with_the_rules_beside_it():
     compile(proxy_program(), "proxy", "exec")
+
+
+def test_read_target__a_host_longer_than_dns_allows_is_refused():
+    with pytest.raises(ValueError, match="longer than DNS allows"):
+        read_target(b"CONNECT " + b"a" * 300 + b".example:443 HTTP/1.1\r\n\r\n")
+
+
+def test_event_label__names_the_verdict_and_destination_details_the_bytes():
+    allowed = {"host": "api.example.org", "port": 443, "allowed": True, "reason": None}
+    event = ToolRunEvent(type="egress", data={**allowed, "bytes_out": 517, "bytes_in": 4312})
+    assert event_label(event) == "Egress allowed: api.example.org:443"
+    assert event_details(event) == "bytes out: 517, bytes in: 4312"
+    refused = ToolRunEvent(
+        type="egress",
+        data={"host": "10.0.0.1", "port": 80, "allowed": False, "reason": "a private address"},
+    )
+    assert event_label(refused) == "Egress refused: 10.0.0.1:80"
+    assert event_details(refused) == "reason: a private address"

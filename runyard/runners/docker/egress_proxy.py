@@ -81,7 +81,7 @@ def read_target(head: bytes) -> tuple[str, int, bytes | None]:
     method, target, version = parts
     if method == "CONNECT":
         host, _, port = target.rpartition(":")
-        return host.strip("[]"), int(port), None
+        return _checked(host.strip("[]")), int(port), None
     if not target.startswith("http://"):
         raise ValueError("only CONNECT and absolute http:// requests are proxied")
     authority, _, path = target[len("http://") :].partition("/")
@@ -90,7 +90,14 @@ def read_target(head: bytes) -> tuple[str, int, bytes | None]:
         host, port = authority, "80"
     # Origin form: the path (always at least "/") and the query, never the authority again.
     request = f"{method} /{path} {version}\r\n".encode("latin-1") + rest
-    return host.strip("[]"), int(port), request
+    return _checked(host.strip("[]")), int(port), request
+
+
+def _checked(host: str) -> str:
+    """A host name of a length DNS allows (it goes into events and their reasons)."""
+    if not host or len(host) > 253:
+        raise ValueError("no host, or a host name longer than DNS allows")
+    return host
 
 
 async def resolve(host: str, port: int) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
