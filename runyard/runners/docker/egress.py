@@ -30,6 +30,9 @@ logger = logging.getLogger(__name__)
 PROXY_IMAGE = "runyard/base:latest"
 PROXY_PORT = 3128
 LABEL_EGRESS_FOR = "io.runyard.egress_for"
+# The tool's resolver behind the engine's own DNS: nothing listens there, so names outside the
+# network (a channel out through the host's resolvers) do not resolve; the proxy's does.
+EGRESS_DNS = ["127.0.0.1"]
 # What one attempt may record: its first events, each line of a bounded length.
 MAX_EVENTS = 500
 MAX_LINE = 4096

@@ -42,7 +42,13 @@ from runyard.registry.secrets import SecretSource, SecretUnavailable
 from runyard.registry.tools import NO_NETWORK, ToolSpec
 from runyard.runner import AttemptAbandoned, AttemptControl, LogSink, RunnerUnavailable
 from runyard.runners.docker.connection import skip_environment_lookups
-from runyard.runners.docker.egress import EgressGate, egress_name, proxy_env, wants_egress
+from runyard.runners.docker.egress import (
+    EGRESS_DNS,
+    EgressGate,
+    egress_name,
+    proxy_env,
+    wants_egress,
+)
 from runyard.runners.docker.engine_check import engine_problems
 from runyard.runners.docker.engine_marker import EngineMarker
 from runyard.runners.docker.hardening import WORKDIR, ContainerLimits, create_problems
@@ -362,9 +368,11 @@ class DockerRunner:
         if spec.deps is not None:
             env["RUNYARD_DEPS"] = f"{WORKDIR}/deps.json"
         network = str(tool.get("network") or NO_NETWORK)
+        dns = None
         if wants_egress(tool):
             network = egress_name(name)
             env.update(proxy_env(name))
+            dns = EGRESS_DNS
         limits = ContainerLimits.of(tool)
         host_config = self._api.create_host_config(
             cap_drop=["ALL"],
@@ -372,6 +380,7 @@ class DockerRunner:
             read_only=True,
             tmpfs={"/tmp": f"rw,noexec,nosuid,nodev,size={limits.tmpfs_mb}m"},
             network_mode=network,
+            dns=dns,
             runtime=tool.get("runtime"),
             mem_limit=limits.memory_bytes,
             memswap_limit=limits.memory_bytes,

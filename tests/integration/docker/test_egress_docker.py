@@ -55,6 +55,8 @@ def test_egress__only_listed_destinations_answer_and_each_connection_is_an_event
         f"wget -q -O - http://{name}:8080/ || echo private-refused; "
         "wget -q -O - http://169.254.169.254/ || echo metadata-refused; "
         "wget -q -O - http://unlisted.example:8080/ || echo unlisted-refused; "
+        # No lookups through the host's resolvers either: only the proxy's name resolves.
+        "nslookup deb.debian.org >/dev/null 2>&1 || echo dns-refused; "
         # Around the proxy: the tool's network has no other way out.
         f"timeout 3 wget -Y off -q -O - http://{ip}:8080/ || echo direct-blocked"
     )
@@ -74,6 +76,7 @@ def test_egress__only_listed_destinations_answer_and_each_connection_is_an_event
         "private-refused",
         "metadata-refused",
         "unlisted-refused",
+        "dns-refused",
         "direct-blocked",
     ]
     events = {data["host"]: data for kind, data in notes if kind == "egress"}
