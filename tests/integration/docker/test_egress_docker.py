@@ -14,7 +14,7 @@ import pytest
 from runyard.domain.states import RunStatus
 from runyard.registry.tools import ToolRegistry
 from runyard.runner import AttemptControl
-from runyard.runners.docker.egress import EgressGate, egress_name
+from runyard.runners.docker.egress import EGRESS_DNS, EgressGate, egress_name
 from runyard.runners.docker.runner import DockerRunner
 from tests.integration.docker.test_docker_runner import shell
 from tests.integration.docker.test_tool_isolation_docker import PAGE, _listener
@@ -67,6 +67,7 @@ def test_egress__only_listed_destinations_answer_and_each_connection_is_an_event
         result = runner.run(spec, control)
         host = docker_client.api.inspect_container(spec.container_name)["HostConfig"]
         assert host["NetworkMode"] == egress_name(spec.container_name)
+        assert host["Dns"] == EGRESS_DNS  # the mechanism: this engine's resolvers are unreachable
     finally:
         runner.discard(spec.run_id, spec.attempt)
     assert result.status == RunStatus.SUCCEEDED, result
