@@ -115,6 +115,19 @@ class RunStaleEventData(BaseModel):
     quiet_seconds: int = Field(description="Seconds since its last output")
 
 
+class RunEgressEventData(BaseModel):
+    """One connection of a tool with an egress allow-list, when it ended (docs/tools.md)."""
+
+    host: str = Field(description="The host the tool asked for, as it asked")
+    port: int
+    address: str = Field(description="The address it resolved to ('' if it did not resolve)")
+    allowed: bool
+    reason: str | None = Field(default=None, description="Why it was refused (null: allowed)")
+    bytes_out: int = Field(description="Bytes the tool sent through the proxy")
+    bytes_in: int = Field(description="Bytes the tool received through the proxy")
+    seconds: float
+
+
 class RunEventBase(BaseModel):
     """What every run event has besides its type and data."""
 
@@ -213,6 +226,13 @@ class RunStaleEvent(RunEventBase):
     data: RunStaleEventData
 
 
+class RunEgressEvent(RunEventBase):
+    """An ``egress`` event."""
+
+    type: Literal["egress"]
+    data: RunEgressEventData
+
+
 # One line of the NDJSON download; an SSE message carries the same as ``id``, ``event`` (the
 # type) and ``data`` (the data with ``at``).
 RunEvent = Annotated[
@@ -228,7 +248,8 @@ RunEvent = Annotated[
     | RunWaitingEvent
     | RunDependenciesMetEvent
     | RunWebhookEvent
-    | RunStaleEvent,
+    | RunStaleEvent
+    | RunEgressEvent,
     Field(discriminator="type"),
 ]
 

@@ -184,6 +184,8 @@ class ToolOut(BaseModel):
                     "pids_limit": 64,
                     "max_attempts": 1,
                     "network": "none",
+                    "runtime": None,
+                    "isolation": "namespaces",
                     "queue": "default",
                     "max_timeout_seconds": 30,
                     "max_memory_mb": 64,
@@ -204,6 +206,18 @@ class ToolOut(BaseModel):
     max_attempts: int
     network: str = Field(
         description="'none' (no network), 'bridge' or the name of an operator's network"
+    )
+    egress: list[str] | None = Field(
+        default=None,
+        description="The only destinations it can reach (host:port), through the platform's "
+        "filtering proxy; null: its network alone decides",
+    )
+    runtime: str | None = Field(
+        default=None, description="The engine's runtime its containers run under; null: runc"
+    )
+    isolation: str = Field(
+        default="namespaces",
+        description="Its isolation tier: 'namespaces' (runc, the host kernel) or 'gvisor' (runsc)",
     )
     queue: str = Field(default="default", description="The worker pool its runs wait for")
     max_timeout_seconds: int = Field(description="The most a run's limits may ask for")

@@ -80,20 +80,29 @@ class RoundResult:
 # --- the raw side ---------------------------------------------------------------------------
 
 
-def noop_tool() -> dict[str, Any]:
+def noop_definition(runtime: str | None = None) -> dict[str, Any]:
+    """The ``noop`` tool's registry entry, under ``runtime`` if given (its isolation tier)."""
+    return {**NOOP, "runtime": runtime} if runtime else dict(NOOP)
+
+
+def noop_tool(runtime: str | None = None) -> dict[str, Any]:
     """The tool definition snapshot both sides use."""
     from runyard.registry.tools import ToolSpec
 
-    return ToolSpec.model_validate({"name": "noop", **NOOP}).snapshot()
+    return ToolSpec.model_validate({"name": "noop", **noop_definition(runtime)}).snapshot()
 
 
 def raw_create_kwargs(
     tool: dict[str, Any], name: str, image_id: str, labels: dict[str, str]
 ) -> dict[str, Any]:
-    """The hardening flags of runyard's Docker runner, written out for docker-py."""
+    """The hardening flags of runyard's Docker runner, written out for docker-py (under gVisor
+    with the sandbox's allowance on the memory and pids limits, as the runner asks)."""
     from docker.types import LogConfig, Mount, Ulimit
 
-    memory = f"{int(tool['memory_mb'])}m"
+    from runyard.domain.isolation import engine_memory_mb, engine_pids_limit
+
+    runtime = tool.get("runtime")
+    memory = f"{engine_memory_mb(int(tool['memory_mb']), runtime)}m"
     nofile = int(tool.get("nofile_limit", 1024))
     # No single file past the disk limit (or the /tmp size): as runyard's runner sets it.
     fsize = max(int(tool.get("disk_mb") or 1024), int(tool.get("tmpfs_mb", 16))) << 20
@@ -121,7 +130,8 @@ def raw_create_kwargs(
         "mem_limit": memory,
         "memswap_limit": memory,
         "nano_cpus": int(float(tool["cpus"]) * 1e9),
-        "pids_limit": int(tool["pids_limit"]),
+        "pids_limit": engine_pids_limit(int(tool["pids_limit"]), runtime),
+        "runtime": runtime,
         "ulimits": [
             Ulimit(name="nofile", soft=nofile, hard=nofile),
             Ulimit(name="fsize", soft=fsize, hard=fsize),
@@ -145,6 +155,7 @@ PARITY_FIELDS = (
     ("HostConfig", "MemorySwap"),
     ("HostConfig", "NanoCpus"),
     ("HostConfig", "PidsLimit"),
+    ("HostConfig", "Runtime"),
     ("HostConfig", "Ulimits"),
     ("HostConfig", "Init"),
     ("HostConfig", "Privileged"),
@@ -513,6 +524,12 @@ def build_parser() -> argparse.ArgumentParser:
         "RUNYARD_HOST_WORKDIR_ROOT, the worker decides at start), 'host' (forced, a directory "
         "under the benchmark's temporary folder) or 'upload' (forced, the archive API)",
     )
+    parser.add_argument(
+        "--runtime",
+        default=None,
+        help="the noop tool's OCI runtime on both sides, i.e. its isolation tier ('runsc': "
+        "gVisor); default the engine's (runc)",
+    )
     return parser
 
 
@@ -536,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = True
     try:
         print_machine(db.url)
-        tool = noop_tool()
+        tool = noop_tool(args.runtime)
         image_id = str(client.images.get(TOOLBOX_IMAGE).id)
         setting = {"auto": "auto", "upload": "upload", "host": str(procs.logs / "attempts")}[
             args.inputs
@@ -549,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
                 docker_breakdown(client, tool, image_id, session, args.breakdown, setting)
             breakdown = buffer.getvalue()
 
-        tools_file = write_tools_file(procs.logs, {"noop": NOOP})
+        tools_file = write_tools_file(procs.logs, {"noop": noop_definition(args.runtime)})
         port = free_port()
         procs.base_env = {
             "RUNYARD_DATABASE_URL": db.url,
@@ -606,7 +623,10 @@ def main(argv: list[str] | None = None) -> int:
         db.close(keep=args.keep_db)
         procs.keep_logs_if(failed)
 
-    report(results, levels, breakdown, f"{args.inputs} -> {'/'.join(sorted(modes)) or '?'}")
+    inputs = f"{args.inputs} -> {'/'.join(sorted(modes)) or '?'}"
+    report(
+        results, levels, breakdown, inputs + (f", runtime {args.runtime}" if args.runtime else "")
+    )
     return 0
 
 

@@ -11,6 +11,7 @@ from api.openapi import COMMON_ERRORS, problem
 from api.problems import Problem
 from api.schemas import BuildRequested, ToolBuildOut, ToolOut
 from runyard.domain.build_ref import BuildRef
+from runyard.domain.isolation import tier_of
 from runyard.registry.tools import ToolSpec
 from runyard.submission.request import BuildUnavailable, pinned_build_ref
 from runyard.tenancy.auth import Principal, may_run
@@ -56,6 +57,9 @@ def _tool_out(tool: ToolSpec, build: ToolBuildOut | None) -> ToolOut:
         pids_limit=tool.pids_limit,
         max_attempts=tool.max_attempts,
         network=tool.network,
+        egress=tool.egress,
+        runtime=tool.runtime,
+        isolation=tier_of(tool.runtime),
         queue=tool.queue,
         max_timeout_seconds=int(tool.limit_maxima()["timeout_seconds"]),
         max_memory_mb=int(tool.limit_maxima()["memory_mb"]),

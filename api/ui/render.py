@@ -103,6 +103,9 @@ def event_label(event: ToolRunEvent) -> str:
     label = EVENT_LABELS.get(event.type, event.type.replace("_", " ").capitalize())
     if event.type == "status" and "status" in data:
         label = f"Status: {data['status']}"
+    if event.type == "egress":
+        verdict = "allowed" if data.get("allowed") else "refused"
+        label = f"Egress {verdict}: {data.get('host')}:{data.get('port')}"
     return label
 
 
@@ -118,6 +121,10 @@ EVENT_DETAILS = (
     "outcome",
     "status_code",
     "error",
+    # An egress connection's (the host and port are in its label).
+    "reason",
+    "bytes_out",
+    "bytes_in",
 )
 
 

@@ -40,6 +40,7 @@ from runyard.cli.common import (
     run_line,
     say,
 )
+from runyard.cli.doctor import add_doctor_command
 from runyard.cli.failures import database_url_problem, describe_failure
 from runyard.cli.schedules import add_schedule_commands
 from runyard.cli.spinner import Spinner
@@ -622,6 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("key", help="the key's prefix, as `keys ls` shows it")
     revoke.set_defaults(func=_keys_revoke)
     _add_client_commands(sub)
+    add_doctor_command(sub)
     completion = sub.add_parser(
         "completion",
         help="print a shell completion script (bash, zsh or fish)",

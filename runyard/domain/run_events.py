@@ -27,8 +27,9 @@ WORKFLOW_EVENT_TYPES = frozenset({"waiting", "dependencies_met"})
 WEBHOOK_EVENT_TYPES = frozenset({"webhook"})
 
 # Notes an attempt's runner records under its lease (``JobQueue.record_event``): the watch's
-# warning that a tool printed nothing for a while.
-ATTEMPT_NOTE_TYPES = frozenset({"stale"})
+# warning that a tool printed nothing for a while, and each connection the egress proxy of a
+# tool with an allow-list let through or refused.
+ATTEMPT_NOTE_TYPES = frozenset({"stale", "egress"})
 
 RUN_EVENT_TYPES = (
     TRANSITION_EVENT_TYPES | WORKFLOW_EVENT_TYPES | WEBHOOK_EVENT_TYPES | ATTEMPT_NOTE_TYPES

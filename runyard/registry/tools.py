@@ -23,6 +23,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from runyard.domain.egress import egress_problems
 from runyard.domain.flow_limits import FlowConfig, Limit, ToolFlow
 from runyard.domain.limit_bounds import BOUNDS
 from runyard.domain.tool_json import DEFAULT_MAX_DEPTH, MAX_STORED_DEPTH
@@ -137,6 +138,9 @@ class ToolSpec(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     secrets: dict[str, str] = Field(default_factory=dict)
     network: str = NO_NETWORK
+    # Destinations reachable through the platform's filtering proxy (runyard.domain.egress):
+    # the tool gets a network of its own with that one way out.
+    egress: list[str] | None = None
     runtime: str | None = None
     user: str = "65534:65534"
     # Every limit stays within runyard.domain.limit_bounds, whatever the operator maxima say.
@@ -294,6 +298,13 @@ def isolation_problems(tool: ToolSpec) -> list[str]:
         problems.append(
             f"network {network!r} must be 'none', 'bridge' or the name of a Docker network"
         )
+    if tool.egress is not None:
+        problems.extend(egress_problems(tool.egress))
+        if network != NO_NETWORK:
+            problems.append(
+                f"network {network!r} and egress together: egress gives the tool a network "
+                "of its own, leave network unset"
+            )
     if tool.runtime is not None and not RUNTIME_NAME.fullmatch(tool.runtime):
         problems.append(f"runtime {tool.runtime!r} is not a runtime name")
     for name, reference in tool.secrets.items():

@@ -214,5 +214,7 @@ def sample(components: dict[str, Any], name: str) -> dict[str, Any]:
         elif prop.get("format") == "uuid":
             found[field] = "00000000-0000-4000-8000-000000000000"
         else:
-            found[field] = {"integer": 1, "string": "x", "boolean": True}[prop["type"]]
+            found[field] = {"integer": 1, "number": 0.5, "string": "x", "boolean": True}[
+                prop["type"]
+            ]
     return found

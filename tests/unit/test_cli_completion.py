@@ -8,7 +8,17 @@ import sys
 
 import pytest
 
-SUBCOMMANDS = ["submit", "logs", "artifacts", "batch", "keys", "migrate", "dev", "completion"]
+SUBCOMMANDS = [
+    "submit",
+    "logs",
+    "artifacts",
+    "batch",
+    "keys",
+    "migrate",
+    "dev",
+    "doctor",
+    "completion",
+]
 
 
 def completion_script(shell: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from runyard.runners.docker.refusals import refused_for_settings
+from runyard.runners.docker.refusals import name_in_use, refused_for_settings
 
 CGROUP_QUOTA = (
     "failed to create shim task: OCI runtime create failed: runc create failed: unable to start"
@@ -81,3 +81,22 @@ def test_refused_for_settings__sorts_real_engine_messages(
     status: int | None, message: str, refused: bool
 ):
     assert refused_for_settings(status, message) is refused
+
+
+PODMAN_NAME_IN_USE = (
+    'container create: creating container storage: the container name "runyard-23b0-1" is '
+    "already in use by 305df01332c4. You have to remove that container to be able to reuse that "
+    "name: that name is already in use"
+)
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "in_use"),
+    [
+        (500, PODMAN_NAME_IN_USE, True),
+        (500, DISK_FULL, False),
+        (409, "Conflict. The container name is already in use", False),  # Docker's own 409
+    ],
+)
+def test_name_in_use__podmans_500_for_an_existing_name(status: int, message: str, in_use: bool):
+    assert name_in_use(status, message) is in_use

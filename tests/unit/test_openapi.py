@@ -63,6 +63,16 @@ RUN_EVENT_SAMPLES: dict[str, dict[str, Any]] = {
         "next_attempt_at": AT,
     },
     "stale": {"attempt": 1, "quiet_seconds": 300},
+    "egress": {
+        "host": "api.example.org",
+        "port": 443,
+        "address": "93.184.216.34",
+        "allowed": True,
+        "reason": None,
+        "bytes_out": 517,
+        "bytes_in": 4312,
+        "seconds": 0.25,
+    },
 }
 BUILD_EVENT_SAMPLES: dict[str, dict[str, Any]] = {
     "log": {"text": "Step 1/4 : FROM runyard/toolbox:latest\n", "gap": False},

@@ -174,3 +174,21 @@ def test_snapshot__a_new_dict_each_time_and_a_copy_snapshots_its_own_fields():
     first["image"] = "changed"
     assert tool.snapshot()["image"] == "a"
     assert tool.model_copy(update={"image": "b"}).snapshot()["image"] == "b"
+
+
+def test_egress__bad_rules_and_a_network_beside_it_are_refused():
+    document = {
+        "tools": {
+            "t": {
+                "image": "img",
+                "command": ["true"],
+                "egress": ["api.example.org:443", "nohost"],
+                "network": "bridge",
+            }
+        }
+    }
+    with pytest.raises(RegistryError) as raised:
+        parse_registry(document, Settings(database_url="unused"))
+    message = str(raised.value)
+    assert "egress 'nohost' must be host:port" in message
+    assert "network 'bridge' and egress together" in message

@@ -7,17 +7,20 @@ from typing import Any
 
 import docker.errors
 
+from runyard.domain.isolation import limits_problem
 from runyard.registry.tools import BRIDGE_NETWORK, NO_NETWORK, ToolSpec
 
 
 def engine_problems(api: Any, tools: Iterable[ToolSpec]) -> list[str]:
-    """One line per tool whose runtime or network this engine lacks (empty: all there)."""
+    """One line per tool whose runtime or network this engine lacks (empty: all there); one
+    line first if the engine cannot hold any tool to its limits."""
     tools = list(tools)
+    info = api.info()
     problems: list[str] = []
-    wanted = {tool.runtime for tool in tools if tool.runtime is not None}
-    known: set[str] = set()
-    if wanted:
-        known = set((api.info().get("Runtimes") or {}).keys())
+    unlimited = limits_problem(info)
+    if unlimited is not None and tools:
+        problems.append(f"every tool: {unlimited}")
+    known = set((info.get("Runtimes") or {}).keys())
     networks: dict[str, bool] = {}
     for tool in sorted(tools, key=lambda t: t.name):
         if tool.runtime is not None and tool.runtime not in known:

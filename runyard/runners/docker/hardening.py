@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runyard.domain.isolation import engine_memory_mb, engine_pids_limit
 from runyard.domain.limit_bounds import MIN_CPUS, MIN_MEMORY_MB
 
 # Where the attempt's volume is mounted: the one mount a container has.
@@ -32,7 +33,8 @@ MIN_MEMORY_BYTES = MIN_MEMORY_MB << 20
 
 @dataclass(frozen=True)
 class ContainerLimits:
-    """The resource limits of one container, in the engine's units."""
+    """The resource limits of one container, in the engine's units (under gVisor with the
+    sandbox's own allowance, ``runyard.domain.isolation``)."""
 
     nano_cpus: int
     memory_bytes: int
@@ -48,12 +50,13 @@ class ContainerLimits:
         """The limits of a run's tool snapshot (a value that is no number gives no limit,
         which ``create_problems`` then refuses)."""
         cpus = float(tool["cpus"])
+        runtime = tool.get("runtime")
         tmpfs_mb = int(tool.get("tmpfs_mb") or DEFAULT_TMPFS_MB)
         disk_mb = int(tool.get("disk_mb") or DEFAULT_DISK_MB)
         return cls(
             nano_cpus=round(cpus * 1e9) if math.isfinite(cpus) else 0,
-            memory_bytes=int(tool["memory_mb"]) << 20,
-            pids=int(tool["pids_limit"]),
+            memory_bytes=engine_memory_mb(int(tool["memory_mb"]), runtime) << 20,
+            pids=engine_pids_limit(int(tool["pids_limit"]), runtime),
             nofile=int(tool.get("nofile_limit") or DEFAULT_NOFILE),
             tmpfs_mb=tmpfs_mb,
             fsize_bytes=max(disk_mb, tmpfs_mb) << 20,

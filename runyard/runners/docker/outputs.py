@@ -119,11 +119,24 @@ def stored_logs(
     return out, err
 
 
+# Go's ``os.ModeSymlink``: the bit of a path stat's ``mode`` that marks a link.
+_GO_MODE_SYMLINK = 1 << 27
+
+
+def stat_is_link(stat: dict[str, Any]) -> bool:
+    """Whether the engine's stat of a path (``X-Docker-Container-Path-Stat``) is a link: by
+    its mode. Docker fills ``linkTarget`` only for links; Podman fills it with the path
+    itself for every file, so it alone decides only where no mode is given."""
+    if "mode" in stat:
+        return bool(int(stat["mode"]) & _GO_MODE_SYMLINK)
+    return bool(stat.get("linkTarget"))
+
+
 def parse_result_archive(
     stat: dict[str, Any], chunks: Any, cap: int, max_depth: int = DEFAULT_MAX_DEPTH
 ) -> tuple[Any, str | None]:
     """``out/result.json`` from its tar stream; anything but one small regular file fails."""
-    if stat.get("linkTarget"):
+    if stat_is_link(stat):
         return None, "result.json is a link; only a regular file is accepted"
     if int(stat.get("size", 0)) > cap:
         return None, f"result.json is larger than {cap} bytes"

@@ -42,3 +42,10 @@ def refused_for_settings(status: int | None, message: str) -> bool:
         return status not in _NOT_REFUSALS
     text = message.lower()
     return any(all(phrase in text for phrase in phrases) for phrases in _CONFIG_ERRORS_5XX)
+
+
+def name_in_use(status_code: int | None, message: str) -> bool:
+    """Whether a create was refused because a container of that name exists: Docker answers
+    409; Podman's compatible API answers 500 and says so (``the container name ... is already
+    in use``)."""
+    return status_code == 500 and "is already in use" in message.lower()

@@ -42,6 +42,13 @@ from runyard.registry.secrets import SecretSource, SecretUnavailable
 from runyard.registry.tools import NO_NETWORK, ToolSpec
 from runyard.runner import AttemptAbandoned, AttemptControl, LogSink, RunnerUnavailable
 from runyard.runners.docker.connection import skip_environment_lookups
+from runyard.runners.docker.egress import (
+    EGRESS_DNS,
+    EgressGate,
+    egress_name,
+    proxy_env,
+    wants_egress,
+)
 from runyard.runners.docker.engine_check import engine_problems
 from runyard.runners.docker.engine_marker import EngineMarker
 from runyard.runners.docker.hardening import WORKDIR, ContainerLimits, create_problems
@@ -53,10 +60,11 @@ from runyard.runners.docker.outputs import (
     ContainerLogs,
     add_workdir,
     parse_result_archive,
+    stat_is_link,
     stored_logs,
     workdir_archive,
 )
-from runyard.runners.docker.refusals import refused_for_settings
+from runyard.runners.docker.refusals import name_in_use, refused_for_settings
 from runyard.runners.docker.watch import AttemptWatch
 
 logger = logging.getLogger(__name__)
@@ -127,8 +135,11 @@ class DockerRunner:
         workdirs: HostWorkdirs | None = None,
         marker: EngineMarker | None = None,
         secrets: SecretSource | None = None,
+        egress: EgressGate | None = None,
     ) -> None:
         self._client = client
+        # The networks and proxies of tools with an egress allow-list (egress.py).
+        self._egress = egress or EgressGate(client.api)
         self._api = client.api
         self._limits = limits or DockerLimits()
         self._marker = marker or EngineMarker(client)
@@ -356,13 +367,20 @@ class DockerRunner:
         )
         if spec.deps is not None:
             env["RUNYARD_DEPS"] = f"{WORKDIR}/deps.json"
+        network = str(tool.get("network") or NO_NETWORK)
+        dns = None
+        if wants_egress(tool):
+            network = egress_name(name)
+            env.update(proxy_env(name))
+            dns = EGRESS_DNS
         limits = ContainerLimits.of(tool)
         host_config = self._api.create_host_config(
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             read_only=True,
             tmpfs={"/tmp": f"rw,noexec,nosuid,nodev,size={limits.tmpfs_mb}m"},
-            network_mode=str(tool.get("network") or NO_NETWORK),
+            network_mode=network,
+            dns=dns,
             runtime=tool.get("runtime"),
             mem_limit=limits.memory_bytes,
             memswap_limit=limits.memory_bytes,
@@ -428,6 +446,8 @@ class DockerRunner:
                 spec,
                 "runyard refused to create the container: it would have " + ", ".join(problems),
             )
+        if wants_egress(spec.tool):
+            self._egress.prepare(name, spec.tool, {LABEL_RUN_ID: str(spec.run_id)})
         fresh_dir = host_dir.prepare(name, spec.files(), user) if host_dir is not None else False
         if fresh_dir and host_dir is not None:
             try:
@@ -453,7 +473,7 @@ class DockerRunner:
                     return failed
                 pulled = True
             except docker.errors.APIError as exc:
-                if exc.status_code == 409:
+                if exc.status_code == 409 or name_in_use(exc.status_code, _engine_message(exc)):
                     # The attempt's container already exists: look again, never make a twin.
                     self._not_ours(name, fresh_dir)
                     return None
@@ -776,6 +796,8 @@ class DockerRunner:
         watch: AttemptWatch,
     ) -> AttemptResult:
         attrs = self._exited_attrs(container_id, stopped_for)
+        if wants_egress(spec.tool):
+            self._egress.report(spec.container_name, control.note)
         state = attrs["State"]
         exit_code = int(state.get("ExitCode", -1))
         finished_text = state.get("FinishedAt")
@@ -881,7 +903,7 @@ class DockerRunner:
             )
         except docker.errors.NotFound:
             return 0
-        if stat.get("linkTarget"):
+        if stat_is_link(stat):
             raise ArtifactRefused(ErrorCode.INVALID_ARTIFACT, "/runyard/out is a link")
         return collect_tar(stream, writer, limits, redactor=redactor)
 
@@ -911,6 +933,7 @@ class DockerRunner:
         name = container_name(run_id, attempt)
         self._remove(name)
         self._remove_volume(name)
+        self._egress.discard(name)
         if self._workdirs is not None:
             self._workdirs.remove(name)
 
@@ -960,6 +983,8 @@ class DockerRunner:
         for attempt in self._workdirs.attempts() if self._workdirs is not None else []:
             if attempt not in found:
                 found[attempt] = ManagedAttempt(attempt[0], attempt[1], False)
+        # Egress proxies of these attempts go with their discard; those of none, now.
+        self._egress.note_leftovers({container_name(*attempt) for attempt in found})
         return list(found.values())
 
 

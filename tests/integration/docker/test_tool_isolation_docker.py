@@ -43,14 +43,15 @@ class Sink:
         return True
 
 
-def _listener(client: docker.DockerClient, network: str) -> Iterator[str]:
-    """A busybox httpd container on ``network``; yields its address there."""
+def _listener(client: docker.DockerClient, network: str, name: str = "") -> Iterator[str]:
+    """A busybox httpd container on ``network`` (called ``name`` if given); yields its
+    address there."""
     page = f"mkdir -p /tmp/www && echo {PAGE} > /tmp/www/index.html"
     script = f"{page} && exec httpd -f -p 8080 -h /tmp/www"
     container = client.containers.run(
         TOOLBOX,
         ["sh", "-c", script],
-        name=f"runyard-test-listener-{uuid.uuid4().hex[:12]}",
+        name=name or f"runyard-test-listener-{uuid.uuid4().hex[:12]}",
         network=network,
         detach=True,
         user="65534:65534",

@@ -134,6 +134,21 @@ class StaleEvent(BaseEvent):
     quiet_seconds: int
 
 
+class EgressEvent(BaseEvent):
+    """A connection of a tool with an egress allow-list ended: allowed or refused (with the
+    reason), and the bytes it moved each way."""
+
+    type: Literal["egress"] = "egress"
+    host: str
+    port: int
+    address: str
+    allowed: bool
+    reason: str | None = None
+    bytes_out: int
+    bytes_in: int
+    seconds: float
+
+
 class OtherEvent(BaseEvent):
     """An event of a type this client does not know; ``data`` holds its fields."""
 
@@ -163,6 +178,7 @@ KNOWN_EVENTS: dict[str, type[BaseEvent]] = {
     "dependencies_met": DependenciesMetEvent,
     "webhook": WebhookEvent,
     "stale": StaleEvent,
+    "egress": EgressEvent,
 }
 
 
@@ -185,6 +201,7 @@ Event = Annotated[
     | Annotated[DependenciesMetEvent, Tag("dependencies_met")]
     | Annotated[WebhookEvent, Tag("webhook")]
     | Annotated[StaleEvent, Tag("stale")]
+    | Annotated[EgressEvent, Tag("egress")]
     | Annotated[OtherEvent, Tag("other")],
     Discriminator(_tag),
 ]

@@ -112,6 +112,9 @@ class Tool(Model):
     pids_limit: int
     max_attempts: int
     network: str
+    egress: list[str] | None = None
+    runtime: str | None = None
+    isolation: str = "namespaces"
     queue: str = "default"
     max_timeout_seconds: int
     max_memory_mb: int
