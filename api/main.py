@@ -20,7 +20,17 @@ from api.http_metrics import RequestMetrics
 from api.openapi import OPENAPI_TAGS, install_openapi
 from api.problems import install_problem_handlers
 from api.routes import artifacts as artifact_routes
-from api.routes import batches, events, health, keys, run_delete, runs, tools, webhooks
+from api.routes import (
+    batches,
+    events,
+    health,
+    keys,
+    run_delete,
+    runs,
+    sandboxes,
+    tools,
+    webhooks,
+)
 from api.routes import builds as builds_routes
 from api.routes import metrics as metrics_routes
 from api.ui.install import install_ui
@@ -311,6 +321,7 @@ def create_app(
     app.include_router(artifact_routes.router)
     app.include_router(webhooks.router)
     app.include_router(batches.router)
+    app.include_router(sandboxes.router)
     if settings.ui_enabled:
         install_ui(app, settings)
     install_openapi(app)

@@ -32,6 +32,9 @@ from runyard.registry.reload import RegistryChanges, RegistryWatcher
 from runyard.registry.tools import RegistryError, ToolRegistry, load_registry
 from runyard.runner import RunnerUnavailable
 from runyard.runners.docker.runner import DockerRunner
+from runyard.runners.docker.sandbox_engine import DockerSandboxEngine
+from runyard.sandboxes.body import SandboxRunner
+from runyard.sandboxes.store import SandboxStore
 from worker.builds import BuildAgent, BuildConfig
 from worker.service import Worker, WorkerConfig
 from worker.wakeup import Wakeups
@@ -189,7 +192,12 @@ def build_worker(
     # busy pool cannot hold a round up.
     return Worker(
         queue,
-        runner,
+        # Sandboxes are runs whose attempt also serves commands (runyard.sandboxes.body).
+        SandboxRunner(
+            runner,
+            DockerSandboxEngine.from_env(settings.docker_timeout_seconds),
+            SandboxStore(engine),
+        ),
         config,
         WorkerRegistry(heartbeat_engine),
         sweeper,

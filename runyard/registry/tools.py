@@ -144,6 +144,8 @@ class ToolSpec(BaseModel):
         _limit("idle_timeout_seconds", None)
     )
     input_schema: dict[str, Any] | None = None
+    # Whether callers may hold its containers as sandboxes (POST /v1/sandboxes, docs/sandboxes.md).
+    sandbox: bool = False
 
     def snapshot(self) -> dict[str, Any]:
         """The JSON stored on a run: later registry edits never change queued runs. A new

@@ -1,0 +1,287 @@
+"""Sandboxes for a caller: create, read, list, delete, and their commands with output."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import anyio
+from fastapi.concurrency import run_in_threadpool
+
+from api.actions.runs import submit_problem
+from api.deps import Services, visible_tenant
+from api.problems import Problem
+from api.sandbox_schemas import ExecCreate, ExecOut, SandboxCreate, SandboxOut
+from runyard.domain.sandboxes import (
+    command_problem,
+    env_problem,
+    event_id,
+    parse_event_id,
+    reason_of,
+    workspace_dir,
+)
+from runyard.sandboxes.create import NotASandboxTool, Sandboxes, SandboxRequest
+from runyard.sandboxes.store import Chunk, ExecRow, NewExec, SandboxRow, SandboxStore
+from runyard.tenancy.auth import Principal
+
+CHUNK_PAGE = 64
+EXEC_POLL_SECONDS = 0.1
+EXEC_POLL_MAX_SECONDS = 0.5
+ENDED_ERROR = "the sandbox ended before the command did"
+
+
+def store_of(services: Services) -> SandboxStore:
+    """The sandbox statements over the API's engine."""
+    return SandboxStore(services.engine)
+
+
+def sandbox_out(row: SandboxRow) -> SandboxOut:
+    """The public shape of a stored sandbox."""
+    status = "ended" if row.status.is_terminal else "starting"
+    if row.status.value == "running":
+        status = "running"
+    return SandboxOut(
+        id=row.run_id,
+        tool=row.tool,
+        status=status,
+        end_reason=reason_of(row.status, row.error_code),
+        error=row.error,
+        created_at=row.created_at,
+        started_at=row.started_at,
+        ended_at=row.finished_at,
+        expires_at=row.deadline_at,
+        idle_timeout_seconds=row.idle_timeout_seconds,
+        last_active_at=row.last_active_at,
+        max_execs=row.max_execs,
+    )
+
+
+def load_sandbox(services: Services, principal: Principal, sandbox_id: uuid.UUID) -> SandboxRow:
+    """The sandbox if the caller may see it; 404 otherwise (another tenant's included)."""
+    row = store_of(services).view(sandbox_id, visible_tenant(principal))
+    if row is None:
+        raise Problem(404, "sandbox_not_found", f"no sandbox {sandbox_id}")
+    return row
+
+
+def create_sandbox(services: Services, principal: Principal, body: SandboxCreate) -> SandboxOut:
+    """Submit the sandbox's run; 409 in sync mode, 422 for a tool that allows none, 429 past
+    the tenant's quotas (a sandbox counts as a running run)."""
+    if services.sync is not None:
+        raise Problem(
+            409,
+            "queue_mode_only",
+            "sandboxes need queue mode; this API runs tools inline (sync mode)",
+        )
+    limits = body.limits.model_dump(exclude_none=True) if body.limits else {}
+    ttl = body.ttl_seconds or limits.pop("timeout_seconds", None)
+    request = SandboxRequest(
+        tenant=principal.tenant,
+        tool=body.tool,
+        ttl_seconds=ttl,
+        idle_timeout_seconds=body.idle_timeout_seconds,
+        max_execs=body.max_execs,
+        limits=limits,
+        env=body.env,
+    )
+    uses = Sandboxes(
+        services.queue,
+        services.registry,
+        services.caps,
+        store_of(services),
+        output_cap=services.settings.stdout_cap_bytes,
+    )
+    try:
+        run_id = uses.create(request)
+    except NotASandboxTool as exc:
+        raise Problem(422, "not_a_sandbox_tool", str(exc), field="tool") from exc
+    except Exception as exc:
+        problem = submit_problem(services, exc)
+        if problem is None:
+            raise
+        raise problem from exc
+    return sandbox_out(load_sandbox(services, principal, run_id))
+
+
+def list_sandboxes(services: Services, principal: Principal, limit: int) -> list[SandboxOut]:
+    """The caller's tenant's newest sandboxes."""
+    return [sandbox_out(row) for row in store_of(services).page(principal.tenant, limit)]
+
+
+def delete_sandbox(services: Services, principal: Principal, sandbox_id: uuid.UUID) -> SandboxOut:
+    """Stop the sandbox (its owner stops the container at its next renewal); its record
+    stays. Deleting an ended sandbox changes nothing."""
+    row = load_sandbox(services, principal, sandbox_id)
+    if not row.status.is_terminal:
+        services.queue.cancel(sandbox_id)
+    return sandbox_out(load_sandbox(services, principal, sandbox_id))
+
+
+def create_exec(
+    services: Services, principal: Principal, sandbox_id: uuid.UUID, body: ExecCreate
+) -> ExecOut:
+    """Queue a command for the sandbox's owner; 409 once the sandbox has ended."""
+    load_sandbox(services, principal, sandbox_id)
+    problem = command_problem(body.command)
+    if problem is not None:
+        raise Problem(422, "invalid_command", problem, field="command")
+    problem = env_problem(body.env)
+    if problem is not None:
+        raise Problem(422, "invalid_env", problem, field="env")
+    cwd = workspace_dir(body.cwd)
+    if cwd is None:
+        raise Problem(422, "invalid_cwd", "cwd must stay inside the workspace", field="cwd")
+    stdin = body.stdin_bytes()
+    if stdin is None:
+        raise Problem(422, "invalid_stdin", "stdin_base64 is not base64", field="stdin_base64")
+    if len(stdin) > services.settings.max_request_bytes:
+        raise Problem(422, "invalid_stdin", "stdin is too large", field="stdin")
+    new = NewExec(body.command, stdin, body.env, cwd, body.timeout_seconds)
+    exec_id = store_of(services).insert_exec(sandbox_id, new)
+    if exec_id is None:
+        raise Problem(409, "sandbox_ended", f"sandbox {sandbox_id} has ended")
+    return read_exec(services, principal, sandbox_id, exec_id)
+
+
+def load_exec(
+    services: Services, principal: Principal, sandbox_id: uuid.UUID, exec_id: uuid.UUID
+) -> ExecRow:
+    """The command if the caller may see its sandbox; 404 otherwise."""
+    row = store_of(services).exec_view(sandbox_id, exec_id, visible_tenant(principal))
+    if row is None:
+        raise Problem(404, "exec_not_found", f"no exec {exec_id} in sandbox {sandbox_id}")
+    return row
+
+
+def _status_of(row: ExecRow) -> tuple[str, str | None]:
+    """A command its ended sandbox left unfinished counts as finished, with that error."""
+    if row.status != "finished" and row.sandbox_status.is_terminal:
+        return "finished", ENDED_ERROR
+    return row.status, row.error
+
+
+def read_exec(
+    services: Services, principal: Principal, sandbox_id: uuid.UUID, exec_id: uuid.UUID
+) -> ExecOut:
+    """A command with all its stored output."""
+    store = store_of(services)
+    row = load_exec(services, principal, sandbox_id, exec_id)
+    out = {"stdout": bytearray(), "stderr": bytearray()}
+    ends = {"stdout": 0, "stderr": 0}
+    while True:
+        chunks = store.chunks_from(exec_id, ends["stdout"], ends["stderr"], CHUNK_PAGE)
+        for chunk in chunks:
+            out[chunk.stream] += chunk.data
+            ends[chunk.stream] = chunk.offset + chunk.length
+        if len(chunks) < CHUNK_PAGE:
+            break
+    if row.status != "finished":
+        # Read after the output: a command seen finished has every byte in ``out``.
+        row = load_exec(services, principal, sandbox_id, exec_id)
+    status, error = _status_of(row)
+    return ExecOut(
+        id=row.id,
+        sandbox_id=row.run_id,
+        command=list(row.command),
+        cwd=row.cwd,
+        status=status,
+        exit_code=row.exit_code,
+        timed_out=row.timed_out,
+        error=error,
+        stdout=out["stdout"].decode("utf-8", "replace"),
+        stderr=out["stderr"].decode("utf-8", "replace"),
+        truncated=row.truncated,
+        created_at=row.created_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+    )
+
+
+async def await_exec(
+    services: Services,
+    principal: Principal,
+    sandbox_id: uuid.UUID,
+    exec_id: uuid.UUID,
+    wait: float,
+) -> ExecOut:
+    """The command, once finished or after ``wait`` seconds (capped), whichever is first."""
+    give_up = time.monotonic() + min(wait, services.settings.max_wait_seconds)
+    pause = EXEC_POLL_SECONDS
+    while True:
+        found = await run_in_threadpool(read_exec, services, principal, sandbox_id, exec_id)
+        if found.status == "finished" or time.monotonic() >= give_up:
+            return found
+        await anyio.sleep(min(pause, max(0.0, give_up - time.monotonic())))
+        pause = min(pause * 2, EXEC_POLL_MAX_SECONDS)
+
+
+def _sse(chunk: Chunk, ends: dict[str, int]) -> str:
+    ends[chunk.stream] = chunk.offset + chunk.length
+    data = json.dumps({"text": chunk.data.decode("utf-8", "replace")})
+    return (
+        f"id: {event_id(ends['stdout'], ends['stderr'])}\nevent: {chunk.stream}\ndata: {data}\n\n"
+    )
+
+
+def start_ends(last_event_id: str | None) -> dict[str, int]:
+    """Where a stream resumes: both streams' ends named by ``Last-Event-ID``; 422 if it is
+    not an id of ours."""
+    ends = parse_event_id(last_event_id)
+    if ends is None:
+        raise Problem(422, "validation_error", "Last-Event-ID is not an exec event id")
+    return {"stdout": ends[0], "stderr": ends[1]}
+
+
+async def exec_events(
+    services: Services,
+    principal: Principal,
+    sandbox_id: uuid.UUID,
+    exec_id: uuid.UUID,
+    ends: dict[str, int],
+) -> AsyncIterator[str]:
+    """The command's output as SSE from ``ends`` on, then ``exit``; bounded in time like a
+    run's events (the client resumes with ``Last-Event-ID``)."""
+    store = store_of(services)
+    started = time.monotonic()
+    pause = EXEC_POLL_SECONDS
+    services.open_streams += 1
+    try:
+        yield "retry: 2000\n\n"
+        while True:
+            chunks = await anyio.to_thread.run_sync(
+                store.chunks_from,
+                exec_id,
+                ends["stdout"],
+                ends["stderr"],
+                CHUNK_PAGE,
+                limiter=services.events_limiter,
+            )
+            for chunk in chunks:
+                yield _sse(chunk, ends)
+            if len(chunks) == CHUNK_PAGE:
+                pause = EXEC_POLL_SECONDS
+                continue
+            row = await run_in_threadpool(load_exec, services, principal, sandbox_id, exec_id)
+            status, error = _status_of(row)
+            caught_up = (ends["stdout"], ends["stderr"]) == (row.stdout_end, row.stderr_end)
+            if status == "finished" and (caught_up or row.status != "finished"):
+                data = {
+                    "exit_code": row.exit_code,
+                    "timed_out": row.timed_out,
+                    "error": error,
+                    "truncated": row.truncated,
+                }
+                name = event_id(ends["stdout"], ends["stderr"])
+                yield f"id: {name}\nevent: exit\ndata: {json.dumps(data)}\n\n"
+                return
+            if time.monotonic() - started >= services.settings.events_max_stream_seconds:
+                return
+            if not chunks:
+                await anyio.sleep(pause)
+                pause = min(pause * 2, EXEC_POLL_MAX_SECONDS)
+            else:
+                pause = EXEC_POLL_SECONDS
+    finally:
+        services.open_streams -= 1

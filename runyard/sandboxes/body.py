@@ -1,0 +1,199 @@
+"""A sandbox held as an attempt: the runner keeps its container, this serves its commands.
+
+``SandboxRunner`` wraps the runner the attempt owner calls. A run of a sandbox (its snapshot
+has ``sandbox_session``) is handed to the wrapped runner on a thread of its own, which
+creates or adopts the container, stops it at the TTL (the run's deadline) or on a delete (the
+run's cancel) and reports its exit as for any run; meanwhile this thread serves the
+sandbox's commands (``ExecServer``) and stops the container when it is idle. Any other run
+goes straight to the wrapped runner.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from typing import Any
+
+from runyard.domain.attempt import AttemptResult, AttemptSpec, ManagedAttempt
+from runyard.domain.sandboxes import EndFacts, end_of, idle_passed
+from runyard.domain.states import ContainerState
+from runyard.registry.redact import Redactor
+from runyard.runner import AttemptControl, Runner, RunnerUnavailable
+from runyard.sandbox_engine import SandboxEngine, SandboxNotRunning
+from runyard.sandboxes.serve import ExecServer
+from runyard.sandboxes.store import SandboxStore
+
+logger = logging.getLogger(__name__)
+
+SESSION_KEY = "sandbox_session"
+POLL_SECONDS = 0.2
+
+
+class SandboxRunner:
+    """The runner port, with sandboxes served beside their containers."""
+
+    def __init__(
+        self,
+        inner: Runner,
+        engine: SandboxEngine,
+        store: SandboxStore,
+        *,
+        poll_seconds: float = POLL_SECONDS,
+    ) -> None:
+        self._inner = inner
+        self._engine = engine
+        self._store = store
+        self._poll_seconds = poll_seconds
+
+    def __getattr__(self, name: str) -> Any:
+        # What the holder asks of its Docker runner beyond the port (its input mode, say).
+        return getattr(self._inner, name)
+
+    def engine_id(self) -> str:
+        """The wrapped runner's engine."""
+        return self._inner.engine_id()
+
+    def ping(self) -> None:
+        """Ask the wrapped runner's engine."""
+        self._inner.ping()
+
+    def state(self, run_id: uuid.UUID, attempt: int) -> ContainerState:
+        """The attempt's container, as the wrapped runner sees it."""
+        return self._inner.state(run_id, attempt)
+
+    def discard(self, run_id: uuid.UUID, attempt: int) -> None:
+        """Remove the attempt's container and volume."""
+        self._inner.discard(run_id, attempt)
+
+    def managed_attempts(self) -> list[ManagedAttempt]:
+        """The wrapped runner's labelled attempts."""
+        return self._inner.managed_attempts()
+
+    def run(self, spec: AttemptSpec, control: AttemptControl) -> AttemptResult:
+        """A sandbox's attempt: its container kept and its commands served; any other run:
+        the wrapped runner's."""
+        session = spec.tool.get(SESSION_KEY)
+        if not isinstance(session, dict):
+            return self._inner.run(spec, control)
+        return _Session(self, spec, control, session).run()
+
+
+class _Session:
+    """One attempt of one sandbox in this process."""
+
+    def __init__(
+        self,
+        runner: SandboxRunner,
+        spec: AttemptSpec,
+        control: AttemptControl,
+        session: dict[str, Any],
+    ) -> None:
+        self._runner = runner
+        self._spec = spec
+        self._control = control
+        self._session = session
+        self._result: AttemptResult | None = None
+        self._error: BaseException | None = None
+        self._stopped_idle = False
+
+    def _hold_container(self) -> None:
+        try:
+            self._result = self._runner._inner.run(self._spec, self._control)
+        except BaseException as exc:
+            self._error = exc
+
+    def run(self) -> AttemptResult:
+        spec, control, store = self._spec, self._control, self._runner._store
+        # A sandbox keeps no artifacts: its files are read while it lives.
+        control.artifacts = None
+        store.insert_sandbox(
+            spec.run_id,
+            str(self._session["tenant"]),
+            str(spec.tool["name"]),
+            int(self._session["idle_timeout_seconds"]),
+            int(self._session["max_execs"]),
+        )
+        holder = threading.Thread(
+            target=self._hold_container, name=f"sandbox-{spec.run_id}", daemon=True
+        )
+        holder.start()
+        server = ExecServer(
+            self._runner._engine,
+            store,
+            spec.run_id,
+            spec.container_name,
+            user=str(spec.tool.get("user", "65534:65534")),
+            output_cap=int(self._session["output_cap_bytes"]),
+            redactor=self._redactor,
+        )
+        while holder.is_alive():
+            if not control.abandon.is_set() and not control.cancel.is_set():
+                self._round(server)
+            holder.join(self._runner._poll_seconds)
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._end(self._result)
+
+    def _redactor(self) -> Redactor:
+        names = sorted(self._spec.tool.get("secrets") or {})
+        return Redactor(self._runner._engine.secret_values(self._spec.container_name, names))
+
+    def _round(self, server: ExecServer) -> None:
+        """Serve the commands once and stop the sandbox if it is idle; trouble is logged and
+        the next round tries again (the runner notices a dead engine on its own). No lease
+        check per round: every write here is idempotent (see ``ExecServer``), and a lost
+        lease stops the rounds through ``abandon``."""
+        try:
+            tick = server.serve_once()
+        except SandboxNotRunning:
+            return
+        except RunnerUnavailable as exc:
+            logger.warning("sandbox engine trouble", extra=self._log(error=str(exc)))
+            return
+        except Exception as exc:  # the database: the next round tries again
+            logger.warning("sandbox round failed", extra=self._log(error=repr(exc)))
+            return
+        if tick is None:
+            return
+        running = sum(1 for e in tick.execs if e.status == "running")
+        if idle_passed(tick.db_now, tick.last_active_at, tick.idle_timeout_seconds, running):
+            logger.info("sandbox idle; stopping it", extra=self._log(action="idle"))
+            self._stopped_idle = True
+            self._control.cancel.set()
+
+    def _end(self, outcome: AttemptResult) -> AttemptResult:
+        """The container stopped: the sandbox's outcome, and its open commands ended."""
+        spec, control = self._spec, self._control
+        idle = self._stopped_idle
+        if not idle:
+            tick = self._runner._store.tick(spec.run_id, limit=1)
+            idle = tick is not None and idle_passed(
+                tick.db_now, tick.last_active_at, tick.idle_timeout_seconds, 0
+            )
+        end = end_of(
+            EndFacts(
+                delete_requested=control.cancel.is_set() and not self._stopped_idle,
+                ttl_passed=control.clock() >= spec.deadline_at,
+                idle_passed=idle,
+                exit_code=outcome.exit_code,
+                status=outcome.status,
+                error_code=outcome.error_code,
+            )
+        )
+        self._runner._store.end_open(spec.run_id, "the sandbox ended before the command did")
+        return AttemptResult(
+            status=end.status,
+            exit_code=outcome.exit_code,
+            stdout=outcome.stdout,
+            stderr=outcome.stderr,
+            stdout_truncated=outcome.stdout_truncated,
+            stderr_truncated=outcome.stderr_truncated,
+            error_code=end.error_code,
+            error=end.error or outcome.error,
+            image_digest=outcome.image_digest,
+        )
+
+    def _log(self, **more: object) -> dict[str, object]:
+        return {"run_id": str(self._spec.run_id), "attempt": self._spec.attempt, **more}
