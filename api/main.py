@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -57,6 +58,8 @@ from runyard.registry.reload import live_registry
 from runyard.registry.tools import ToolRegistry, load_registry
 from runyard.runner import Runner
 from runyard.runners.docker.runner import DockerRunner
+from runyard.runners.docker.sandbox_engine import DockerSandboxEngine
+from runyard.sandboxes.files import SandboxFiles
 from runyard.submission.batches import Batches
 from runyard.submission.runs import Submissions
 from runyard.submission.waits import WaitLimits, Waits
@@ -322,6 +325,10 @@ def create_app(
     app.include_router(webhooks.router)
     app.include_router(batches.router)
     app.include_router(sandboxes.router)
+    # Sandbox files go from here straight to the engine; connected on the first such request.
+    app.state.sandbox_files = functools.cache(
+        lambda: SandboxFiles(DockerSandboxEngine.from_env(settings.docker_timeout_seconds))
+    )
     if settings.ui_enabled:
         install_ui(app, settings)
     install_openapi(app)

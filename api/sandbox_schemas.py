@@ -135,3 +135,10 @@ class ExecOut(BaseModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+
+
+class FileOut(BaseModel):
+    """A file written into a sandbox's workspace."""
+
+    path: str = Field(description="Relative to the workspace")
+    size: int

@@ -10,8 +10,9 @@ of the same command (an adopter unsure whether the last owner started it) does n
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from runyard.domain.sandboxes import EXECS_DIR, WORKSPACE
 
@@ -52,6 +53,18 @@ EXEC_READ = f'tail -c +$(($3 + 1)) "{EXECS_DIR}/$1/$2" 2>/dev/null | head -c "$4
 
 # sh -c EXEC_KILL runyard-kill <exec id>
 EXEC_KILL = f'kill -KILL "$(cat "{EXECS_DIR}/$1/pid")" 2>/dev/null; exit 0\n'
+
+
+# sh -c EXEC_NO_LINKS runyard-check <path under the workspace>: "ok" unless a component of
+# the path is a symbolic link (a file sent or read there would land elsewhere).
+EXEC_NO_LINKS = (
+    f'p="{WORKSPACE}"; rest="$1"\n'
+    'while [ -n "$rest" ]; do\n'
+    '  part="${rest%%/*}"; [ "$part" = "$rest" ] && rest="" || rest="${rest#*/}"\n'
+    '  p="$p/$part"; [ -L "$p" ] && { echo link; exit 0; }\n'
+    "done\n"
+    "echo ok\n"
+)
 
 
 class SandboxNotRunning(Exception):
@@ -103,6 +116,10 @@ class SandboxEngine(Protocol):
         """Start the command under ``EXEC_WRAPPER`` and return at once (it runs on)."""
         ...
 
+    def ready(self, container: str) -> bool:
+        """Whether the keeper has made the workspace (the container runs)."""
+        ...
+
     def poll_exec(self, container: str, exec_id: uuid.UUID) -> ExecFiles:
         """What the container holds of the command."""
         ...
@@ -119,4 +136,24 @@ class SandboxEngine(Protocol):
 
     def secret_values(self, container: str, names: list[str]) -> list[str]:
         """The values the container has for the tool's secrets (to mask them)."""
+        ...
+
+
+class SandboxFileEngine(Protocol):
+    """Files of a running sandbox, moved as tar streams (the engine's archive API)."""
+
+    def engine_id(self) -> str:
+        """The engine's id (its marker), to tell whether a sandbox runs on it."""
+        ...
+
+    def has_link(self, container: str, path: str) -> bool:
+        """Whether a component of ``path`` (under the workspace) is a symbolic link."""
+        ...
+
+    def put_archive(self, container: str, directory: str, data: Iterator[bytes]) -> None:
+        """Unpack a tar stream into ``directory`` of the container."""
+        ...
+
+    def get_archive(self, container: str, path: str) -> tuple[Iterator[bytes], dict[str, Any]]:
+        """``path`` as a tar stream, with the engine's stat of it (name, size, mode)."""
         ...

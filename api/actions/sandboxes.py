@@ -6,6 +6,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import IO
 
 import anyio
 from fastapi.concurrency import run_in_threadpool
@@ -22,7 +23,10 @@ from runyard.domain.sandboxes import (
     reason_of,
     workspace_dir,
 )
+from runyard.runner import RunnerUnavailable
+from runyard.sandbox_engine import SandboxNotRunning
 from runyard.sandboxes.create import NotASandboxTool, Sandboxes, SandboxRequest
+from runyard.sandboxes.files import Download, FileRefused, SandboxFiles
 from runyard.sandboxes.store import Chunk, ExecRow, NewExec, SandboxRow, SandboxStore
 from runyard.tenancy.auth import Principal
 
@@ -40,7 +44,7 @@ def store_of(services: Services) -> SandboxStore:
 def sandbox_out(row: SandboxRow) -> SandboxOut:
     """The public shape of a stored sandbox."""
     status = "ended" if row.status.is_terminal else "starting"
-    if row.status.value == "running":
+    if row.status.value == "running" and row.ready_at is not None:
         status = "running"
     return SandboxOut(
         id=row.run_id,
@@ -285,3 +289,72 @@ async def exec_events(
                 pause = EXEC_POLL_SECONDS
     finally:
         services.open_streams -= 1
+
+
+# --- files ---
+
+
+def _running_here(
+    services: Services, principal: Principal, sandbox_id: uuid.UUID, files: SandboxFiles
+) -> SandboxRow:
+    """The sandbox, running on the engine this API reaches; 409 otherwise."""
+    row = load_sandbox(services, principal, sandbox_id)
+    if row.status.value != "running" or row.ready_at is None:
+        raise Problem(409, "sandbox_not_running", f"sandbox {sandbox_id} is not running")
+    try:
+        here = files.engine_id()
+    except RunnerUnavailable as exc:
+        raise Problem(503, "engine_unavailable", f"the container engine: {exc}") from exc
+    if row.engine_id != here:
+        raise Problem(
+            409, "engine_elsewhere", "the sandbox runs on an engine this API does not reach"
+        )
+    return row
+
+
+def _file_problem(exc: Exception) -> Problem:
+    if isinstance(exc, FileRefused):
+        return Problem(exc.status, exc.code, str(exc), field="path")
+    if isinstance(exc, SandboxNotRunning):
+        return Problem(409, "sandbox_not_running", str(exc))
+    return Problem(503, "engine_unavailable", f"the container engine: {exc}")
+
+
+def upload_cap(row: SandboxRow) -> int:
+    """The most one upload may carry: the sandbox's disk limit."""
+    return (row.disk_mb or 1024) * 1_048_576
+
+
+def put_file(
+    services: Services,
+    principal: Principal,
+    files: SandboxFiles,
+    sandbox_id: uuid.UUID,
+    path: str,
+    body: IO[bytes],
+    size: int,
+) -> dict[str, object]:
+    """Write an uploaded file into the sandbox's workspace."""
+    row = _running_here(services, principal, sandbox_id, files)
+    store_of(services).touch(sandbox_id)
+    try:
+        stored_path = files.upload(row.container, path, body, size, row.container_user)
+    except (FileRefused, SandboxNotRunning, RunnerUnavailable) as exc:
+        raise _file_problem(exc) from exc
+    return {"path": stored_path, "size": size}
+
+
+def get_file(
+    services: Services,
+    principal: Principal,
+    files: SandboxFiles,
+    sandbox_id: uuid.UUID,
+    path: str,
+) -> Download:
+    """A file of the sandbox's workspace (a directory as a tar), streamed."""
+    row = _running_here(services, principal, sandbox_id, files)
+    store_of(services).touch(sandbox_id)
+    try:
+        return files.download(row.container, path)
+    except (FileRefused, SandboxNotRunning, RunnerUnavailable) as exc:
+        raise _file_problem(exc) from exc

@@ -2,24 +2,39 @@
 
 from __future__ import annotations
 
+import tempfile
 import uuid
 from typing import Annotated
+from urllib.parse import quote
 
-from fastapi import APIRouter, Header, Query, Response
-from fastapi.concurrency import run_in_threadpool
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.concurrency import iterate_in_threadpool, run_in_threadpool
+from fastapi.responses import StreamingResponse
 
 from api.actions import sandboxes as actions
 from api.actions.events import EventStreamResponse, refuse_past_stream_cap
 from api.deps import PrincipalDep, ServicesDep
-from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
+from api.openapi import BINARY, BODY_ERRORS, COMMON_ERRORS, problem
+from api.problems import Problem
 from api.routes import WaitSeconds
-from api.sandbox_schemas import ExecCreate, ExecOut, SandboxCreate, SandboxOut, SandboxPage
+from api.sandbox_schemas import (
+    ExecCreate,
+    ExecOut,
+    FileOut,
+    SandboxCreate,
+    SandboxOut,
+    SandboxPage,
+)
+from runyard.runner import RunnerUnavailable
+from runyard.sandboxes.files import SandboxFiles
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"], responses=COMMON_ERRORS)
 
 SANDBOX_NOT_FOUND = problem("No such sandbox, or it belongs to another tenant")
 EXEC_NOT_FOUND = problem("No such sandbox or command, or it belongs to another tenant")
 MAX_PAGE = 200
+# An upload is kept in memory up to this size, then in a temporary file, until it is sent.
+SPOOL_IN_MEMORY = 1_048_576
 
 
 @router.post(
@@ -150,3 +165,87 @@ async def exec_events(
     await run_in_threadpool(actions.load_exec, services, principal, sandbox_id, exec_id)
     refuse_past_stream_cap(services)
     return EventStreamResponse(actions.exec_events(services, principal, sandbox_id, exec_id, ends))
+
+
+def _files(request: Request) -> SandboxFiles:
+    """The engine's file access of this app (``app.state.sandbox_files``, made on first use)."""
+    try:
+        made: SandboxFiles = request.app.state.sandbox_files()
+    except RunnerUnavailable as exc:
+        raise Problem(503, "engine_unavailable", f"the container engine: {exc}") from exc
+    return made
+
+
+@router.put(
+    "/{sandbox_id}/files/{path:path}",
+    operation_id="uploadSandboxFile",
+    response_model=FileOut,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/octet-stream": {"schema": BINARY, "example": "hello\n"}},
+        }
+    },
+    responses={
+        404: SANDBOX_NOT_FOUND,
+        409: problem("The sandbox is not running, or runs on an engine this API does not reach"),
+        413: problem("The file is larger than the sandbox's disk limit"),
+        422: problem("The path is absolute, has '..', or passes through a link"),
+    },
+)
+async def put_file(
+    sandbox_id: uuid.UUID,
+    path: str,
+    request: Request,
+    services: ServicesDep,
+    principal: PrincipalDep,
+) -> FileOut:
+    """Write the request body to ``path`` of the sandbox's workspace (parents made)."""
+    files = _files(request)
+    row = await run_in_threadpool(actions.load_sandbox, services, principal, sandbox_id)
+    cap = actions.upload_cap(row)
+    with tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY) as body:
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > cap:
+                raise Problem(413, "file_too_large", f"the file is larger than {cap} bytes")
+            await run_in_threadpool(body.write, chunk)
+        await run_in_threadpool(body.seek, 0)
+        stored = await run_in_threadpool(
+            actions.put_file, services, principal, files, sandbox_id, path, body, size
+        )
+    return FileOut.model_validate(stored)
+
+
+@router.get(
+    "/{sandbox_id}/files/{path:path}",
+    operation_id="downloadSandboxFile",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "content": {"application/octet-stream": {"schema": BINARY}, "application/x-tar": {}},
+            "description": "The file's bytes, or a directory as a tar",
+        },
+        404: problem("No such sandbox or file"),
+        409: problem("The sandbox is not running, or runs on an engine this API does not reach"),
+        422: problem("The path is absolute, has '..', or passes through a link"),
+    },
+)
+async def get_file(
+    sandbox_id: uuid.UUID,
+    path: str,
+    request: Request,
+    services: ServicesDep,
+    principal: PrincipalDep,
+) -> StreamingResponse:
+    """A file of the sandbox's workspace, streamed; a directory (or ``/``) comes as a tar."""
+    files = _files(request)
+    found = await run_in_threadpool(actions.get_file, services, principal, files, sandbox_id, path)
+    media = "application/x-tar" if found.is_dir else "application/octet-stream"
+    name = f"{found.name}.tar" if found.is_dir else found.name
+    return StreamingResponse(
+        iterate_in_threadpool(found.chunks),
+        media_type=media,
+        headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(name)}"},
+    )

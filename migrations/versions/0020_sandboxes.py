@@ -2,7 +2,7 @@
 
 A sandbox is a run (its job, lease, claim, quotas and adoption are the run's), and
 ``sandboxes`` holds what only a sandbox has: its idle timeout, how many commands may run at
-once, and when a caller last used it. ``sandbox_execs`` are the commands asked of a sandbox,
+once, when a caller last used it, and when its container was first ready. ``sandbox_execs`` are the commands asked of a sandbox,
 which its owner picks up, and ``sandbox_exec_chunks`` their output, keyed by exec, stream and
 byte offset so that whoever owns the sandbox appends each byte once. All go with their run.
 
@@ -43,6 +43,7 @@ def upgrade() -> None:
             server_default=sa.text("now()"),
             nullable=False,
         ),
+        sa.Column("ready_at", sa.DateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
             ["run_id"],
             ["tool_runs.id"],

@@ -526,6 +526,8 @@ class Sandbox(Base):
         DateTime(timezone=True), server_default=func.now()
     )
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # When its owner first found the container running and its workspace made.
+    ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class SandboxExec(Base):

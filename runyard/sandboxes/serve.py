@@ -50,12 +50,18 @@ class ExecServer:
         # Commands this owner started (or found started): a missing directory after that
         # means the sandbox's own processes removed it, not that the command never began.
         self._seen: set[uuid.UUID] = set()
+        self._ready = False
 
     def serve_once(self) -> Tick | None:
         """One round over the open commands; the tick it read (None without the row)."""
         tick = self._store.tick(self._run_id, OPEN_LIMIT)
         if tick is None:
             return None
+        if not self._ready:
+            if not self._engine.ready(self._container):
+                return tick
+            self._store.mark_ready(self._run_id)
+            self._ready = True
         if self._redactor is None:
             self._redactor = self._make_redactor()
         running = [e for e in tick.execs if e.status == "running"]

@@ -18,13 +18,19 @@ INSERT_SANDBOX = text(
     """
 )
 
+# Its owner found the container running with its workspace made: callers may use it now.
+MARK_READY = text(
+    "UPDATE sandboxes SET ready_at = now() WHERE run_id = :run_id AND ready_at IS NULL"
+)
+
 # A caller used the sandbox (an exec, a file read or written): its idle clock starts again.
 TOUCH = text("UPDATE sandboxes SET last_active_at = now() WHERE run_id = :run_id")
 
 _VIEW = """
     SELECT s.run_id, s.tenant, s.tool, s.idle_timeout_seconds, s.max_execs, s.last_active_at,
-           s.created_at, r.status, r.error_code, r.error, r.started_at, r.finished_at,
-           j.deadline_at, j.engine_id
+           s.created_at, s.ready_at, r.status, r.error_code, r.error, r.started_at, r.finished_at,
+           j.deadline_at, j.engine_id, CAST(r.spec->>'disk_mb' AS integer) AS disk_mb,
+           coalesce(r.spec->>'user', '65534:65534') AS container_user, r.attempts AS attempt
     FROM sandboxes s
     JOIN tool_runs r ON r.id = s.run_id
     LEFT JOIN tool_run_jobs j ON j.run_id = s.run_id

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from runyard.domain.attempt import container_name
 from runyard.domain.states import RunStatus
 from runyard.platform.db import autocommit
 from runyard.sandboxes import sql
@@ -28,6 +29,7 @@ class SandboxRow:
     max_execs: int
     last_active_at: datetime
     created_at: datetime
+    ready_at: datetime | None
     status: RunStatus
     error_code: str | None
     error: str | None
@@ -35,6 +37,14 @@ class SandboxRow:
     finished_at: datetime | None
     deadline_at: datetime | None
     engine_id: str | None
+    disk_mb: int | None
+    container_user: str
+    attempt: int
+
+    @property
+    def container(self) -> str:
+        """The name of its container (its attempt's)."""
+        return container_name(self.run_id, self.attempt)
 
 
 @dataclass(frozen=True)
@@ -137,6 +147,10 @@ class SandboxStore:
                 "max_execs": max_execs,
             },
         )
+
+    def mark_ready(self, run_id: uuid.UUID) -> None:
+        """Its container runs and its workspace is made."""
+        self._rows(sql.MARK_READY, {"run_id": run_id})
 
     def touch(self, run_id: uuid.UUID) -> None:
         """A caller used the sandbox now."""

@@ -6,6 +6,7 @@ import io
 import tarfile
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import docker
@@ -15,9 +16,11 @@ import requests.exceptions
 from runyard.domain.sandboxes import EXECS_DIR
 from runyard.runner import RunnerUnavailable
 from runyard.runners.docker.connection import skip_environment_lookups
+from runyard.runners.docker.engine_marker import EngineMarker
 from runyard.runners.docker.outputs import tool_ids
 from runyard.sandbox_engine import (
     EXEC_KILL,
+    EXEC_NO_LINKS,
     EXEC_POLL,
     EXEC_READ,
     EXEC_WRAPPER,
@@ -36,8 +39,9 @@ _TRANSPORT_ERRORS = (
 class DockerSandboxEngine:
     """Runs the sandbox scripts in a container through the engine's exec API."""
 
-    def __init__(self, api: docker.APIClient) -> None:
-        self._api = api
+    def __init__(self, client: docker.DockerClient) -> None:
+        self._api = client.api
+        self._marker = EngineMarker(client)
 
     @classmethod
     def from_env(cls, timeout_seconds: float) -> DockerSandboxEngine:
@@ -47,7 +51,7 @@ class DockerSandboxEngine:
         except docker.errors.DockerException as exc:
             raise RunnerUnavailable(f"cannot reach the Docker engine: {exc}") from exc
         skip_environment_lookups(client.api)
-        return cls(client.api)
+        return cls(client)
 
     def _exec(
         self,
@@ -106,6 +110,11 @@ class DockerSandboxEngine:
         except _TRANSPORT_ERRORS as exc:
             raise RunnerUnavailable(f"cannot write stdin into {container}: {exc}") from exc
 
+    def ready(self, container: str) -> bool:
+        """The keeper's directories are there."""
+        argv = ["/bin/sh", "-c", f"test -d {EXECS_DIR} && echo ok"]
+        return self._exec(container, argv).strip() == b"ok"
+
     def poll_exec(self, container: str, exec_id: uuid.UUID) -> ExecFiles:
         """The command's exit and output sizes, as the container has them."""
         out = self._exec(container, ["/bin/sh", "-c", EXEC_POLL, "runyard-poll", str(exec_id)])
@@ -135,3 +144,33 @@ class DockerSandboxEngine:
         wanted = set(names)
         pairs = (entry.partition("=") for entry in attrs.get("Config", {}).get("Env") or [])
         return [value for name, _, value in pairs if name in wanted]
+
+    # --- files ---
+
+    def engine_id(self) -> str:
+        """The id kept in the engine's marker."""
+        return self._marker.engine_id()
+
+    def has_link(self, container: str, path: str) -> bool:
+        """Asked inside the container, as its user: is a component of ``path`` a link?"""
+        out = self._exec(container, ["/bin/sh", "-c", EXEC_NO_LINKS, "runyard-check", path])
+        return out.strip() != b"ok"
+
+    def put_archive(self, container: str, directory: str, data: Iterator[bytes]) -> None:
+        """Unpack the tar stream into ``directory`` (sent chunked, never held whole)."""
+        try:
+            self._api.put_archive(container, directory, data)
+        except docker.errors.NotFound as exc:
+            raise SandboxNotRunning(f"no {directory} in {container}") from exc
+        except _TRANSPORT_ERRORS as exc:
+            raise RunnerUnavailable(f"cannot write into {container}: {exc}") from exc
+
+    def get_archive(self, container: str, path: str) -> tuple[Iterator[bytes], dict[str, Any]]:
+        """``path`` as a tar stream and its stat; FileNotFoundError if it is not there."""
+        try:
+            stream, stat = self._api.get_archive(container, path, chunk_size=1_048_576)
+        except docker.errors.NotFound as exc:
+            raise FileNotFoundError(path) from exc
+        except _TRANSPORT_ERRORS as exc:
+            raise RunnerUnavailable(f"cannot read from {container}: {exc}") from exc
+        return iter(stream), dict(stat)

@@ -69,9 +69,7 @@ class Stack:
 
 def sandbox_worker(engine: Engine, client: docker.DockerClient, worker_id: str) -> Worker:
     """A worker whose runner serves sandboxes, with short polls and leases."""
-    runner = SandboxRunner(
-        DockerRunner(client), DockerSandboxEngine(client.api), SandboxStore(engine)
-    )
+    runner = SandboxRunner(DockerRunner(client), DockerSandboxEngine(client), SandboxStore(engine))
     config = WorkerConfig(
         worker_id=worker_id,
         concurrency=4,
