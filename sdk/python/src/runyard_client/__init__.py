@@ -7,6 +7,7 @@ from runyard_client._async_client import AsyncRunyard
 from runyard_client._client import Runyard
 from runyard_client._files import UnsafePathError
 from runyard_client._retry import RetryPolicy
+from runyard_client._sandboxes import AsyncSandbox, ExecEvent, ExecResult, Sandbox, SandboxInfo
 from runyard_client._version import __version__
 from runyard_client.errors import (
     ArtifactIntegrityError,
@@ -66,6 +67,7 @@ __all__ = [
     "ArtifactIntegrityError",
     "ArtifactList",
     "AsyncRunyard",
+    "AsyncSandbox",
     "AuthenticationError",
     "BaseEvent",
     "Batch",
@@ -79,6 +81,8 @@ __all__ = [
     "ConflictError",
     "DependenciesMetEvent",
     "Event",
+    "ExecEvent",
+    "ExecResult",
     "InvalidRequestError",
     "InvalidResponseError",
     "LeaseExpiredEvent",
@@ -96,6 +100,8 @@ __all__ = [
     "RunStatus",
     "Runyard",
     "RunyardError",
+    "Sandbox",
+    "SandboxInfo",
     "ServerError",
     "SkippedEvent",
     "StaleEvent",
