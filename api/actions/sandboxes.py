@@ -248,7 +248,7 @@ async def exec_events(
     """The command's output as SSE from ``ends`` on, then ``exit``; bounded in time like a
     run's events (the client resumes with ``Last-Event-ID``)."""
     store = store_of(services)
-    started = time.monotonic()
+    started = last_sent = time.monotonic()
     pause = EXEC_POLL_SECONDS
     services.open_streams += 1
     try:
@@ -264,6 +264,10 @@ async def exec_events(
             )
             for chunk in chunks:
                 yield _sse(chunk, ends)
+                last_sent = time.monotonic()
+            if time.monotonic() - last_sent >= services.settings.events_keepalive_seconds:
+                yield ": keepalive\n\n"
+                last_sent = time.monotonic()
             if len(chunks) == CHUNK_PAGE:
                 pause = EXEC_POLL_SECONDS
                 continue

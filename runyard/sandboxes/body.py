@@ -19,7 +19,7 @@ from runyard.domain.attempt import AttemptResult, AttemptSpec, ManagedAttempt
 from runyard.domain.sandboxes import EndFacts, end_of, idle_passed
 from runyard.domain.states import ContainerState
 from runyard.registry.redact import Redactor
-from runyard.runner import AttemptControl, Runner, RunnerUnavailable
+from runyard.runner import AttemptControl, Runner
 from runyard.sandbox_engine import SandboxEngine, SandboxNotRunning
 from runyard.sandboxes.serve import ExecServer
 from runyard.sandboxes.store import SandboxStore
@@ -96,6 +96,8 @@ class _Session:
         self._result: AttemptResult | None = None
         self._error: BaseException | None = None
         self._stopped_idle = False
+        # Trouble is logged once until a round succeeds again, not every round of an outage.
+        self._troubled = False
 
     def _hold_container(self) -> None:
         try:
@@ -149,12 +151,12 @@ class _Session:
             tick = server.serve_once()
         except SandboxNotRunning:
             return
-        except RunnerUnavailable as exc:
-            logger.warning("sandbox engine trouble", extra=self._log(error=str(exc)))
+        except Exception as exc:  # the engine or the database: the next round tries again
+            if not self._troubled:
+                logger.warning("sandbox round failed", extra=self._log(error=repr(exc)))
+            self._troubled = True
             return
-        except Exception as exc:  # the database: the next round tries again
-            logger.warning("sandbox round failed", extra=self._log(error=repr(exc)))
-            return
+        self._troubled = False
         if tick is None:
             return
         running = sum(1 for e in tick.execs if e.status == "running")
