@@ -7,6 +7,7 @@ import json
 import time
 from typing import Any
 
+import docker
 import pytest
 
 from tests.integration.sandboxes.conftest import Stack
@@ -136,3 +137,17 @@ def test_ttl_and_idle__end_the_sandbox_with_their_reason(stack: Stack):
 
     assert idle_end["end_reason"] == "idle"
     assert ttl_end["end_reason"] == "ttl"
+
+
+def test_container_killed_outside__the_sandbox_ends_container_exited(
+    stack: Stack, docker_client: docker.DockerClient
+):
+    sid = stack.create()["id"]
+
+    docker_client.api.kill(f"runyard-{sid}-1")
+    ended = stack.wait_status(sid, "ended", timeout=30)
+    refused = stack.client.post(f"/v1/sandboxes/{sid}/exec", json={"command": ["true"]})
+
+    assert ended["end_reason"] == "container_exited"
+    assert "stopped by itself" in ended["error"]
+    assert refused.status_code == 409
