@@ -35,6 +35,7 @@ from runyard.runners.docker.runner import DockerRunner
 from runyard.runners.docker.sandbox_engine import DockerSandboxEngine
 from runyard.sandboxes.body import SandboxRunner
 from runyard.sandboxes.store import SandboxStore
+from runyard.sandboxes.wakeups import ExecWakeups
 from worker.builds import BuildAgent, BuildConfig
 from worker.service import Worker, WorkerConfig
 from worker.wakeup import Wakeups
@@ -197,6 +198,7 @@ def build_worker(
             runner,
             DockerSandboxEngine.from_env(settings.docker_timeout_seconds),
             SandboxStore(engine),
+            wakeups=ExecWakeups(settings.connection_plan().listen_url),
         ),
         config,
         WorkerRegistry(heartbeat_engine),

@@ -23,11 +23,15 @@ from runyard.runner import AttemptControl, Runner
 from runyard.sandbox_engine import SandboxEngine, SandboxNotRunning
 from runyard.sandboxes.serve import ExecServer
 from runyard.sandboxes.store import SandboxStore
+from runyard.sandboxes.wakeups import ExecWakeups
 
 logger = logging.getLogger(__name__)
 
 SESSION_KEY = "sandbox_session"
+# A round this often while commands are open (or without notifications), else at least
+# every IDLE_POLL_SECONDS, sooner when a new command's notification wakes it.
 POLL_SECONDS = 0.2
+IDLE_POLL_SECONDS = 1.0
 
 
 class SandboxRunner:
@@ -39,11 +43,13 @@ class SandboxRunner:
         engine: SandboxEngine,
         store: SandboxStore,
         *,
+        wakeups: ExecWakeups | None = None,
         poll_seconds: float = POLL_SECONDS,
     ) -> None:
         self._inner = inner
         self._engine = engine
         self._store = store
+        self._wakeups = wakeups or ExecWakeups(None)
         self._poll_seconds = poll_seconds
 
     def __getattr__(self, name: str) -> Any:
@@ -129,10 +135,19 @@ class _Session:
             output_cap=int(self._session["output_cap_bytes"]),
             redactor=self._redactor,
         )
-        while holder.is_alive():
-            if not control.abandon.is_set() and not control.cancel.is_set():
-                self._round(server)
-            holder.join(self._runner._poll_seconds)
+        wakeups = self._runner._wakeups
+        woken = wakeups.event(spec.run_id)
+        try:
+            while holder.is_alive():
+                busy = True
+                if not control.abandon.is_set() and not control.cancel.is_set():
+                    busy = self._round(server)
+                idle_wait = IDLE_POLL_SECONDS if wakeups.listening else self._runner._poll_seconds
+                woken.wait(self._runner._poll_seconds if busy else idle_wait)
+                woken.clear()
+        finally:
+            wakeups.forget(spec.run_id)
+        holder.join()
         if self._error is not None:
             raise self._error
         assert self._result is not None
@@ -142,7 +157,7 @@ class _Session:
         names = sorted(self._spec.tool.get("secrets") or {})
         return Redactor(self._runner._engine.secret_values(self._spec.container_name, names))
 
-    def _round(self, server: ExecServer) -> None:
+    def _round(self, server: ExecServer) -> bool:
         """Serve the commands once and stop the sandbox if it is idle; trouble is logged and
         the next round tries again (the runner notices a dead engine on its own). No lease
         check per round: every write here is idempotent (see ``ExecServer``), and a lost
@@ -150,20 +165,22 @@ class _Session:
         try:
             tick = server.serve_once()
         except SandboxNotRunning:
-            return
+            return True
         except Exception as exc:  # the engine or the database: the next round tries again
             if not self._troubled:
                 logger.warning("sandbox round failed", extra=self._log(error=repr(exc)))
             self._troubled = True
-            return
+            return True
         self._troubled = False
         if tick is None:
-            return
+            return True
         running = sum(1 for e in tick.execs if e.status == "running")
         if idle_passed(tick.db_now, tick.last_active_at, tick.idle_timeout_seconds, running):
             logger.info("sandbox idle; stopping it", extra=self._log(action="idle"))
             self._stopped_idle = True
             self._control.cancel.set()
+        # Busy while commands are open or the container is not ready yet.
+        return bool(tick.execs) or not server.ready
 
     def _end(self, outcome: AttemptResult) -> AttemptResult:
         """The container stopped: the sandbox's outcome, and its open commands ended."""

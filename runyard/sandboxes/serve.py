@@ -52,6 +52,11 @@ class ExecServer:
         self._seen: set[uuid.UUID] = set()
         self._ready = False
 
+    @property
+    def ready(self) -> bool:
+        """Whether the container was found running with its workspace made."""
+        return self._ready
+
     def serve_once(self) -> Tick | None:
         """One round over the open commands; the tick it read (None without the row)."""
         tick = self._store.tick(self._run_id, OPEN_LIMIT)

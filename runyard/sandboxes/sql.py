@@ -54,8 +54,9 @@ LIST_SANDBOXES = text(
     """
 )
 
-# A command for a sandbox that has not ended, and the sandbox touched, in one statement; no
-# row: the sandbox has ended (or is not there).
+# A command for a sandbox that has not ended, the sandbox touched and its owner woken
+# (``runyard_sandbox_execs``, at the commit), in one statement; no row: the sandbox has ended
+# (or is not there).
 INSERT_EXEC = text(
     """
     WITH alive AS (
@@ -66,9 +67,10 @@ INSERT_EXEC = text(
         WHERE run_id IN (SELECT run_id FROM alive)
     )
     INSERT INTO sandbox_execs (id, run_id, command, stdin, env, cwd, timeout_seconds)
-    SELECT :exec_id, run_id, CAST(:command AS jsonb), :stdin, CAST(:env AS jsonb), :cwd,
+    SELECT :exec_id, a.run_id, CAST(:command AS jsonb), :stdin, CAST(:env AS jsonb), :cwd,
            :timeout_seconds
-    FROM alive
+    FROM alive a,
+         LATERAL (SELECT pg_notify('runyard_sandbox_execs', CAST(a.run_id AS text))) woken
     RETURNING id
     """
 )

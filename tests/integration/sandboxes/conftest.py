@@ -20,6 +20,7 @@ from runyard.runners.docker.runner import DockerRunner
 from runyard.runners.docker.sandbox_engine import DockerSandboxEngine
 from runyard.sandboxes.body import SandboxRunner
 from runyard.sandboxes.store import SandboxStore
+from runyard.sandboxes.wakeups import ExecWakeups
 from tests.integration.api.test_api_helpers import bearer, live_server, make_app
 from worker.service import Worker, WorkerConfig
 
@@ -67,9 +68,16 @@ class Stack:
             assert time.monotonic() < deadline, found
 
 
-def sandbox_worker(engine: Engine, client: docker.DockerClient, worker_id: str) -> Worker:
-    """A worker whose runner serves sandboxes, with short polls and leases."""
-    runner = SandboxRunner(DockerRunner(client), DockerSandboxEngine(client), SandboxStore(engine))
+def sandbox_worker(
+    engine: Engine, client: docker.DockerClient, worker_id: str, listen_url: str
+) -> Worker:
+    """A worker whose runner serves sandboxes (woken by notifications), short leases."""
+    runner = SandboxRunner(
+        DockerRunner(client),
+        DockerSandboxEngine(client),
+        SandboxStore(engine),
+        wakeups=ExecWakeups(listen_url),
+    )
     config = WorkerConfig(
         worker_id=worker_id,
         concurrency=4,
@@ -86,7 +94,7 @@ def stack(
 ) -> Iterator[Stack]:
     """The API and one sandbox worker, stopped (its sandboxes handed over) after the test."""
     app = make_app(database_url, engine, registry, max_wait_seconds=5.0)
-    worker = sandbox_worker(engine, docker_client, "sandbox-worker")
+    worker = sandbox_worker(engine, docker_client, "sandbox-worker", database_url)
     loop = threading.Thread(target=worker.run_forever, name="test-worker", daemon=True)
     loop.start()
     try:

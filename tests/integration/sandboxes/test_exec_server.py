@@ -14,6 +14,7 @@ from runyard.sandboxes.create import Sandboxes, SandboxRequest
 from runyard.sandboxes.fake import FakeSandboxEngine
 from runyard.sandboxes.serve import ExecServer
 from runyard.sandboxes.store import ExecRow, NewExec, SandboxStore
+from runyard.sandboxes.wakeups import ExecWakeups
 
 CONTAINER = "runyard-test-1"
 
@@ -150,3 +151,23 @@ def test_exec_server__caps_each_stream_and_kills_an_overdue_command(
     assert fake.kills == [overdue]
     killed = exec_row(store, run_id, overdue)
     assert (killed.status, killed.exit_code, killed.timed_out) == ("finished", 137, True)
+
+
+def test_exec_wakeups__a_new_command_wakes_its_sandbox_only(
+    engine: Engine, registry: ToolRegistry, database_url: str
+):
+    store = SandboxStore(engine)
+    run_id, other = new_sandbox(engine, registry), new_sandbox(engine, registry)
+    wakeups = ExecWakeups(database_url)
+    try:
+        mine, theirs = wakeups.event(run_id), wakeups.event(other)
+        assert mine.wait(10)  # set once the listener is connected: a round looks at once
+        mine.clear()
+        theirs.clear()
+
+        store.insert_exec(run_id, NewExec(["true"], b"", {}, "/", 5))
+
+        assert mine.wait(10)
+        assert not theirs.is_set()
+    finally:
+        wakeups.stop()

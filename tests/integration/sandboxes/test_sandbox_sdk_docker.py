@@ -9,7 +9,7 @@ import pytest
 from runyard_client import AsyncRunyard, Runyard
 from tests.integration.sandboxes.conftest import Stack
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
 def key_of(stack: Stack) -> str:
