@@ -13,6 +13,7 @@ import uuid
 
 import psycopg
 
+from runyard.platform.listening import listen_until_stopped
 from runyard.platform.settings import libpq_url
 
 logger = logging.getLogger(__name__)
@@ -62,16 +63,7 @@ class ExecWakeups:
                 event.set()
 
     def _run(self) -> None:
-        delay = 0.5
-        while not self._stop.is_set():
-            try:
-                self._listen()
-                delay = 0.5
-            except psycopg.Error as exc:
-                logger.warning("sandbox listen lost; reconnecting", extra={"error": str(exc)})
-                self._wake_all()
-                self._stop.wait(delay)
-                delay = min(delay * 2, 10.0)
+        listen_until_stopped(self._listen, self._stop, self._wake_all, "sandbox listen")
 
     def _listen(self) -> None:
         assert self._url is not None
