@@ -16,6 +16,7 @@ from api.deps import Services, visible_tenant
 from api.problems import Problem
 from api.sandbox_schemas import ExecCreate, ExecOut, SandboxCreate, SandboxOut
 from runyard.domain.sandboxes import (
+    MAX_EXECS_TOTAL,
     command_problem,
     env_problem,
     event_id,
@@ -145,6 +146,13 @@ def create_exec(
     new = NewExec(body.command, stdin, body.env, cwd, body.timeout_seconds)
     exec_id = store_of(services).insert_exec(sandbox_id, new)
     if exec_id is None:
+        row = load_sandbox(services, principal, sandbox_id)
+        if not row.status.is_terminal:
+            raise Problem(
+                429,
+                "too_many_execs",
+                f"sandbox {sandbox_id} has had its {MAX_EXECS_TOTAL} commands; make a new one",
+            )
         raise Problem(409, "sandbox_ended", f"sandbox {sandbox_id} has ended")
     return read_exec(services, principal, sandbox_id, exec_id)
 

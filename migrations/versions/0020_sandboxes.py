@@ -44,6 +44,7 @@ def upgrade() -> None:
             nullable=False,
         ),
         sa.Column("ready_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("exec_count", sa.Integer(), server_default="0", nullable=False),
         sa.ForeignKeyConstraint(
             ["run_id"],
             ["tool_runs.id"],

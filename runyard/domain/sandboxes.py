@@ -25,6 +25,9 @@ MAX_COMMAND_BYTES = 65_536
 MAX_ENV_VARS = 64
 MAX_ENV_BYTES = 32_768
 MAX_EXECS_CEILING = 16
+# The most commands one sandbox may be asked in its life: each keeps its output (capped) in
+# the database until the sandbox's run goes.
+MAX_EXECS_TOTAL = 10_000
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 

@@ -528,6 +528,8 @@ class Sandbox(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     # When its owner first found the container running and its workspace made.
     ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Commands asked of it so far (at most ``MAX_EXECS_TOTAL``).
+    exec_count: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class SandboxExec(Base):

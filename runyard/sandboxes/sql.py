@@ -28,7 +28,8 @@ TOUCH = text("UPDATE sandboxes SET last_active_at = now() WHERE run_id = :run_id
 
 _VIEW = """
     SELECT s.run_id, s.tenant, s.tool, s.idle_timeout_seconds, s.max_execs, s.last_active_at,
-           s.created_at, s.ready_at, r.status, r.error_code, r.error, r.started_at, r.finished_at,
+           s.created_at, s.ready_at, s.exec_count, r.status, r.error_code, r.error,
+           r.started_at, r.finished_at,
            j.deadline_at, j.engine_id, CAST(r.spec->>'disk_mb' AS integer) AS disk_mb,
            coalesce(r.spec->>'user', '65534:65534') AS container_user, r.attempts AS attempt
     FROM sandboxes s
@@ -54,22 +55,24 @@ LIST_SANDBOXES = text(
     """
 )
 
-# A command for a sandbox that has not ended, the sandbox touched and its owner woken
-# (``runyard_sandbox_execs``, at the commit), in one statement; no row: the sandbox has ended
-# (or is not there).
+# A command for a sandbox that has not ended and has room for it (``exec_count`` below
+# ``:max_total``), the sandbox touched and counted and its owner woken
+# (``runyard_sandbox_execs``, at the commit), in one statement; no row: the sandbox has ended,
+# has had its most commands, or is not there.
 INSERT_EXEC = text(
     """
     WITH alive AS (
         SELECT s.run_id FROM sandboxes s JOIN tool_runs r ON r.id = s.run_id
         WHERE s.run_id = :run_id AND r.status IN ('queued', 'running')
-    ), touched AS (
-        UPDATE sandboxes SET last_active_at = now()
-        WHERE run_id IN (SELECT run_id FROM alive)
+    ), counted AS (
+        UPDATE sandboxes SET last_active_at = now(), exec_count = exec_count + 1
+        WHERE run_id IN (SELECT run_id FROM alive) AND exec_count < :max_total
+        RETURNING run_id
     )
     INSERT INTO sandbox_execs (id, run_id, command, stdin, env, cwd, timeout_seconds)
     SELECT :exec_id, a.run_id, CAST(:command AS jsonb), :stdin, CAST(:env AS jsonb), :cwd,
            :timeout_seconds
-    FROM alive a,
+    FROM counted a,
          LATERAL (SELECT pg_notify('runyard_sandbox_execs', CAST(a.run_id AS text))) woken
     RETURNING id
     """

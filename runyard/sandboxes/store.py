@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from runyard.domain.attempt import container_name
+from runyard.domain.sandboxes import MAX_EXECS_TOTAL
 from runyard.domain.states import RunStatus
 from runyard.platform.db import autocommit
 from runyard.sandboxes import sql
@@ -30,6 +31,7 @@ class SandboxRow:
     last_active_at: datetime
     created_at: datetime
     ready_at: datetime | None
+    exec_count: int
     status: RunStatus
     error_code: str | None
     error: str | None
@@ -168,8 +170,10 @@ class SandboxStore:
 
     # --- commands, the caller's side ---
 
-    def insert_exec(self, run_id: uuid.UUID, new: NewExec) -> uuid.UUID | None:
-        """The new command's id; None if the sandbox has ended."""
+    def insert_exec(
+        self, run_id: uuid.UUID, new: NewExec, max_total: int = MAX_EXECS_TOTAL
+    ) -> uuid.UUID | None:
+        """The new command's id; None if the sandbox has ended or had ``max_total``."""
         exec_id = uuid.uuid4()
         rows = self._rows(
             sql.INSERT_EXEC,
@@ -181,6 +185,7 @@ class SandboxStore:
                 "env": json.dumps(new.env),
                 "cwd": new.cwd,
                 "timeout_seconds": new.timeout_seconds,
+                "max_total": max_total,
             },
         )
         return exec_id if rows else None

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
+from runyard.domain.sandboxes import MAX_EXECS_TOTAL
 from runyard.registry.tools import ToolRegistry
 from runyard.runners.fake import FakeRunner
 from tests.integration.api.test_api_helpers import bearer, make_app
@@ -139,3 +140,19 @@ def test_sync_mode__refuses_sandboxes(database_url: str, engine: Engine, registr
     assert answer.status_code == 409
     assert answer.json()["code"] == "queue_mode_only"
     assert "queue mode" in answer.json()["detail"]
+
+
+def test_exec__a_sandbox_takes_at_most_its_total_of_commands(client: TestClient, engine: Engine):
+    acme = bearer(engine, "acme")
+    sid = create(client, acme)["id"]
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE sandboxes SET exec_count = :n WHERE run_id = :id"),
+            {"n": MAX_EXECS_TOTAL - 1, "id": sid},
+        )
+
+    last = client.post(f"/v1/sandboxes/{sid}/exec", json={"command": ["true"]}, headers=acme)
+    over = client.post(f"/v1/sandboxes/{sid}/exec", json={"command": ["true"]}, headers=acme)
+
+    assert last.status_code == 202
+    assert over.status_code == 429 and over.json()["code"] == "too_many_execs"
