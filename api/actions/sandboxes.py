@@ -24,6 +24,7 @@ from runyard.domain.sandboxes import (
     reason_of,
     workspace_dir,
 )
+from runyard.reads.notify import Subscription
 from runyard.runner import RunnerUnavailable
 from runyard.sandbox_engine import SandboxNotRunning
 from runyard.sandboxes.create import NotASandboxTool, Sandboxes, SandboxRequest
@@ -32,8 +33,10 @@ from runyard.sandboxes.store import Chunk, ExecRow, NewExec, SandboxRow, Sandbox
 from runyard.tenancy.auth import Principal
 
 CHUNK_PAGE = 64
+# Readers wake on the sandbox's notifications (a chunk stored, a command finished) and look
+# again at least this often without one.
 EXEC_POLL_SECONDS = 0.1
-EXEC_POLL_MAX_SECONDS = 0.5
+EXEC_POLL_MAX_SECONDS = 1.0
 ENDED_ERROR = "the sandbox ended before the command did"
 
 
@@ -221,12 +224,13 @@ async def await_exec(
     """The command, once finished or after ``wait`` seconds (capped), whichever is first."""
     give_up = time.monotonic() + min(wait, services.settings.max_wait_seconds)
     pause = EXEC_POLL_SECONDS
-    while True:
-        found = await run_in_threadpool(read_exec, services, principal, sandbox_id, exec_id)
-        if found.status == "finished" or time.monotonic() >= give_up:
-            return found
-        await anyio.sleep(min(pause, max(0.0, give_up - time.monotonic())))
-        pause = min(pause * 2, EXEC_POLL_MAX_SECONDS)
+    with services.notifier.subscribe(sandbox_id) as woken:
+        while True:
+            found = await run_in_threadpool(read_exec, services, principal, sandbox_id, exec_id)
+            if found.status == "finished" or time.monotonic() >= give_up:
+                return found
+            await woken.wait(min(pause, max(0.0, give_up - time.monotonic())))
+            pause = min(pause * 2, EXEC_POLL_MAX_SECONDS)
 
 
 def _sse(chunk: Chunk, ends: dict[str, int]) -> str:
@@ -255,52 +259,65 @@ async def exec_events(
 ) -> AsyncIterator[str]:
     """The command's output as SSE from ``ends`` on, then ``exit``; bounded in time like a
     run's events (the client resumes with ``Last-Event-ID``)."""
-    store = store_of(services)
-    started = last_sent = time.monotonic()
-    pause = EXEC_POLL_SECONDS
     services.open_streams += 1
     try:
         yield "retry: 2000\n\n"
-        while True:
-            chunks = await anyio.to_thread.run_sync(
-                store.chunks_from,
-                exec_id,
-                ends["stdout"],
-                ends["stderr"],
-                CHUNK_PAGE,
-                limiter=services.events_limiter,
-            )
-            for chunk in chunks:
-                yield _sse(chunk, ends)
-                last_sent = time.monotonic()
-            if time.monotonic() - last_sent >= services.settings.events_keepalive_seconds:
-                yield ": keepalive\n\n"
-                last_sent = time.monotonic()
-            if len(chunks) == CHUNK_PAGE:
-                pause = EXEC_POLL_SECONDS
-                continue
-            row = await run_in_threadpool(load_exec, services, principal, sandbox_id, exec_id)
-            status, error = _status_of(row)
-            caught_up = (ends["stdout"], ends["stderr"]) == (row.stdout_end, row.stderr_end)
-            if status == "finished" and (caught_up or row.status != "finished"):
-                data = {
-                    "exit_code": row.exit_code,
-                    "timed_out": row.timed_out,
-                    "error": error,
-                    "truncated": row.truncated,
-                }
-                name = event_id(ends["stdout"], ends["stderr"])
-                yield f"id: {name}\nevent: exit\ndata: {json.dumps(data)}\n\n"
-                return
-            if time.monotonic() - started >= services.settings.events_max_stream_seconds:
-                return
-            if not chunks:
-                await anyio.sleep(pause)
-                pause = min(pause * 2, EXEC_POLL_MAX_SECONDS)
-            else:
-                pause = EXEC_POLL_SECONDS
+        with services.notifier.subscribe(sandbox_id) as woken:
+            async for message in _exec_messages(
+                services, principal, (sandbox_id, exec_id), ends, woken
+            ):
+                yield message
     finally:
         services.open_streams -= 1
+
+
+async def _exec_messages(
+    services: Services,
+    principal: Principal,
+    ids: tuple[uuid.UUID, uuid.UUID],
+    ends: dict[str, int],
+    woken: Subscription,
+) -> AsyncIterator[str]:
+    """What ``exec_events`` sends: the chunks stored since ``ends``, woken by the sandbox's
+    notifications (or a poll), then the exit once every stored byte was sent."""
+    sandbox_id, exec_id = ids
+    store = store_of(services)
+    started = last_sent = time.monotonic()
+    pause = EXEC_POLL_SECONDS
+    while True:
+        chunks = await anyio.to_thread.run_sync(
+            store.chunks_from,
+            exec_id,
+            ends["stdout"],
+            ends["stderr"],
+            CHUNK_PAGE,
+            limiter=services.events_limiter,
+        )
+        for chunk in chunks:
+            yield _sse(chunk, ends)
+            last_sent = time.monotonic()
+        if time.monotonic() - last_sent >= services.settings.events_keepalive_seconds:
+            yield ": keepalive\n\n"
+            last_sent = time.monotonic()
+        if len(chunks) == CHUNK_PAGE:
+            continue
+        row = await run_in_threadpool(load_exec, services, principal, sandbox_id, exec_id)
+        status, error = _status_of(row)
+        caught_up = (ends["stdout"], ends["stderr"]) == (row.stdout_end, row.stderr_end)
+        if status == "finished" and (caught_up or row.status != "finished"):
+            data = {
+                "exit_code": row.exit_code,
+                "timed_out": row.timed_out,
+                "error": error,
+                "truncated": row.truncated,
+            }
+            name = event_id(ends["stdout"], ends["stderr"])
+            yield f"id: {name}\nevent: exit\ndata: {json.dumps(data)}\n\n"
+            return
+        if time.monotonic() - started >= services.settings.events_max_stream_seconds:
+            return
+        pause = EXEC_POLL_SECONDS if chunks else min(pause * 2, EXEC_POLL_MAX_SECONDS)
+        await woken.wait(pause)
 
 
 # --- files ---

@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 SESSION_KEY = "sandbox_session"
 # A round this often while commands are open (or without notifications), else at least
 # every IDLE_POLL_SECONDS, sooner when a new command's notification wakes it.
-POLL_SECONDS = 0.2
+POLL_SECONDS = 0.1
 IDLE_POLL_SECONDS = 1.0
 
 

@@ -111,7 +111,8 @@ MARK_EXEC_RUNNING = text(
 
 # Bytes [offset, offset + length) of a stream: stored only if they start exactly where the
 # stored bytes end, so two owners (one fenced out but still running) never store a byte twice
-# nor leave a gap; zero rows: someone else stored them, read the ends again.
+# nor leave a gap; zero rows: someone else stored them, read the ends again. Readers waiting
+# on the sandbox are woken (``runyard_events`` with its id, as a run's events do).
 APPEND_CHUNK = text(
     """
     WITH moved AS (
@@ -120,10 +121,11 @@ APPEND_CHUNK = text(
             stderr_end = CASE WHEN :stream = 'stderr' THEN :offset + :length ELSE stderr_end END
         WHERE id = :exec_id AND status = 'running'
           AND CASE WHEN :stream = 'stdout' THEN stdout_end ELSE stderr_end END = :offset
-        RETURNING id
+        RETURNING id, run_id
     )
     INSERT INTO sandbox_exec_chunks (exec_id, stream, "offset", length, data)
-    SELECT id, :stream, :offset, :length, :data FROM moved
+    SELECT m.id, :stream, :offset, :length, :data
+    FROM moved m, LATERAL (SELECT pg_notify('runyard_events', CAST(m.run_id AS text))) woken
     RETURNING "offset"
     """
 )
@@ -134,14 +136,15 @@ MARK_EXEC_TIMED_OUT = text(
     "UPDATE sandbox_execs SET timed_out = true WHERE id = :exec_id AND status = 'running'"
 )
 
-# The command exited and every byte it wrote (up to the cap) is stored: it ends, once.
+# The command exited and every byte it wrote (up to the cap) is stored: it ends, once, and
+# its readers are woken.
 FINISH_EXEC = text(
     """
     UPDATE sandbox_execs
     SET status = 'finished', exit_code = :exit_code, error = :error, truncated = :truncated,
         finished_at = now()
     WHERE id = :exec_id AND status <> 'finished'
-    RETURNING id
+    RETURNING id, pg_notify('runyard_events', CAST(run_id AS text))
     """
 )
 

@@ -55,7 +55,7 @@ def test_execs__run_concurrently_up_to_the_sandbox_limit(stack: Stack):
     ids = [
         stack.client.post(
             f"/v1/sandboxes/{sid}/exec",
-            json={"command": ["sh", "-c", "echo start; sleep 1"]},
+            json={"command": ["sh", "-c", "echo start; sleep 2"]},
         ).json()["id"]
         for _ in range(3)
     ]
@@ -64,10 +64,10 @@ def test_execs__run_concurrently_up_to_the_sandbox_limit(stack: Stack):
         return [stack.client.get(f"/v1/sandboxes/{sid}/execs/{i}").json()["status"] for i in ids]
 
     deadline = time.monotonic() + 20
-    while started().count("running") < 2:
+    while (seen := started()).count("running") < 2:
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    assert started().count("pending") == 1  # the third waits for a free place
+    assert seen.count("pending") == 1  # the third waits for a free place
     finished = [
         stack.client.get(f"/v1/sandboxes/{sid}/execs/{i}", params={"wait": 5}).json() for i in ids
     ]
