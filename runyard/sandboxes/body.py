@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from runyard.domain.attempt import AttemptResult, AttemptSpec, ManagedAttempt
@@ -34,6 +35,17 @@ POLL_SECONDS = 0.1
 IDLE_POLL_SECONDS = 1.0
 
 
+@dataclass(frozen=True)
+class _Parts:
+    """What every sandbox session of a process shares."""
+
+    inner: Runner
+    engine: SandboxEngine
+    store: SandboxStore
+    wakeups: ExecWakeups
+    poll_seconds: float
+
+
 class SandboxRunner:
     """The runner port, with sandboxes served beside their containers."""
 
@@ -47,14 +59,7 @@ class SandboxRunner:
         poll_seconds: float = POLL_SECONDS,
     ) -> None:
         self._inner = inner
-        self._engine = engine
-        self._store = store
-        self._wakeups = wakeups or ExecWakeups(None)
-        self._poll_seconds = poll_seconds
-
-    def __getattr__(self, name: str) -> Any:
-        # What the holder asks of its Docker runner beyond the port (its input mode, say).
-        return getattr(self._inner, name)
+        self._parts = _Parts(inner, engine, store, wakeups or ExecWakeups(None), poll_seconds)
 
     def engine_id(self) -> str:
         """The wrapped runner's engine."""
@@ -82,7 +87,7 @@ class SandboxRunner:
         session = spec.tool.get(SESSION_KEY)
         if not isinstance(session, dict):
             return self._inner.run(spec, control)
-        return _Session(self, spec, control, session).run()
+        return _Session(self._parts, spec, control, session).run()
 
 
 class _Session:
@@ -90,12 +95,12 @@ class _Session:
 
     def __init__(
         self,
-        runner: SandboxRunner,
+        parts: _Parts,
         spec: AttemptSpec,
         control: AttemptControl,
         session: dict[str, Any],
     ) -> None:
-        self._runner = runner
+        self._parts = parts
         self._spec = spec
         self._control = control
         self._session = session
@@ -107,12 +112,12 @@ class _Session:
 
     def _hold_container(self) -> None:
         try:
-            self._result = self._runner._inner.run(self._spec, self._control)
+            self._result = self._parts.inner.run(self._spec, self._control)
         except BaseException as exc:
             self._error = exc
 
     def run(self) -> AttemptResult:
-        spec, control, store = self._spec, self._control, self._runner._store
+        spec, control, store = self._spec, self._control, self._parts.store
         # A sandbox keeps no artifacts: its files are read while it lives.
         control.artifacts = None
         store.insert_sandbox(
@@ -127,7 +132,7 @@ class _Session:
         )
         holder.start()
         server = ExecServer(
-            self._runner._engine,
+            self._parts.engine,
             store,
             spec.run_id,
             spec.container_name,
@@ -135,18 +140,19 @@ class _Session:
             output_cap=int(self._session["output_cap_bytes"]),
             redactor=self._redactor,
         )
-        wakeups = self._runner._wakeups
+        wakeups = self._parts.wakeups
         woken = wakeups.event(spec.run_id)
         try:
             while holder.is_alive():
                 busy = True
                 if not control.abandon.is_set() and not control.cancel.is_set():
                     busy = self._round(server)
-                idle_wait = IDLE_POLL_SECONDS if wakeups.listening else self._runner._poll_seconds
-                woken.wait(self._runner._poll_seconds if busy else idle_wait)
+                idle_wait = IDLE_POLL_SECONDS if wakeups.listening else self._parts.poll_seconds
+                woken.wait(self._parts.poll_seconds if busy else idle_wait)
                 woken.clear()
         finally:
             wakeups.forget(spec.run_id)
+            server.close()
         holder.join()
         if self._error is not None:
             raise self._error
@@ -155,7 +161,7 @@ class _Session:
 
     def _redactor(self) -> Redactor:
         names = sorted(self._spec.tool.get("secrets") or {})
-        return Redactor(self._runner._engine.secret_values(self._spec.container_name, names))
+        return Redactor(self._parts.engine.secret_values(self._spec.container_name, names))
 
     def _round(self, server: ExecServer) -> bool:
         """Serve the commands once and stop the sandbox if it is idle; trouble is logged and
@@ -187,7 +193,7 @@ class _Session:
         spec, control = self._spec, self._control
         idle = self._stopped_idle
         if not idle:
-            tick = self._runner._store.tick(spec.run_id, limit=1)
+            tick = self._parts.store.tick(spec.run_id, limit=1)
             idle = tick is not None and idle_passed(
                 tick.db_now, tick.last_active_at, tick.idle_timeout_seconds, 0
             )
@@ -201,7 +207,7 @@ class _Session:
                 error_code=outcome.error_code,
             )
         )
-        self._runner._store.end_open(spec.run_id, "the sandbox ended before the command did")
+        self._parts.store.end_open(spec.run_id, "the sandbox ended before the command did")
         return AttemptResult(
             status=end.status,
             exit_code=outcome.exit_code,

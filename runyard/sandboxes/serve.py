@@ -10,10 +10,12 @@ after every byte it wrote is stored.
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
-from runyard.domain.sandboxes import complete_utf8, exec_timed_out, startable
+from runyard.domain.sandboxes import MAX_EXECS_CEILING, complete_utf8, exec_timed_out, startable
 from runyard.registry.redact import Redactor
 from runyard.sandbox_engine import ExecFiles, SandboxEngine
 from runyard.sandboxes.store import STREAMS, OpenExec, SandboxStore, Tick
@@ -49,8 +51,17 @@ class ExecServer:
         self._redactor: Redactor | None = None
         # Commands this owner started (or found started): a missing directory after that
         # means the sandbox's own processes removed it, not that the command never began.
+        # Followed from several threads at once, so guarded.
         self._seen: set[uuid.UUID] = set()
+        self._seen_lock = threading.Lock()
         self._ready = False
+        self._pool = ThreadPoolExecutor(
+            max_workers=MAX_EXECS_CEILING, thread_name_prefix=f"sandbox-{run_id}"
+        )
+
+    def close(self) -> None:
+        """Stop the threads that follow commands (after the last round)."""
+        self._pool.shutdown(wait=True)
 
     @property
     def ready(self) -> bool:
@@ -70,8 +81,10 @@ class ExecServer:
         if self._redactor is None:
             self._redactor = self._make_redactor()
         running = [e for e in tick.execs if e.status == "running"]
-        for open_exec in running:
-            self._follow(open_exec, tick)
+        # Each running command's poll and reads are engine round trips: side by side, one
+        # command's output never waits behind another's.
+        for _ in self._pool.map(lambda open_exec: self._follow(open_exec, tick), running):
+            pass
         pending = [e for e in tick.execs if e.status == "pending"]
         for open_exec in pending[: startable(len(pending), len(running), tick.max_execs)]:
             self._start(open_exec)
@@ -95,7 +108,8 @@ class ExecServer:
             stdin=stdin,
             user=self._user,
         )
-        self._seen.add(open_exec.id)
+        with self._seen_lock:
+            self._seen.add(open_exec.id)
         logger.info(
             "sandbox command started",
             extra={"run_id": str(self._run_id), "exec_id": str(open_exec.id)},
@@ -105,14 +119,17 @@ class ExecServer:
         """Store what a running command wrote since, and end it once it exited."""
         files = self._engine.poll_exec(self._container, open_exec.id)
         if not files.started:
-            if open_exec.id in self._seen:
+            with self._seen_lock:
+                seen = open_exec.id in self._seen
+            if seen:
                 self._store.finish(
                     open_exec.id, None, truncated=False, error="the command's output was removed"
                 )
             else:
                 self._launch(open_exec)  # marked running, never started: a crash between
             return
-        self._seen.add(open_exec.id)
+        with self._seen_lock:
+            self._seen.add(open_exec.id)
         caught_up = all(self._pump(open_exec, stream, files) for stream in STREAMS)
         if files.exit_code is not None:
             if caught_up:

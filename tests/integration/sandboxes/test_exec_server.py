@@ -4,7 +4,9 @@ it, characters and secrets never split, a command started once and ended once.""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
+import pytest
 from sqlalchemy import Engine, text
 
 from runyard.queue import AdmissionCaps, ApiQueue
@@ -23,6 +25,15 @@ def new_sandbox(engine: Engine, registry: ToolRegistry) -> uuid.UUID:
     store = SandboxStore(engine)
     uses = Sandboxes(ApiQueue(engine), registry, AdmissionCaps(), store, output_cap=64)
     return uses.create(SandboxRequest(tenant="acme", tool="sandbox"))
+
+
+@pytest.fixture
+def servers() -> Iterator[list[ExecServer]]:
+    """Servers a test makes, closed after it (their threads stopped)."""
+    made: list[ExecServer] = []
+    yield made
+    for made_server in made:
+        made_server.close()
 
 
 def server(
@@ -74,13 +85,16 @@ def test_append_chunk__stores_only_where_the_stored_bytes_end(
     assert exec_row(store, run_id, exec_id).exit_code == 0
 
 
-def test_two_owners_at_once__every_byte_once_and_one_start(engine: Engine, registry: ToolRegistry):
+def test_two_owners_at_once__every_byte_once_and_one_start(
+    engine: Engine, registry: ToolRegistry, servers: list[ExecServer]
+):
     store = SandboxStore(engine)
     fake = FakeSandboxEngine()
     run_id = new_sandbox(engine, registry)
     exec_id = store.insert_exec(run_id, NewExec(["yes"], b"", {}, "/", 60))
     assert exec_id is not None
     old, new = server(store, fake, run_id), server(store, fake, run_id)
+    servers += [old, new]
     old.serve_once()
     expected = bytearray()
     stale = store.tick(run_id, 64)  # what the old owner read before it stalled
@@ -103,13 +117,16 @@ def test_two_owners_at_once__every_byte_once_and_one_start(engine: Engine, regis
     assert (row.status, row.exit_code, row.stdout_end) == ("finished", 0, len(expected))
 
 
-def test_exec_server__never_splits_a_character_or_a_secret(engine: Engine, registry: ToolRegistry):
+def test_exec_server__never_splits_a_character_or_a_secret(
+    engine: Engine, registry: ToolRegistry, servers: list[ExecServer]
+):
     store = SandboxStore(engine)
     fake = FakeSandboxEngine(secrets=["hunter2"])
     run_id = new_sandbox(engine, registry)
     exec_id = store.insert_exec(run_id, NewExec(["sh"], b"", {}, "/", 60))
     assert exec_id is not None
     serving = server(store, fake, run_id)
+    servers.append(serving)
     serving.serve_once()
     out = fake.execs[exec_id].stdout
 
@@ -126,7 +143,7 @@ def test_exec_server__never_splits_a_character_or_a_secret(engine: Engine, regis
 
 
 def test_exec_server__caps_each_stream_and_kills_an_overdue_command(
-    engine: Engine, registry: ToolRegistry
+    engine: Engine, registry: ToolRegistry, servers: list[ExecServer]
 ):
     store = SandboxStore(engine)
     fake = FakeSandboxEngine()
@@ -135,6 +152,7 @@ def test_exec_server__caps_each_stream_and_kills_an_overdue_command(
     overdue = store.insert_exec(run_id, NewExec(["sleep", "9"], b"", {}, "/", 1))
     assert capped is not None and overdue is not None
     serving = server(store, fake, run_id, cap=10)
+    servers.append(serving)
     serving.serve_once()
     fake.execs[capped].stdout += b"y\n" * 50
     fake.execs[capped].exit_code = 0
