@@ -201,8 +201,8 @@ async def put_file(
     principal: PrincipalDep,
 ) -> FileOut:
     """Write the request body to ``path`` of the sandbox's workspace (parents made)."""
-    files = _files(request)
     row = await run_in_threadpool(actions.load_sandbox, services, principal, sandbox_id)
+    files = _files(request)
     cap = actions.upload_cap(row)
     with tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY) as body:
         size = 0
@@ -240,6 +240,7 @@ async def get_file(
     principal: PrincipalDep,
 ) -> StreamingResponse:
     """A file of the sandbox's workspace, streamed; a directory (or ``/``) comes as a tar."""
+    await run_in_threadpool(actions.load_sandbox, services, principal, sandbox_id)
     files = _files(request)
     found = await run_in_threadpool(actions.get_file, services, principal, files, sandbox_id, path)
     media = "application/x-tar" if found.is_dir else "application/octet-stream"

@@ -44,12 +44,16 @@ def test_another_tenant__gets_404_on_every_sandbox_route(client: TestClient, eng
         client.post(f"{base}/exec", json={"command": ["true"]}, headers=other),
         client.get(f"{base}/execs/{exec_id}", headers=other),
         client.get(f"{base}/execs/{exec_id}/events", headers=other),
+        client.put(f"{base}/files/a.txt", content=b"x", headers=other),
+        client.get(f"{base}/files/a.txt", headers=other),
     ]
 
     assert [a.status_code for a in answers] == [404] * len(answers)
     assert {a.json()["code"] for a in answers} == {"sandbox_not_found", "exec_not_found"}
     assert client.get("/v1/sandboxes", headers=other).json() == {"sandboxes": []}
     assert client.get(base, headers=acme).json()["status"] == "starting"
+    not_yet = client.get(f"{base}/files/a.txt", headers=acme)
+    assert not_yet.status_code == 409 and not_yet.json()["code"] == "sandbox_not_running"
 
 
 def test_create__answers_the_sandbox_queued_with_its_settings(client: TestClient, engine: Engine):
