@@ -171,6 +171,19 @@ EXEC_VIEW = text(
     """
 )
 
+# A sandbox's newest commands, for its page (``ix_sandbox_execs_run``).
+LIST_EXECS = text(
+    """
+    SELECT e.id, e.run_id, e.command, e.cwd, e.timeout_seconds, e.status, e.exit_code,
+           e.timed_out, e.error, e.stdout_end, e.stderr_end, e.truncated, e.created_at,
+           e.started_at, e.finished_at, r.status AS sandbox_status
+    FROM sandbox_execs e JOIN tool_runs r ON r.id = e.run_id
+    WHERE e.run_id = :run_id
+    ORDER BY e.created_at DESC, e.id DESC
+    LIMIT :limit
+    """
+)
+
 # Output chunks from the given ends on, in the order they were stored; each stream's chunks
 # form one chain, so filtering by offset never skips one that commits late.
 CHUNKS_FROM = text(

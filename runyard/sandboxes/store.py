@@ -195,13 +195,12 @@ class SandboxStore:
     ) -> ExecRow | None:
         """One command of a sandbox ``tenant`` (None: any) may see."""
         rows = self._rows(sql.EXEC_VIEW, {"exec_id": exec_id, "run_id": run_id, "tenant": tenant})
-        if not rows:
-            return None
-        row = rows[0]
-        return ExecRow(
-            **{k: v for k, v in row._asdict().items() if k != "sandbox_status"},
-            sandbox_status=RunStatus(row.sandbox_status),
-        )
+        return _exec_row(rows[0]) if rows else None
+
+    def execs(self, run_id: uuid.UUID, limit: int) -> list[ExecRow]:
+        """A sandbox's newest commands (the caller checked who may see it)."""
+        rows = self._rows(sql.LIST_EXECS, {"run_id": run_id, "limit": limit})
+        return [_exec_row(row) for row in rows]
 
     def chunks_from(
         self, exec_id: uuid.UUID, stdout_from: int, stderr_from: int, limit: int
@@ -284,6 +283,12 @@ class SandboxStore:
     def end_open(self, run_id: uuid.UUID, error: str) -> None:
         """The sandbox ended: its unfinished commands end with ``error``."""
         self._rows(sql.END_OPEN_EXECS, {"run_id": run_id, "error": error})
+
+
+def _exec_row(row: Any) -> ExecRow:
+    fields = row._asdict()
+    fields["sandbox_status"] = RunStatus(fields["sandbox_status"])
+    return ExecRow(**fields)
 
 
 def _sandbox(row: Any) -> SandboxRow:

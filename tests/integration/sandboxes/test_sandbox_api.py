@@ -160,3 +160,26 @@ def test_exec__a_sandbox_takes_at_most_its_total_of_commands(client: TestClient,
 
     assert last.status_code == 202
     assert over.status_code == 429 and over.json()["code"] == "too_many_execs"
+
+
+def test_dashboard__lists_the_tenants_sandboxes_and_shows_one_with_its_commands(
+    client: TestClient, engine: Engine
+):
+    acme, other = bearer(engine, "acme"), bearer(engine, "other")
+    sid = create(client, acme)["id"]
+    theirs = create(client, other)["id"]
+    client.post(f"/v1/sandboxes/{sid}/exec", json={"command": ["ls", "-l"]}, headers=acme)
+    login = client.post(
+        "/ui/login",
+        data={"api_key": acme["Authorization"].removeprefix("Bearer "), "next": "/ui/runs"},
+        follow_redirects=False,
+    )
+    assert login.status_code == 303, login.text
+
+    listing = client.get("/ui/sandboxes")
+    one = client.get(f"/ui/sandboxes/{sid}")
+    hidden = client.get(f"/ui/sandboxes/{theirs}")
+
+    assert listing.status_code == 200 and sid in listing.text and theirs not in listing.text
+    assert one.status_code == 200 and "ls -l" in one.text and "pending" in one.text
+    assert hidden.status_code == 404
