@@ -59,7 +59,6 @@ from runyard.registry.tools import ToolRegistry, load_registry
 from runyard.runner import Runner
 from runyard.runners.docker.runner import DockerRunner
 from runyard.runners.docker.sandbox_engine import DockerSandboxEngine
-from runyard.sandboxes.files import SandboxFiles
 from runyard.submission.batches import Batches
 from runyard.submission.runs import Submissions
 from runyard.submission.waits import WaitLimits, Waits
@@ -325,9 +324,10 @@ def create_app(
     app.include_router(webhooks.router)
     app.include_router(batches.router)
     app.include_router(sandboxes.router)
-    # Sandbox files go from here straight to the engine; connected on the first such request.
-    app.state.sandbox_files = functools.cache(
-        lambda: SandboxFiles(DockerSandboxEngine.from_env(settings.docker_timeout_seconds))
+    # Sandbox files and terminals go from here straight to the engine; connected on the
+    # first such request.
+    app.state.sandbox_engine = functools.cache(
+        lambda: DockerSandboxEngine.from_env(settings.docker_timeout_seconds)
     )
     if settings.ui_enabled:
         install_ui(app, settings)

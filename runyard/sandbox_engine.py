@@ -67,6 +67,16 @@ EXEC_NO_LINKS = (
 )
 
 
+# sh -c TERMINAL_WRAPPER runyard-term <terminal id> <command...>: notes its pid (for signals
+# other than the TTY's Ctrl-C), then becomes the command.
+TERMINAL_WRAPPER = (
+    f'mkdir -p "{EXECS_DIR}" 2>/dev/null; echo $$ >"{EXECS_DIR}/term-$1.pid"; shift\nexec "$@"\n'
+)
+# sh -c TERMINAL_SIGNAL runyard-signal <terminal id> <signal name>
+TERMINAL_SIGNAL = f'kill -"$2" "$(cat "{EXECS_DIR}/term-$1.pid")" 2>/dev/null; exit 0\n'
+TERMINAL_SIGNALS = frozenset({"INT", "TERM", "KILL", "HUP", "QUIT"})
+
+
 class SandboxNotRunning(Exception):
     """The sandbox's container is not running (not started yet, or stopped)."""
 
@@ -156,4 +166,42 @@ class SandboxFileEngine(Protocol):
 
     def get_archive(self, container: str, path: str) -> tuple[Iterator[bytes], dict[str, Any]]:
         """``path`` as a tar stream, with the engine's stat of it (name, size, mode)."""
+        ...
+
+
+class Terminal(Protocol):
+    """An interactive command with a TTY in a sandbox: its bytes both ways, size, signals."""
+
+    def send(self, data: bytes) -> None:
+        """Bytes typed into the TTY."""
+        ...
+
+    def receive(self) -> bytes:
+        """The TTY's next output (blocks); ``b""`` once the command ended."""
+        ...
+
+    def resize(self, rows: int, cols: int) -> None:
+        """The TTY's new size."""
+        ...
+
+    def signal(self, name: str) -> None:
+        """Send ``name`` (one of ``TERMINAL_SIGNALS``) to the command."""
+        ...
+
+    def exit_code(self) -> int | None:
+        """Its exit code once it ended."""
+        ...
+
+    def close(self) -> None:
+        """Hang up (the command gets SIGHUP from its TTY)."""
+        ...
+
+
+class SandboxTerminals(Protocol):
+    """Terminals in running sandboxes."""
+
+    def open_terminal(
+        self, container: str, command: list[str], *, cwd: str, rows: int, cols: int
+    ) -> Terminal:
+        """Start ``command`` with a TTY in ``cwd``."""
         ...

@@ -323,10 +323,11 @@ async def _exec_messages(
 # --- files ---
 
 
-def _running_here(
+def running_here(
     services: Services, principal: Principal, sandbox_id: uuid.UUID, files: SandboxFiles
 ) -> SandboxRow:
-    """The sandbox, running on the engine this API reaches; 409 otherwise."""
+    """The sandbox, running on the engine this API reaches; 409 otherwise (a file's route
+    and a terminal ask)."""
     row = load_sandbox(services, principal, sandbox_id)
     if row.status.value != "running" or row.ready_at is None:
         raise Problem(409, "sandbox_not_running", f"sandbox {sandbox_id} is not running")
@@ -364,7 +365,7 @@ def put_file(
     size: int,
 ) -> dict[str, object]:
     """Write an uploaded file into the sandbox's workspace."""
-    row = _running_here(services, principal, sandbox_id, files)
+    row = running_here(services, principal, sandbox_id, files)
     store_of(services).touch(sandbox_id)
     try:
         stored_path = files.upload(row.container, path, body, size, row.container_user)
@@ -381,7 +382,7 @@ def get_file(
     path: str,
 ) -> Download:
     """A file of the sandbox's workspace (a directory as a tar), streamed."""
-    row = _running_here(services, principal, sandbox_id, files)
+    row = running_here(services, principal, sandbox_id, files)
     store_of(services).touch(sandbox_id)
     try:
         return files.download(row.container, path)

@@ -7,12 +7,13 @@ import uuid
 from typing import Annotated
 from urllib.parse import quote
 
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Header, Query, Request, Response, WebSocket
 from fastapi.concurrency import iterate_in_threadpool, run_in_threadpool
 from fastapi.responses import StreamingResponse
 
 from api.actions import sandboxes as actions
 from api.actions.events import EventStreamResponse, refuse_past_stream_cap
+from api.actions.sandbox_terminal import serve_terminal
 from api.deps import PrincipalDep, ServicesDep
 from api.openapi import BINARY, BODY_ERRORS, COMMON_ERRORS, problem
 from api.problems import Problem
@@ -168,12 +169,12 @@ async def exec_events(
 
 
 def _files(request: Request) -> SandboxFiles:
-    """The engine's file access of this app (``app.state.sandbox_files``, made on first use)."""
+    """File access through this app's engine (``app.state.sandbox_engine``, made on first
+    use)."""
     try:
-        made: SandboxFiles = request.app.state.sandbox_files()
+        return SandboxFiles(request.app.state.sandbox_engine())
     except RunnerUnavailable as exc:
         raise Problem(503, "engine_unavailable", f"the container engine: {exc}") from exc
-    return made
 
 
 @router.put(
@@ -249,4 +250,26 @@ async def get_file(
         iterate_in_threadpool(found.chunks),
         media_type=media,
         headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(name)}"},
+    )
+
+
+@router.websocket("/{sandbox_id}/terminal")
+async def terminal(
+    websocket: WebSocket,
+    sandbox_id: uuid.UUID,
+    command: Annotated[list[str] | None, Query(max_length=256)] = None,
+    rows: Annotated[int, Query(ge=1, le=1000)] = 24,
+    cols: Annotated[int, Query(ge=1, le=1000)] = 80,
+) -> None:
+    """An interactive command (``?command=`` repeated; ``/bin/sh`` by default) with a TTY
+    (``api.actions.sandbox_terminal`` says the frames)."""
+    services = websocket.app.state.services
+    try:
+        engine = websocket.app.state.sandbox_engine()
+    except RunnerUnavailable as exc:
+        await websocket.accept()
+        await websocket.close(code=4409, reason=str(exc)[:120])
+        return
+    await serve_terminal(
+        websocket, services, engine, sandbox_id, command or ["/bin/sh"], (rows, cols)
     )

@@ -18,6 +18,7 @@ from runyard.runner import RunnerUnavailable
 from runyard.runners.docker.connection import skip_environment_lookups
 from runyard.runners.docker.engine_marker import EngineMarker
 from runyard.runners.docker.outputs import tool_ids
+from runyard.runners.docker.terminal import DockerTerminal, DockerTerminals, exec_errors
 from runyard.sandbox_engine import (
     EXEC_KILL,
     EXEC_NO_LINKS,
@@ -63,19 +64,11 @@ class DockerSandboxEngine:
         user: str = "",
     ) -> bytes:
         """Run ``argv`` in the container: its stdout (or nothing, detached)."""
-        try:
+        with exec_errors(container, "exec in"):
             created = self._api.exec_create(
                 container, argv, stdout=True, stderr=False, environment=env, user=user
             )
             output: Any = self._api.exec_start(created["Id"], detach=detach)
-        except docker.errors.NotFound as exc:
-            raise SandboxNotRunning(f"no container {container}") from exc
-        except docker.errors.APIError as exc:
-            if exc.status_code == 409:
-                raise SandboxNotRunning(f"container {container} is not running") from exc
-            raise RunnerUnavailable(f"cannot exec in {container}: {exc}") from exc
-        except _TRANSPORT_ERRORS as exc:
-            raise RunnerUnavailable(f"cannot exec in {container}: {exc}") from exc
         return b"" if detach else bytes(output or b"")
 
     def start_exec(
@@ -153,8 +146,12 @@ class DockerSandboxEngine:
 
     def has_link(self, container: str, path: str) -> bool:
         """Asked inside the container, as its user: is a component of ``path`` a link?"""
-        out = self._exec(container, ["/bin/sh", "-c", EXEC_NO_LINKS, "runyard-check", path])
-        return out.strip() != b"ok"
+        argv = ["/bin/sh", "-c", EXEC_NO_LINKS, "runyard-check", path]
+        for _ in range(2):  # an answer lost on a busy engine is asked again, once
+            answer = self._exec(container, argv).strip()
+            if answer in (b"ok", b"link"):
+                return answer == b"link"
+        raise RunnerUnavailable(f"could not check {path!r} in {container}: {answer[:80]!r}")
 
     def put_archive(self, container: str, directory: str, data: Iterator[bytes]) -> None:
         """Unpack the tar stream into ``directory`` (sent chunked, never held whole)."""
@@ -174,3 +171,13 @@ class DockerSandboxEngine:
         except _TRANSPORT_ERRORS as exc:
             raise RunnerUnavailable(f"cannot read from {container}: {exc}") from exc
         return iter(stream), dict(stat)
+
+    # --- terminals ---
+
+    def open_terminal(
+        self, container: str, command: list[str], *, cwd: str, rows: int, cols: int
+    ) -> DockerTerminal:
+        """A command with a TTY in the container (``runyard.runners.docker.terminal``)."""
+        return DockerTerminals(self._api).open_terminal(
+            container, command, cwd=cwd, rows=rows, cols=cols
+        )

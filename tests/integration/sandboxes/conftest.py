@@ -69,14 +69,11 @@ class Stack:
 
 
 def sandbox_worker(
-    engine: Engine, client: docker.DockerClient, worker_id: str, listen_url: str
+    engine: Engine, client: docker.DockerClient, worker_id: str, wakeups: ExecWakeups
 ) -> Worker:
-    """A worker whose runner serves sandboxes (woken by notifications), short leases."""
+    """A worker whose runner serves sandboxes (woken by ``wakeups``), short leases."""
     runner = SandboxRunner(
-        DockerRunner(client),
-        DockerSandboxEngine(client),
-        SandboxStore(engine),
-        wakeups=ExecWakeups(listen_url),
+        DockerRunner(client), DockerSandboxEngine(client), SandboxStore(engine), wakeups=wakeups
     )
     config = WorkerConfig(
         worker_id=worker_id,
@@ -94,7 +91,8 @@ def stack(
 ) -> Iterator[Stack]:
     """The API and one sandbox worker, stopped (its sandboxes handed over) after the test."""
     app = make_app(database_url, engine, registry, max_wait_seconds=5.0)
-    worker = sandbox_worker(engine, docker_client, "sandbox-worker", database_url)
+    wakeups = ExecWakeups(database_url)
+    worker = sandbox_worker(engine, docker_client, "sandbox-worker", wakeups)
     loop = threading.Thread(target=worker.run_forever, name="test-worker", daemon=True)
     loop.start()
     try:
@@ -108,3 +106,4 @@ def stack(
         loop.join(timeout=30)
         worker.hand_over()
         worker.close()
+        wakeups.stop()
