@@ -29,10 +29,13 @@ from runyard.sandboxes.wakeups import ExecWakeups
 logger = logging.getLogger(__name__)
 
 SESSION_KEY = "sandbox_session"
-# A round this often while commands are open (or without notifications), else at least
+# A round this often while commands are open, else at least
 # every IDLE_POLL_SECONDS, sooner when a new command's notification wakes it.
 POLL_SECONDS = 0.1
 IDLE_POLL_SECONDS = 1.0
+# Without notifications (a transaction pooler and no direct URL) an idle sandbox looks this
+# often: a new command waits at most this long, and an idle sandbox costs no more rounds.
+UNNOTIFIED_IDLE_POLL_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -147,7 +150,7 @@ class _Session:
                 busy = True
                 if not control.abandon.is_set() and not control.cancel.is_set():
                     busy = self._round(server)
-                idle_wait = IDLE_POLL_SECONDS if wakeups.listening else self._parts.poll_seconds
+                idle_wait = IDLE_POLL_SECONDS if wakeups.listening else UNNOTIFIED_IDLE_POLL_SECONDS
                 woken.wait(self._parts.poll_seconds if busy else idle_wait)
                 woken.clear()
         finally:
