@@ -102,9 +102,14 @@ async def get_principal(
     A key verified in the last few seconds is taken from the cache without a thread hop or a
     database read; otherwise the lookup runs in the thread pool.
     """
+    key = credentials.credentials.strip() if credentials is not None else ""
+    return await principal_of_key(services, key)
+
+
+async def principal_of_key(services: Services, key: str) -> Principal:
+    """Who ``key`` acts for (``get_principal``'s rule, also for WebSockets); 401 problems."""
     if services.settings.auth_disabled:
         return Principal(tenant=DEV_TENANT, admin=True)
-    key = credentials.credentials.strip() if credentials is not None else ""
     if not key:
         raise Problem(
             401,

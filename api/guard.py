@@ -5,13 +5,15 @@ counts the bytes of a body sent without one; a body of another media type is 415
 is checked once here: malformed, duplicate keys, deeper than the limit, non-finite numbers,
 NUL characters or lone surrogates (which Postgres cannot store) are rejected with a problem
 document naming the field. Under the dashboard's prefix a body must be a url-encoded form
-instead (and is not parsed here). The app downstream receives the same bytes.
+instead (and is not parsed here). The app downstream receives the same bytes. A file sent
+into a sandbox (``PUT /v1/sandboxes/{id}/files/...``) is a raw stream its route caps itself.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -19,6 +21,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.problems import problem_response
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+# Uploads into a sandbox: streamed to their route, which counts the bytes against its cap.
+RAW_BODY_PATH = re.compile(r"^/v1/sandboxes/[^/]+/files/")
 
 
 class BadJson(Exception):
@@ -140,6 +144,9 @@ class RequestGuard:
             await problem_response(
                 400, "nul_character", "NUL characters are not allowed in the query"
             )(scope, receive, send)
+            return
+        if scope["method"] == "PUT" and RAW_BODY_PATH.match(str(scope.get("path", ""))):
+            await self.app(scope, receive, send)
             return
         headers = {k.lower(): v for k, v in scope.get("headers", [])}
         length_header = headers.get(b"content-length")

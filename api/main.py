@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -28,6 +29,7 @@ from api.routes import (
     keys,
     run_delete,
     runs,
+    sandboxes,
     schedules,
     tools,
     webhooks,
@@ -59,6 +61,7 @@ from runyard.registry.reload import live_registry
 from runyard.registry.tools import ToolRegistry, load_registry
 from runyard.runner import Runner
 from runyard.runners.docker.runner import DockerRunner
+from runyard.runners.docker.sandbox_engine import DockerSandboxEngine
 from runyard.schedules.store import Schedules
 from runyard.submission.batches import Batches
 from runyard.submission.runs import Submissions
@@ -320,6 +323,12 @@ def create_app(
     app.include_router(batches.router)
     app.include_router(schedules.router)
     install_mcp(app)
+    app.include_router(sandboxes.router)
+    # Sandbox files and terminals go from here straight to the engine; connected on the
+    # first such request.
+    app.state.sandbox_engine = functools.cache(
+        lambda: DockerSandboxEngine.from_env(settings.docker_timeout_seconds)
+    )
     if settings.ui_enabled:
         install_ui(app, settings)
     install_openapi(app)

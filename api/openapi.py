@@ -60,6 +60,11 @@ OPENAPI_TAGS: list[dict[str, Any]] = [
         "description": "A tenant's default completion webhook and its signing secret (admin)",
     },
     {
+        "name": "sandboxes",
+        "description": "Long-lived containers of a tool: create, exec with streamed output, "
+        "read and write files, delete",
+    },
+    {
         "name": "health",
         "description": "Liveness, readiness and Prometheus metrics; no API key needed",
     },

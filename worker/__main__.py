@@ -33,6 +33,10 @@ from runyard.registry.reload import RegistryChanges, RegistryWatcher
 from runyard.registry.tools import RegistryError, ToolRegistry, load_registry
 from runyard.runner import RunnerUnavailable
 from runyard.runners.docker.runner import DockerRunner
+from runyard.runners.docker.sandbox_engine import DockerSandboxEngine
+from runyard.sandboxes.body import SandboxRunner
+from runyard.sandboxes.store import SandboxStore
+from runyard.sandboxes.wakeups import ExecWakeups
 from worker.builds import BuildAgent, BuildConfig
 from worker.service import Worker, WorkerConfig
 from worker.wakeup import Wakeups
@@ -205,7 +209,13 @@ def build_worker(
     # busy pool cannot hold a round up.
     return Worker(
         queue,
-        runner,
+        # Sandboxes are runs whose attempt also serves commands (runyard.sandboxes.body).
+        SandboxRunner(
+            runner,
+            DockerSandboxEngine.from_env(settings.docker_timeout_seconds),
+            SandboxStore(engine),
+            wakeups=ExecWakeups(settings.connection_plan().listen_url),
+        ),
         config,
         WorkerRegistry(heartbeat_engine),
         sweeper,

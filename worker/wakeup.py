@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import psycopg
 
+from runyard.platform.listening import listen_until_stopped
 from runyard.platform.settings import libpq_url
 from runyard.queue import CANCEL_CHANNEL, JOBS_CHANNEL
 
@@ -53,18 +54,12 @@ class Wakeups:
             self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        delay = 0.5
-        while not self._stop.is_set():
-            try:
-                self._listen()
-                delay = 0.5
-            except psycopg.Error as exc:
-                self.connected.clear()
-                logger.warning("listen connection lost; reconnecting", extra={"error": str(exc)})
-                # Something may have been missed while disconnected: let the loop poll now.
-                self._on_job()
-                self._stop.wait(delay)
-                delay = min(delay * 2, 10.0)
+        listen_until_stopped(self._listen, self._stop, self._lost, "listen")
+
+    def _lost(self) -> None:
+        self.connected.clear()
+        # Something may have been missed while disconnected: let the loop poll now.
+        self._on_job()
 
     def _listen(self) -> None:
         assert self._url is not None

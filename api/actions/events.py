@@ -114,6 +114,17 @@ async def _download(services: Services, run_id: uuid.UUID, after: int) -> AsyncI
             return
 
 
+def refuse_past_stream_cap(services: Services) -> None:
+    """503 ``too_many_streams`` once ``RUNYARD_MAX_EVENT_STREAMS`` streams are open."""
+    if services.open_streams >= services.settings.max_event_streams:
+        raise Problem(
+            503,
+            "too_many_streams",
+            "too many open event streams; retry later",
+            headers={"Retry-After": str(services.settings.retry_after_seconds)},
+        )
+
+
 async def run_events(
     services: Services, principal: Principal, run_id: uuid.UUID, after: int, *, ndjson: bool
 ) -> Response:
@@ -123,13 +134,7 @@ async def run_events(
     await run_in_threadpool(load_run, services, principal, run_id)
     if ndjson:
         return NdjsonResponse(_download(services, run_id, after))
-    if services.open_streams >= services.settings.max_event_streams:
-        raise Problem(
-            503,
-            "too_many_streams",
-            "too many open event streams; retry later",
-            headers={"Retry-After": str(services.settings.retry_after_seconds)},
-        )
+    refuse_past_stream_cap(services)
     page = await anyio.to_thread.run_sync(
         RunReader(services.engine).status_and_events,
         run_id,

@@ -11,7 +11,14 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from api.deps import DEV_TENANT
-from api.ui import artifact_views, build_views, run_list, schedule_views, submit_views
+from api.ui import (
+    artifact_views,
+    build_views,
+    run_list,
+    sandbox_views,
+    schedule_views,
+    submit_views,
+)
 from api.ui.batch_views import router as batch_router
 from api.ui.context import (
     STATIC_PREFIX,
@@ -63,6 +70,7 @@ def install_ui(app: FastAPI, settings: Settings) -> None:
     app.include_router(submit_views.router)
     app.include_router(artifact_views.router)
     app.include_router(build_views.router)
+    app.include_router(sandbox_views.router)
     app.include_router(batch_router)
     app.include_router(schedule_views.router)
     app.add_middleware(UiSecurityHeaders)

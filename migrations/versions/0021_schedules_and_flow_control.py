@@ -18,7 +18,7 @@ pass over the held jobs of scopes that are full). The partial index serves the g
 jobs in claim order.
 
 Revision ID: 0021
-Revises: 0019
+Revises: 0020
 Create Date: 2026-12-11 09:00:00
 """
 
@@ -43,7 +43,7 @@ $$
 """
 
 revision = "0021"
-down_revision = "0019"
+down_revision = "0020"
 branch_labels = None
 depends_on = None
 

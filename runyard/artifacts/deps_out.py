@@ -95,7 +95,7 @@ def _unusable(run_text: str, problem: str) -> str:
     )
 
 
-class _Pieces(io.RawIOBase):
+class Pieces(io.RawIOBase):
     """A read-only file over an iterator of byte pieces (what ``tarfile.addfile`` reads)."""
 
     def __init__(self, pieces: Iterator[bytes]) -> None:
@@ -139,7 +139,7 @@ def deps_archive(
                     info = tarfile.TarInfo(f"{DEPS_DIR}/{run_id}/{artifact.path}")
                     info.size, info.mode, info.mtime = artifact.size, 0o444, now
                     pieces = store.read(run_id, set_id, artifact.path, 0, artifact.size)
-                    tar.addfile(info, io.BufferedReader(_Pieces(pieces)))
+                    tar.addfile(info, io.BufferedReader(Pieces(pieces)))
                     count += 1
     except BaseException:
         spool.close()  # its temporary file too

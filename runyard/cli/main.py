@@ -42,6 +42,7 @@ from runyard.cli.common import (
 )
 from runyard.cli.doctor import add_doctor_command
 from runyard.cli.failures import database_url_problem, describe_failure
+from runyard.cli.sandboxes import add_sandbox_commands
 from runyard.cli.schedules import add_schedule_commands
 from runyard.cli.spinner import Spinner
 from runyard.cli.waiting import follow_logs, wait_for_run
@@ -556,6 +557,7 @@ def _add_client_commands(sub: Any) -> None:
     add_workflow_commands(sub, common)
     add_build_commands(sub, common)
     add_schedule_commands(sub, common)
+    add_sandbox_commands(sub, common)
 
 
 def build_parser() -> argparse.ArgumentParser:

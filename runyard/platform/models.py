@@ -17,6 +17,7 @@ from sqlalchemy import (
     Enum,
     Float,
     ForeignKey,
+    Identity,
     Index,
     Integer,
     LargeBinary,
@@ -617,3 +618,78 @@ class FlowCounter(Base):
     per_second: Mapped[float | None] = mapped_column(Float)
     tokens: Mapped[float | None] = mapped_column(Float)
     refilled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Sandbox(Base):
+    """What a run that is a sandbox has beyond its run (``runyard.sandboxes``)."""
+
+    __tablename__ = "sandboxes"
+    __table_args__ = (Index("ix_sandboxes_tenant_created", "tenant", "created_at"),)
+
+    run_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("tool_runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    tenant: Mapped[str] = mapped_column(Text)
+    tool: Mapped[str] = mapped_column(Text)
+    idle_timeout_seconds: Mapped[int] = mapped_column(Integer)
+    max_execs: Mapped[int] = mapped_column(Integer)
+    last_active_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # When its owner first found the container running and its workspace made.
+    ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Commands asked of it so far (at most ``MAX_EXECS_TOTAL``).
+    exec_count: Mapped[int] = mapped_column(Integer, server_default="0")
+
+
+class SandboxExec(Base):
+    """One command asked of a sandbox; ``*_end`` are the bytes of each stream stored so far."""
+
+    __tablename__ = "sandbox_execs"
+    __table_args__ = (
+        Index("ix_sandbox_execs_run", "run_id", "created_at"),
+        Index(
+            "ix_sandbox_execs_open",
+            "run_id",
+            "created_at",
+            postgresql_where=text("status <> 'finished'"),
+        ),
+        CheckConstraint("status IN ('pending', 'running', 'finished')", name="status_known"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    run_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("sandboxes.run_id", ondelete="CASCADE")
+    )
+    command: Mapped[list[str]] = mapped_column(JSONB)
+    stdin: Mapped[bytes] = mapped_column(LargeBinary, server_default=text("''::bytea"))
+    env: Mapped[dict[str, str]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    cwd: Mapped[str] = mapped_column(Text)
+    timeout_seconds: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(Text, server_default="pending")
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    timed_out: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    error: Mapped[str | None] = mapped_column(Text)
+    stdout_end: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    stderr_end: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    truncated: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class SandboxExecChunk(Base):
+    """Bytes ``[offset, offset + length)`` of one stream of an exec, secrets masked in ``data``."""
+
+    __tablename__ = "sandbox_exec_chunks"
+    __table_args__ = (CheckConstraint("stream IN ('stdout', 'stderr')", name="stream_known"),)
+
+    exec_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("sandbox_execs.id", ondelete="CASCADE"), primary_key=True
+    )
+    stream: Mapped[str] = mapped_column(Text, primary_key=True)
+    offset: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    length: Mapped[int] = mapped_column(Integer)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    seq: Mapped[int] = mapped_column(BigInteger, Identity(always=True))

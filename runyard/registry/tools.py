@@ -173,6 +173,8 @@ class ToolSpec(BaseModel):
     )
     input_schema: dict[str, Any] | None = None
     flow: FlowSpec | None = None
+    # Whether callers may hold its containers as sandboxes (POST /v1/sandboxes, docs/sandboxes.md).
+    sandbox: bool = False
 
     def snapshot(self) -> dict[str, Any]:
         """The JSON stored on a run: later registry edits never change queued runs. A new

@@ -15,7 +15,11 @@ from runyard_client import AsyncRunyard, Runyard
 from runyard_client.testing import AsyncFakeRunyard, FakeRunyard
 
 # What legitimately differs between the flavours' annotations.
-ASYNC_SPELLING = {"Iterator": "AsyncIterator", "BaseTransport": "AsyncBaseTransport"}
+ASYNC_SPELLING = {
+    "Iterator": "AsyncIterator",
+    "BaseTransport": "AsyncBaseTransport",
+    "Sandbox": "AsyncSandbox",
+}
 
 
 def public_methods(cls: type) -> dict[str, Callable[..., Any]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench import containers, queue
+from bench import containers, queue, sandboxes
 
 
 def test_bench_queue__no_flags_is_the_flat_drain_against_procrastinate():
@@ -16,4 +16,10 @@ def test_bench_containers__no_flags_is_runyards_default_configuration():
     args = containers.build_parser().parse_args([])
     assert args.inputs == "auto"  # the worker gets no input setting, as a deployment
     assert args.concurrency == "1,2,4"
+    assert args.database_url is None and args.server_url is None
+
+
+def test_bench_sandboxes__no_flags_is_the_documented_run():
+    args = sandboxes.build_parser().parse_args([])
+    assert (args.creates, args.execs, args.file_mb) == (8, 200, 64)
     assert args.database_url is None and args.server_url is None

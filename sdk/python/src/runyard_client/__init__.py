@@ -7,6 +7,7 @@ from runyard_client._async_client import AsyncRunyard
 from runyard_client._client import Runyard
 from runyard_client._files import UnsafePathError
 from runyard_client._retry import RetryPolicy
+from runyard_client._sandboxes import AsyncSandbox, ExecEvent, ExecResult, Sandbox, SandboxInfo
 from runyard_client._version import __version__
 from runyard_client.errors import (
     ArtifactIntegrityError,
@@ -69,6 +70,7 @@ __all__ = [
     "ArtifactIntegrityError",
     "ArtifactList",
     "AsyncRunyard",
+    "AsyncSandbox",
     "AuthenticationError",
     "BaseEvent",
     "Batch",
@@ -83,6 +85,8 @@ __all__ = [
     "DependenciesMetEvent",
     "EgressEvent",
     "Event",
+    "ExecEvent",
+    "ExecResult",
     "InvalidRequestError",
     "InvalidResponseError",
     "LeaseExpiredEvent",
@@ -100,6 +104,8 @@ __all__ = [
     "RunStatus",
     "Runyard",
     "RunyardError",
+    "Sandbox",
+    "SandboxInfo",
     "Schedule",
     "SchedulePage",
     "ServerError",

@@ -58,6 +58,8 @@ class Call(Generic[T]):
     params: Mapping[str, str | int | float] = field(default_factory=dict)
     json: Any = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    # Raw bytes to send instead of JSON (a file into a sandbox).
+    content: bytes | None = None
     # A submit may be answered only when the run ends (sync mode, ``?wait``): no read bound.
     unbounded_read: bool = False
     # A long-poll (``?wait=S``): the API may hold the answer this long before its first byte.

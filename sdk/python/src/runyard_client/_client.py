@@ -16,6 +16,7 @@ from typing import Any, Literal, Self, TypeVar
 import httpx2
 
 from runyard_client import _calls as calls
+from runyard_client import _sandboxes as sandbox_calls
 from runyard_client._calls import DEFAULT_URL, WAIT_SLICE_SECONDS, Call, Id, Pager
 from runyard_client._config import ClientConfig, error_of, stream_error, transport_error
 from runyard_client._files import (
@@ -40,6 +41,7 @@ from runyard_client._flow import (
     waiting_run,
 )
 from runyard_client._retry import RetryPolicy
+from runyard_client._sandboxes import Sandbox, SandboxInfo
 from runyard_client.errors import RunyardError
 from runyard_client.events import Event, SkippedEvent
 from runyard_client.models import (
@@ -454,6 +456,42 @@ class Runyard:
 
     # --- I/O -------------------------------------------------------------------------------
 
+    # --- sandboxes ---
+
+    def create_sandbox(
+        self,
+        tool: str,
+        *,
+        ttl_seconds: int | None = None,
+        idle_timeout_seconds: int | None = None,
+        max_execs: int | None = None,
+        limits: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        wait: bool = True,
+    ) -> Sandbox:
+        """A sandbox of ``tool`` (its entry says ``sandbox = true``); with ``wait``, once its
+        container runs. ``with`` it to delete it on the way out."""
+        call = sandbox_calls.create_sandbox(
+            tool,
+            ttl_seconds=ttl_seconds,
+            idle_timeout_seconds=idle_timeout_seconds,
+            max_execs=max_execs,
+            limits=limits,
+            env=env,
+        )
+        box = Sandbox(self, self._send(call))
+        if wait:
+            box.wait_running()
+        return box
+
+    def sandbox(self, sandbox_id: Id) -> Sandbox:
+        """A handle on an existing sandbox."""
+        return Sandbox(self, self._send(sandbox_calls.get_sandbox(sandbox_id)))
+
+    def list_sandboxes(self, limit: int = 50) -> builtins.list[SandboxInfo]:
+        """The caller's newest sandboxes."""
+        return self._send(sandbox_calls.list_sandboxes(limit)).sandboxes
+
     def _answer(self, call: Call[T]) -> T:
         """One try of ``call``: its parsed answer, or the error it failed with."""
         try:
@@ -462,6 +500,7 @@ class Runyard:
                 call.path,
                 params=call.params,
                 json=call.json,
+                content=call.content,
                 headers=call.headers,
                 timeout=self._config.call_timeout(call),
             )

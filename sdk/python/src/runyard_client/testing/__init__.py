@@ -13,8 +13,11 @@ test meets the same methods, models, errors and retries. Tools are Python callab
 A tool that raises makes its run fail (``error_code`` ``tool_failed``, ``error`` its
 message); one that takes a second argument gets a ``ToolContext`` to print log lines and keep
 artifacts. Queued runs run when the next request comes in (``auto_run=False``: only on
-``backend.run_pending()``). Not modelled: input schemas, webhooks (and a tenant's webhook
-settings), builds, sync mode, retries of failed attempts, ``running`` as a lasting state.
+``backend.run_pending()``). Sandboxes of any registered tool are ready at once; their
+commands are answered by ``FakeBackend(sandbox_commands=...)`` (a callable given a
+``FakeExecCall``, returning ``(exit_code, stdout, stderr)``). Not modelled: input schemas,
+webhooks (and a tenant's webhook settings), builds, sync mode, retries of failed attempts,
+``running`` as a lasting state, a sandbox's TTL and idle end.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from runyard_client._async_client import AsyncRunyard
 from runyard_client._client import Runyard
 from runyard_client.testing._backend import FakeBackend
 from runyard_client.testing._http import FakeTransport
+from runyard_client.testing._sandboxes import FakeExecCall
 from runyard_client.testing._tools import FakeTool, ToolContext, ToolOutcome, run_tool
 
 FAKE_URL = "http://runyard.fake"
@@ -33,6 +37,7 @@ __all__ = [
     "FAKE_URL",
     "AsyncFakeRunyard",
     "FakeBackend",
+    "FakeExecCall",
     "FakeRunyard",
     "FakeTool",
     "FakeTransport",

@@ -9,9 +9,12 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runyard_client.testing._tools import FakeTool, run_tool
+
+if TYPE_CHECKING:
+    from runyard_client.testing._sandboxes import FakeCommand
 
 ACTIVE = ("queued", "running")
 # ``?wait=`` may ask for this much at most; the API holds an answer for its
@@ -103,6 +106,7 @@ class FakeBackend:
         max_priority: int = 0,
         api_key: str | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        sandbox_commands: FakeCommand | None = None,
     ) -> None:
         self.tools: dict[str, RegisteredTool] = {}
         for name, call in (tools or {}).items():
@@ -115,6 +119,10 @@ class FakeBackend:
         self.runs: dict[uuid.UUID, FakeRun] = {}
         self.batches: dict[uuid.UUID, FakeBatch] = {}
         self.keys: dict[str, tuple[Any, uuid.UUID]] = {}
+        # Sandboxes of any registered tool; their commands answered by ``sandbox_commands``.
+        from runyard_client.testing._sandboxes import FakeSandboxes  # it raises FakeProblem
+
+        self.sandboxes = FakeSandboxes(sandbox_commands)
         self.lock = threading.RLock()
         self._event_ids = 0
 

@@ -29,6 +29,7 @@ from runyard_client.testing._backend import (
     FakeProblem,
     FakeRun,
 )
+from runyard_client.testing._sandboxes import handle_sandboxes
 
 RUN_FIELDS = frozenset(
     {"tool", "input", "priority", "limits", "callback_url", "depends_on", "run_at"}
@@ -435,6 +436,9 @@ def handle(backend: FakeBackend, request: httpx2.Request) -> httpx2.Response | H
                 if request.headers.get("authorization") != f"Bearer {backend.api_key}":
                     raise FakeProblem(401, "invalid_api_key", "unknown or revoked API key")
             path = request.url.raw_path.decode().split("?", 1)[0]
+            boxed = handle_sandboxes(backend.sandboxes, set(backend.tools), request, path)
+            if boxed is not None:
+                return boxed
             for method, pattern, handler, ticks in ROUTES:
                 match = pattern.fullmatch(path)
                 if match is not None and method == request.method:

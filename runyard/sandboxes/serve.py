@@ -1,0 +1,166 @@
+"""Serving a sandbox's commands: start the pending ones, stream the output of the running
+ones into the database by offset, end the exited ones, kill the overdue ones.
+
+Every step is safe to repeat, so an owner that dies anywhere leaves nothing its adopter would
+do twice: a command starts once (the wrapper's ``mkdir``), a chunk is stored only where the
+stored bytes end (``APPEND_CHUNK``), a command finishes once (``FINISH_EXEC``), and only
+after every byte it wrote is stored.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from runyard.domain.sandboxes import MAX_EXECS_CEILING, complete_utf8, exec_timed_out, startable
+from runyard.registry.redact import Redactor
+from runyard.sandbox_engine import ExecFiles, SandboxEngine
+from runyard.sandboxes.store import STREAMS, OpenExec, SandboxStore, Tick
+
+logger = logging.getLogger(__name__)
+
+# The most bytes read from one stream in one step, and the open commands looked at a round.
+READ_BYTES = 1_048_576
+OPEN_LIMIT = 64
+
+
+class ExecServer:
+    """The commands of one sandbox, served a round at a time by its owner."""
+
+    def __init__(
+        self,
+        engine: SandboxEngine,
+        store: SandboxStore,
+        run_id: uuid.UUID,
+        container: str,
+        *,
+        user: str,
+        output_cap: int,
+        redactor: Callable[[], Redactor],
+    ) -> None:
+        self._engine = engine
+        self._store = store
+        self._run_id = run_id
+        self._container = container
+        self._user = user
+        self._cap = output_cap
+        self._make_redactor = redactor
+        self._redactor: Redactor | None = None
+        # Commands this owner started (or found started): a missing directory after that
+        # means the sandbox's own processes removed it, not that the command never began.
+        # Followed from several threads at once, so guarded.
+        self._seen: set[uuid.UUID] = set()
+        self._seen_lock = threading.Lock()
+        self._ready = False
+        self._pool = ThreadPoolExecutor(
+            max_workers=MAX_EXECS_CEILING, thread_name_prefix=f"sandbox-{run_id}"
+        )
+
+    def close(self) -> None:
+        """Stop the threads that follow commands (after the last round)."""
+        self._pool.shutdown(wait=True)
+
+    @property
+    def ready(self) -> bool:
+        """Whether the container was found running with its workspace made."""
+        return self._ready
+
+    def serve_once(self) -> Tick | None:
+        """One round over the open commands; the tick it read (None without the row)."""
+        tick = self._store.tick(self._run_id, OPEN_LIMIT)
+        if tick is None:
+            return None
+        if not self._ready:
+            if not self._engine.ready(self._container):
+                return tick
+            self._store.mark_ready(self._run_id)
+            self._ready = True
+        if self._redactor is None:
+            self._redactor = self._make_redactor()
+        running = [e for e in tick.execs if e.status == "running"]
+        # Each running command's poll and reads are engine round trips: side by side, one
+        # command's output never waits behind another's.
+        for _ in self._pool.map(lambda open_exec: self._follow(open_exec, tick), running):
+            pass
+        pending = [e for e in tick.execs if e.status == "pending"]
+        for open_exec in pending[: startable(len(pending), len(running), tick.max_execs)]:
+            self._start(open_exec)
+        return tick
+
+    def _start(self, open_exec: OpenExec) -> None:
+        """Mark it running, then start it: a crash between the two leaves a running command
+        whose directory is missing, which the next owner starts."""
+        if self._store.mark_running(open_exec.id) is None:
+            return
+        self._launch(open_exec)
+
+    def _launch(self, open_exec: OpenExec) -> None:
+        stdin = self._store.stdin(open_exec.id) if open_exec.has_stdin else None
+        self._engine.start_exec(
+            self._container,
+            open_exec.id,
+            list(open_exec.command),
+            env=dict(open_exec.env),
+            cwd=open_exec.cwd,
+            stdin=stdin,
+            user=self._user,
+        )
+        with self._seen_lock:
+            self._seen.add(open_exec.id)
+        logger.info(
+            "sandbox command started",
+            extra={"run_id": str(self._run_id), "exec_id": str(open_exec.id)},
+        )
+
+    def _follow(self, open_exec: OpenExec, tick: Tick) -> None:
+        """Store what a running command wrote since, and end it once it exited."""
+        files = self._engine.poll_exec(self._container, open_exec.id)
+        if not files.started:
+            with self._seen_lock:
+                seen = open_exec.id in self._seen
+            if seen:
+                self._store.finish(
+                    open_exec.id, None, truncated=False, error="the command's output was removed"
+                )
+            else:
+                self._launch(open_exec)  # marked running, never started: a crash between
+            return
+        with self._seen_lock:
+            self._seen.add(open_exec.id)
+        caught_up = all(self._pump(open_exec, stream, files) for stream in STREAMS)
+        if files.exit_code is not None:
+            if caught_up:
+                truncated = any(files.size(stream) > self._cap for stream in STREAMS)
+                self._store.finish(open_exec.id, files.exit_code, truncated=truncated, error=None)
+            return
+        if not open_exec.timed_out and exec_timed_out(
+            tick.db_now, open_exec.started_at, open_exec.timeout_seconds
+        ):
+            self._store.mark_timed_out(open_exec.id)
+            self._engine.kill_exec(self._container, open_exec.id)
+
+    def _pump(self, open_exec: OpenExec, stream: str, files: ExecFiles) -> bool:
+        """Store ``stream`` up to what the container holds (and the cap); True once every
+        byte there is stored."""
+        end = open_exec.end(stream)
+        target = min(files.size(stream), self._cap)
+        final = files.exit_code is not None
+        redactor = self._redactor or Redactor(())
+        while end < target:
+            data = self._engine.read_exec(
+                self._container, open_exec.id, stream, end, min(READ_BYTES, target - end)
+            )
+            if not data:
+                return False
+            if not final or end + len(data) < target:
+                # Never split a character or a secret: the rest waits for the next read.
+                data = data[: min(complete_utf8(data), redactor.safe_cut(data))]
+                if not data:
+                    return False
+            if not self._store.append(open_exec.id, stream, end, len(data), redactor.mask(data)):
+                return False  # stored by someone else: the next round reads the ends again
+            end += len(data)
+        return True
