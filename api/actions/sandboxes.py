@@ -93,6 +93,7 @@ def create_sandbox(services: Services, principal: Principal, body: SandboxCreate
         max_execs=body.max_execs,
         limits=limits,
         env=body.env,
+        allowed_tools=principal.tools,
     )
     uses = Sandboxes(
         services.queue,

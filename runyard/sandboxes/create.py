@@ -18,7 +18,13 @@ from runyard.registry.tools import ToolRegistry
 from runyard.sandbox_engine import KEEPER
 from runyard.sandboxes.body import SESSION_KEY
 from runyard.sandboxes.store import SandboxStore
-from runyard.submission.request import AboveMaximum, InvalidInput, UnknownTool, limit_problem
+from runyard.submission.request import (
+    AboveMaximum,
+    InvalidInput,
+    ToolNotAllowed,
+    UnknownTool,
+    limit_problem,
+)
 
 DEFAULT_IDLE_SECONDS = 300
 DEFAULT_MAX_EXECS = 4
@@ -40,11 +46,15 @@ class SandboxRequest:
     # memory_mb and cpus, within the tool's maxima.
     limits: Mapping[str, float] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
+    # The tools the caller's key may run (None: every tool).
+    allowed_tools: frozenset[str] | None = None
 
 
 def prepare(request: SandboxRequest, registry: ToolRegistry, output_cap: int) -> NewRun:
     """The sandbox's run; ``UnknownTool``, ``NotASandboxTool``, ``AboveMaximum`` or
-    ``InvalidInput`` if the request cannot be one."""
+    ``InvalidInput`` if the request cannot be one, ``ToolNotAllowed`` if the key may not."""
+    if request.allowed_tools is not None and request.tool not in request.allowed_tools:
+        raise ToolNotAllowed(f"this API key may not run the tool {request.tool!r}")
     tool = registry.get(request.tool)
     if tool is None:
         raise UnknownTool(registry.unknown_tool_message(request.tool))

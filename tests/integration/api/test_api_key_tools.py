@@ -1,5 +1,5 @@
-"""Keys limited to some tools: refused elsewhere on every way in (a run, a batch, a rerun, the
-dashboard's form), shown only their tools, changed and lifted by an admin, from the CLI too."""
+"""Keys limited to some tools: refused elsewhere on every way in (a run, a batch, a rerun, a
+schedule, a sandbox), shown only their tools, changed and lifted by an admin, from the CLI too."""
 
 from __future__ import annotations
 
@@ -68,6 +68,15 @@ def test_scoped_key__may_not_schedule_another_tool(client: TestClient, echo_only
     assert refused.status_code == 403 and refused.json()["code"] == "tool_not_allowed"
     body = {"tool": "echo", "input": {}, "every_seconds": 60}
     assert client.post("/v1/schedules", json=body, headers=echo_only).status_code == 201
+
+
+def test_scoped_key__may_not_hold_a_sandbox_of_another_tool(client: TestClient, engine: Engine):
+    echo_only = {"Authorization": f"Bearer {create_api_key(engine, 'acme', tools=['echo'])}"}
+    refused = client.post("/v1/sandboxes", json={"tool": "sandbox"}, headers=echo_only)
+    assert refused.status_code == 403 and refused.json()["code"] == "tool_not_allowed"
+    allowed = {"Authorization": f"Bearer {create_api_key(engine, 'acme', tools=['sandbox'])}"}
+    made = client.post("/v1/sandboxes", json={"tool": "sandbox"}, headers=allowed)
+    assert made.status_code == 201, made.text
 
 
 def test_scoped_key__lists_only_its_tools_where_tools_are_listed(
