@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from runyard.domain.states import RunStatus
+from runyard.domain.usage import AttemptUsage
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,9 @@ class AttemptResult:
     image_digest: str | None = None
     # The artifact set collected for this outcome; finalizing the outcome publishes it.
     artifact_set: uuid.UUID | None = None
+    # What the container consumed, read from the engine before it is removed; None: no
+    # container ran (or the engine could not say).
+    usage: AttemptUsage | None = None
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,8 @@ TABLES = {
     "tool_build_contexts",
     "tool_builds",
     "deleted_runs",
+    "attempt_usage",
+    "tenant_usage_totals",
 }
 
 

@@ -34,6 +34,7 @@ from runyard.domain.attempt import AttemptResult, AttemptSpec, ManagedAttempt, c
 from runyard.domain.outcomes import ExitFacts, StopReason, ToolLimits, decide_exit, decide_result
 from runyard.domain.states import ContainerState, ErrorCode, RunStatus
 from runyard.domain.tool_json import DEFAULT_MAX_DEPTH
+from runyard.domain.usage import Counters, usage_of
 from runyard.platform.capture import HeadTailBuffer
 from runyard.platform.faults import AFTER_CREATE, crash_point
 from runyard.platform.settings import Settings
@@ -57,6 +58,7 @@ from runyard.runners.docker.outputs import (
     workdir_archive,
 )
 from runyard.runners.docker.refusals import refused_for_settings
+from runyard.runners.docker.usage_meter import Sampling, UsageMeter
 from runyard.runners.docker.watch import AttemptWatch
 
 logger = logging.getLogger(__name__)
@@ -127,9 +129,12 @@ class DockerRunner:
         workdirs: HostWorkdirs | None = None,
         marker: EngineMarker | None = None,
         secrets: SecretSource | None = None,
+        meter: UsageMeter | None = None,
     ) -> None:
         self._client = client
         self._api = client.api
+        # What each attempt's container consumes (docs/operations.md, "Usage").
+        self._meter = meter or UsageMeter(client.api)
         self._limits = limits or DockerLimits()
         self._marker = marker or EngineMarker(client)
         # Values of the tools' secrets come from this process (docs/tools.md, "Secrets").
@@ -378,6 +383,7 @@ class DockerRunner:
             # fewer than creating it first, and a 409 leaves the existing one untouched.
             mounts=[self._workdir_mount(name, labels)],
             log_config=LogConfig(type="json-file", config={"max-size": "20m", "max-file": "1"}),
+            cgroup_parent=self._meter.cgroup_parent(name),
         )
         return {
             "image": tool["image"],
@@ -535,13 +541,25 @@ class DockerRunner:
         if not started_here:
             live.start()  # the previous owner was streaming: carry on at once
         watch = self._watch(container_id, spec, control)
+        sampling = self._sample(container_id, spec)
         try:
             stopped_for = self._wait(container_id, spec, control, live, watch)
         except BaseException:
             live.stop()
+            sampling.stop()
             raise
         live.join()
-        return self._collect(container_id, spec, control, stopped_for, live, watch)
+        sampled = sampling.stop()
+        return self._collect(container_id, spec, control, stopped_for, live, watch, sampled)
+
+    def _sample(self, container_id: str, spec: AttemptSpec) -> Sampling:
+        """Sample the running container's usage; a networked tool's network from its pid."""
+        networked = str(spec.tool.get("network") or NO_NETWORK) != NO_NETWORK
+        pid = None
+        if networked:
+            attrs = self._inspect(container_id) or {}
+            pid = int((attrs.get("State") or {}).get("Pid") or 0) or None
+        return self._meter.follow(container_id, spec.container_name, pid, networked)
 
     def _redactor(self, container_id: str, spec: AttemptSpec) -> Redactor:
         """The tool's secret values as the container has them (whoever resolved them)."""
@@ -774,6 +792,7 @@ class DockerRunner:
         stopped_for: StopReason | None,
         live: _LiveLogs,
         watch: AttemptWatch,
+        sampled: Counters,
     ) -> AttemptResult:
         attrs = self._exited_attrs(container_id, stopped_for)
         state = attrs["State"]
@@ -796,6 +815,13 @@ class DockerRunner:
             "stderr_truncated": stderr.truncated,
             "image_digest": image_digest,
         }
+        disk_used = watch.disk_used()
+        common["usage"] = usage_of(
+            self._meter.read(spec.container_name, sampled),
+            started_at=_parse_docker_time(state.get("StartedAt")),
+            finished_at=finished_at,
+            disk_bytes=disk_used,
+        )
         facts = ExitFacts(
             exit_code=exit_code,
             oom_killed=bool(state.get("OOMKilled")),
@@ -804,7 +830,7 @@ class DockerRunner:
             stopped_for=stopped_for,
             cancel_requested=control.cancel.is_set(),
             # Only a failed exit can be explained by a fill (an adopter has no other proof).
-            disk_used_bytes=watch.disk_used() if exit_code != 0 else None,
+            disk_used_bytes=disk_used if exit_code != 0 else None,
         )
         verdict = decide_exit(facts, watch.limits)
         if verdict.read_result:
@@ -911,6 +937,7 @@ class DockerRunner:
         name = container_name(run_id, attempt)
         self._remove(name)
         self._remove_volume(name)
+        self._meter.forget(name)
         if self._workdirs is not None:
             self._workdirs.remove(name)
 
