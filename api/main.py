@@ -23,6 +23,7 @@ from api.routes import artifacts as artifact_routes
 from api.routes import batches, events, health, keys, run_delete, runs, tools, webhooks
 from api.routes import builds as builds_routes
 from api.routes import metrics as metrics_routes
+from api.routes import usage as usage_routes
 from api.ui.install import install_ui
 from runyard.artifact_store import ArtifactStore
 from runyard.artifact_stores.factory import store_from_settings
@@ -48,9 +49,11 @@ from runyard.registry.tools import ToolRegistry, load_registry
 from runyard.runner import Runner
 from runyard.runners.docker.runner import DockerRunner
 from runyard.submission.batches import Batches
+from runyard.submission.quota import DailyQuota
 from runyard.submission.runs import Submissions
 from runyard.submission.waits import WaitLimits, Waits
 from runyard.sync.executor import SyncExecutor
+from runyard.usage.ledger import UsageLedger
 from runyard.webhooks.delivery import WebhookConfig, WebhookDeliverer
 
 logger = logging.getLogger(__name__)
@@ -234,7 +237,10 @@ def create_app(
             engines += engines_
             notifier.add_listener(sync.on_notification)
         limits = WaitLimits(settings.max_wait_seconds, settings.events_poll_seconds)
-        batch_uses = Batches(queue, tools, caps, queue_mode=sync is None, metrics=app_metrics)
+        quota = DailyQuota(UsageLedger(db), settings.tenant_daily_cpu_seconds)
+        batch_uses = Batches(
+            queue, tools, caps, queue_mode=sync is None, metrics=app_metrics, quota=quota
+        )
         waits = Waits(notifier, RunReader(db), batch_uses, limits)
         services = Services(
             settings=settings,
@@ -246,7 +252,14 @@ def create_app(
             migration_heads=script_heads(),
             events_limiter=anyio.CapacityLimiter(settings.events_db_concurrency),
             submissions=Submissions(
-                queue, tools, caps, waits, sync=sync, builds=builds, metrics=app_metrics
+                queue,
+                tools,
+                caps,
+                waits,
+                sync=sync,
+                builds=builds,
+                metrics=app_metrics,
+                quota=quota,
             ),
             batches=batch_uses,
             waits=waits,
@@ -311,6 +324,7 @@ def create_app(
     app.include_router(artifact_routes.router)
     app.include_router(webhooks.router)
     app.include_router(batches.router)
+    app.include_router(usage_routes.router)
     if settings.ui_enabled:
         install_ui(app, settings)
     install_openapi(app)

@@ -6,7 +6,8 @@ outlives the run when retention deletes it, so a month's report stays whole. Rep
 daily quota read a tenant's rows of a time window from ``(tenant, recorded_at)``; an admin's
 report of every tenant reads ``recorded_at`` alone. ``tenant_usage_totals`` keeps each
 tenant's running sums, added to by the same statement that writes an attempt's row, so the
-per-tenant Prometheus counters are one small read per scrape.
+per-tenant Prometheus counters are one small read per scrape; ``tenant_usage_days`` its sums
+of each UTC day, so the daily CPU quota costs a submit one row read.
 
 Revision ID: 0022
 Revises: 0019
@@ -57,8 +58,17 @@ def upgrade() -> None:
         sa.Column("net_bytes", sa.BigInteger(), server_default="0", nullable=False),
         sa.PrimaryKeyConstraint("tenant", name=op.f("pk_tenant_usage_totals")),
     )
+    op.create_table(
+        "tenant_usage_days",
+        sa.Column("tenant", sa.Text(), nullable=False),
+        sa.Column("day", sa.Date(), nullable=False),
+        sa.Column("attempts", sa.BigInteger(), server_default="0", nullable=False),
+        sa.Column("cpu_seconds", sa.Float(), server_default="0", nullable=False),
+        sa.PrimaryKeyConstraint("tenant", "day", name=op.f("pk_tenant_usage_days")),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("tenant_usage_days")
     op.drop_table("tenant_usage_totals")
     op.drop_table("attempt_usage")

@@ -125,3 +125,9 @@ def day_start(now: datetime) -> datetime:
 def quota_spent(spent_cpu_seconds: float, quota_cpu_seconds: float) -> bool:
     """Whether a daily CPU quota (0: none) is used up by what was spent today."""
     return quota_cpu_seconds > 0 and spent_cpu_seconds >= quota_cpu_seconds
+
+
+def seconds_to_day_end(now: datetime) -> int:
+    """Whole seconds (at least 1) until the next UTC midnight: when a spent quota renews."""
+    left = (day_start(now) + timedelta(days=1) - now).total_seconds()
+    return max(1, math.ceil(left))

@@ -6,13 +6,14 @@ State changes never go through these classes; ``runyard.queue`` owns them with w
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
+    Date,
     DateTime,
     Enum,
     Float,
@@ -547,3 +548,14 @@ class TenantUsageTotals(Base):
     memory_byte_seconds: Mapped[float] = mapped_column(Float, server_default="0")
     disk_bytes: Mapped[int] = mapped_column(BigInteger, server_default="0")
     net_bytes: Mapped[int] = mapped_column(BigInteger, server_default="0")
+
+
+class TenantUsageDay(Base):
+    """A tenant's usage of one UTC day summed: what the daily CPU quota reads."""
+
+    __tablename__ = "tenant_usage_days"
+
+    tenant: Mapped[str] = mapped_column(Text, primary_key=True)
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+    attempts: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    cpu_seconds: Mapped[float] = mapped_column(Float, server_default="0")

@@ -103,6 +103,9 @@ class Settings(BaseSettings):
     tenant_created_window_seconds: float = Field(default=3600.0, ge=1, le=7 * 86400)
     # Runs a tenant may keep in the database, finished ones included (until deleted or pruned).
     tenant_max_stored_runs: int = Field(default=1_000_000, ge=0)
+    # CPU seconds each tenant's attempts may use per UTC day (0: no quota); once spent, its
+    # new runs are refused with a 429 until midnight (docs/operations.md, "Usage").
+    tenant_daily_cpu_seconds: float = Field(default=0.0, ge=0)
     # Dependencies (depends_on entries) one batch may hold in all: more is a 422.
     batch_max_dependencies: int = Field(default=10_000, ge=0)
 

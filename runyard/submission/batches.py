@@ -21,6 +21,7 @@ from runyard.queue import AdmissionCaps, AdmissionRefused, ApiQueue
 from runyard.queue.graph import GraphResult, GraphRun, GraphSubmit, GraphWriter
 from runyard.reads.metrics import Metrics
 from runyard.registry.tools import ToolRegistry
+from runyard.submission.quota import DailyQuota
 from runyard.submission.request import RunRequest
 from runyard.submission.results import submission_result
 
@@ -243,8 +244,10 @@ class Batches:
         *,
         queue_mode: bool = True,
         metrics: Metrics | None = None,
+        quota: DailyQuota | None = None,
     ) -> None:
         self._queue = queue
+        self._quota = quota
         self._metrics = metrics or Metrics()
         self._engine: Engine = queue.engine
         self._registry = registry
@@ -297,6 +300,8 @@ class Batches:
             node = Node(item.ref, item.request.depends_on)
             runs.append(GraphRun(run, node, run_at=item.request.run_at))
         self._check_room()
+        if self._quota is not None:
+            self._quota.check(tenant)
         graph = GraphSubmit(tenant, runs, batch=True, idempotency_key=idempotency_key)
         result = self._writer.submit(graph, self._caps)
         assert result.batch_id is not None

@@ -21,6 +21,7 @@ from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
 from runyard.reads.metrics import Metrics
 from runyard.reads.runs import RunReader, RunView
 from runyard.registry.tools import ToolRegistry
+from runyard.submission.quota import DailyQuota
 from runyard.submission.request import RunRequest
 from runyard.submission.results import REQUEST_ERRORS, submission_result
 from runyard.submission.waits import Caller, Waits
@@ -61,8 +62,11 @@ class Submissions:
         sync: SyncExecutor | None = None,
         builds: BuildQueue | None = None,
         metrics: Metrics | None = None,
+        quota: DailyQuota | None = None,
     ) -> None:
         self._queue = queue
+        # The tenants' daily CPU quota, checked before anything is written.
+        self._quota = quota
         self._metrics = metrics or Metrics()
         # Submits of a digest whose build failed fail at once (until an admin rebuilds).
         self._builds = builds
@@ -96,6 +100,8 @@ class Submissions:
         self, request: RunRequest, *, read_back: bool
     ) -> tuple[EnqueueResult, RunView | None]:
         run = request.prepare(self._registry)
+        if self._quota is not None:
+            self._quota.check(request.tenant)
         build_tag = built_tag(run)
         if build_tag is not None and self._sync is not None:
             raise QueueModeOnly(f"tool {run.tool!r} is built from source: its runs need queue mode")

@@ -10,9 +10,9 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from runyard.domain.usage import AttemptUsage, GroupBy, Window, day_start
+from runyard.domain.usage import AttemptUsage, GroupBy, Window
 from runyard.platform.db import autocommit
-from runyard.usage.sql import CPU_SPENT_SINCE, DB_NOW, RECORD_USAGE, TENANT_TOTALS, USAGE_REPORT
+from runyard.usage.sql import CPU_SPENT_TODAY, RECORD_USAGE, TENANT_TOTALS, USAGE_REPORT
 
 
 class Recorded(StrEnum):
@@ -113,11 +113,8 @@ class UsageLedger:
         ]
 
     def cpu_seconds_today(self, tenant: str, *, now: datetime | None = None) -> float:
-        """The CPU seconds the tenant's attempts used since the start of the UTC day."""
-        db_now = now or autocommit(self._engine, DB_NOW, {"now": None})[0].now
-        rows = autocommit(
-            self._engine, CPU_SPENT_SINCE, {"tenant": tenant, "since": day_start(db_now)}
-        )
+        """The CPU seconds the tenant's attempts used on this UTC day (the database's)."""
+        rows = autocommit(self._engine, CPU_SPENT_TODAY, {"tenant": tenant, "now": now})
         return float(rows[0].cpu_seconds)
 
     def totals(self) -> list[TenantTotals]:

@@ -19,7 +19,8 @@ def _sql(statement: LiteralString) -> TextClause:
 # An attempt's usage, fenced like FINALIZE: only the holder of the job's lease writes, and
 # the primary key (run, attempt) lets the first write stand, so an adopter that reads the
 # same container again after its owner died between this and the finalize adds nothing. The
-# tenant's running totals grow in the same statement, only when the row is new.
+# tenant's running totals and those of its day grow in the same statement, only when the row
+# is new.
 RECORD_USAGE = _sql(
     """
     WITH job AS (
@@ -49,6 +50,11 @@ RECORD_USAGE = _sql(
             disk_bytes = t.disk_bytes + excluded.disk_bytes,
             net_bytes = t.net_bytes + excluded.net_bytes
         RETURNING tenant
+    ), day AS (
+        INSERT INTO tenant_usage_days AS d (tenant, day, attempts, cpu_seconds)
+        SELECT tenant, CAST(({NOW}) AT TIME ZONE 'UTC' AS date), 1, :cpu_seconds FROM added
+        ON CONFLICT (tenant, day) DO UPDATE
+        SET attempts = d.attempts + 1, cpu_seconds = d.cpu_seconds + excluded.cpu_seconds
     )
     SELECT (SELECT count(*) FROM job) AS owned, (SELECT count(*) FROM totals) AS recorded
     """
@@ -79,11 +85,11 @@ USAGE_REPORT = _sql(
 )
 
 
-# What a tenant's attempts used since :since (the start of the day, for the daily quota).
-CPU_SPENT_SINCE = _sql(
+# The CPU seconds a tenant's attempts used on the UTC day of {NOW}: the daily quota's read.
+CPU_SPENT_TODAY = _sql(
     """
-    SELECT coalesce(sum(cpu_seconds), 0) AS cpu_seconds FROM attempt_usage
-    WHERE tenant = :tenant AND recorded_at >= :since
+    SELECT coalesce(sum(cpu_seconds), 0) AS cpu_seconds FROM tenant_usage_days
+    WHERE tenant = :tenant AND day = CAST(({NOW}) AT TIME ZONE 'UTC' AS date)
     """
 )
 
@@ -96,7 +102,3 @@ TENANT_TOTALS = _sql(
     FROM tenant_usage_totals ORDER BY tenant
     """
 )
-
-
-# The database's clock, for the quota's day.
-DB_NOW = _sql("SELECT {NOW} AS now")

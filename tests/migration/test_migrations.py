@@ -31,6 +31,7 @@ TABLES = {
     "deleted_runs",
     "attempt_usage",
     "tenant_usage_totals",
+    "tenant_usage_days",
 }
 
 

@@ -15,6 +15,7 @@ from runyard.domain.usage import (
     day_start,
     quota_spent,
     report_window,
+    seconds_to_day_end,
     usage_of,
 )
 
@@ -116,3 +117,15 @@ def test_day_start__midnight_utc_of_any_zone():
 )
 def test_quota_spent__zero_is_no_quota(spent: float, quota: float, refused: bool):
     assert quota_spent(spent, quota) is refused
+
+
+@pytest.mark.parametrize(
+    ("now", "left"),
+    [
+        (datetime(2026, 11, 27, 0, 0, tzinfo=UTC), 86400),
+        (datetime(2026, 11, 27, 23, 59, 59, 500000, tzinfo=UTC), 1),
+        (datetime(2026, 11, 27, 12, 0, tzinfo=UTC), 43200),
+    ],
+)
+def test_seconds_to_day_end__at_least_one(now: datetime, left: int):
+    assert seconds_to_day_end(now) == left
