@@ -27,6 +27,7 @@ from runyard.artifact_store import ArtifactStore
 from runyard.artifacts.publish import drop_unpublished
 from runyard.attempts.flight import FencedLogSink, Flight, LeaseClock, counting, log_fields
 from runyard.attempts.held import QueueLogSink
+from runyard.attempts.metering import UsageRecorder
 from runyard.attempts.policy import OwnerPolicy
 from runyard.domain.adoption import Action, AdoptionFacts, Verdict, decide
 from runyard.domain.attempt import AttemptResult, AttemptSpec
@@ -38,7 +39,7 @@ from runyard.platform.faults import BEFORE_CREATE, BEFORE_FINALIZE, crash_point,
 from runyard.queue import ClaimedJob, JobQueue
 from runyard.reads.metrics import Metrics
 from runyard.runner import AttemptAbandoned, Runner, RunnerUnavailable
-from runyard.usage.ledger import Recorded, UsageLedger
+from runyard.usage.ledger import UsageLedger
 
 logger = logging.getLogger(__name__)
 
@@ -101,8 +102,10 @@ class AttemptOwner:
         self._cleanup = cleanup or self._discard_now
         # Where the finalize claims the slot's next job now, if anywhere (``policy.chains``).
         self._next_claim = next_claim
-        # Where each attempt's usage is recorded, under its lease, before its finalize.
-        self._usage = usage or UsageLedger(queue.engine)
+        # Each attempt's usage is recorded under its lease, before its finalize.
+        self._usage = UsageRecorder(
+            usage or UsageLedger(queue.engine), metrics, policy.retry_budget_seconds, owner_id
+        )
         self._lock = threading.Lock()
         self.finalized = 0
 
@@ -454,7 +457,13 @@ class AttemptOwner:
         """Commit the outcome (or what can be stored instead), then clean up."""
         job = flight.job
         flight.finalizing = True
-        committed = self._store(flight, outcome) if self._record_usage(flight, outcome) else None
+        metered = self._usage.record(
+            flight,
+            outcome.usage,
+            owns=functools.partial(self.owns, flight),
+            give_back=functools.partial(self.release, flight, engine=False),
+        )
+        committed = self._store(flight, outcome) if metered else None
         if committed is None or committed.artifact_set != outcome.artifact_set:
             # A set no committed outcome names is read by no one: it goes now.
             drop_unpublished(
@@ -480,41 +489,6 @@ class AttemptOwner:
             extra=self._log(job, action="finalized", status=committed.status.value),
         )
         self._cleanup(job.run_id, job.attempt)
-
-    def _record_usage(self, flight: Flight, outcome: AttemptResult) -> bool:
-        """Record the attempt's usage under its lease before the finalize (once per attempt:
-        a second owner's record adds nothing); False: the lease is lost or given back, so
-        the next owner reads the container again and records it."""
-        job, usage = flight.job, outcome.usage
-        if usage is None:
-            return True
-        give_up_at = time.monotonic() + self.policy.retry_budget_seconds
-        delay = 0.1
-        while self.owns(flight):
-            try:
-                recorded = self._usage.record(job.job_id, job.lease_token, usage)
-            except Exception as exc:
-                if classify(exc) is Failure.DETERMINISTIC:
-                    # Never retried as is; the outcome still deserves its finalize.
-                    logger.error("usage refused", extra=self._log(job, error=describe(exc)))
-                    return True
-                if time.monotonic() + delay >= min(flight.lease_valid_until, give_up_at):
-                    logger.warning(
-                        "usage could not be recorded; adoption will record it",
-                        extra=self._log(job, error=describe(exc)),
-                    )
-                    self.release(flight, "the usage could not be recorded", engine=False)
-                    return False
-                flight.control.abandon.wait(delay)
-                delay = min(delay * 2, 2.0)
-                continue
-            if recorded is Recorded.LEASE_LOST:
-                self._metrics.leases_lost.inc()
-                logger.warning("lease lost before the usage", extra=self._log(job))
-                return False
-            return True
-        logger.warning("not recording usage: lease lost", extra=self._log(job))
-        return False
 
     def _store(self, flight: Flight, outcome: AttemptResult) -> AttemptResult | None:
         """The outcome committed, or None (lease lost, or given up to adoption).
