@@ -42,6 +42,7 @@ from runyard.cli.common import (
 )
 from runyard.cli.failures import database_url_problem, describe_failure
 from runyard.cli.spinner import Spinner
+from runyard.cli.usage import add_usage_commands
 from runyard.cli.waiting import follow_logs, wait_for_run
 from runyard.cli.workflows import add_workflow_commands
 from runyard.platform.settings import Settings
@@ -478,6 +479,7 @@ def _add_client_commands(sub: Any) -> None:
     _add_webhook_commands(sub, common)
     add_workflow_commands(sub, common)
     add_build_commands(sub, common)
+    add_usage_commands(sub, common)
 
 
 def build_parser() -> argparse.ArgumentParser:

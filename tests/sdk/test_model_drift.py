@@ -35,6 +35,8 @@ RESPONSES: list[tuple[type[BaseModel], str]] = [
     (models.Build, "BuildOut"),
     (models.BuildRequested, "BuildRequested"),
     (models.TenantWebhook, "WebhookSettingsOut"),
+    (models.UsageReport, "UsageReportOut"),
+    (models.UsageLine, "UsageLineOut"),
 ]
 REQUESTS: list[tuple[type[BaseModel], str]] = [
     (models.Limits, "RunLimits"),

@@ -58,6 +58,8 @@ from runyard_client.models import (
     TenantWebhook,
     Tool,
     ToolBuild,
+    UsageLine,
+    UsageReport,
 )
 
 __all__ = [
@@ -107,6 +109,8 @@ __all__ = [
     "ToolBuild",
     "UnavailableError",
     "UnsafePathError",
+    "UsageLine",
+    "UsageReport",
     "WaitTimeoutError",
     "WaitingEvent",
     "WebhookEvent",

@@ -7,7 +7,7 @@ import builtins
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import quote
 
@@ -30,6 +30,7 @@ from runyard_client.models import (
     RunStatus,
     TenantWebhook,
     Tool,
+    UsageReport,
 )
 
 T = TypeVar("T")
@@ -361,3 +362,19 @@ def set_tenant_webhook(tenant: str, url: str | None, rotate_secret: bool) -> Cal
     """Set a tenant's default webhook URL (admin); a new secret comes back once."""
     body = {"url": url, "rotate_secret": rotate_secret}
     return Call("PUT", f"/v1/tenants/{segment(tenant)}/webhook", _tenant_webhook, json=body)
+
+
+def get_usage(
+    first: date | None, last: date | None, group_by: str, tenant: str | None
+) -> Call[UsageReport]:
+    """Usage summed by tool, day or tenant over whole UTC days (this month by default)."""
+    given = {
+        "from": None if first is None else first.isoformat(),
+        "to": None if last is None else last.isoformat(),
+        "group_by": group_by,
+        "tenant": tenant,
+    }
+    params: dict[str, str | int | float] = {k: v for k, v in given.items() if v is not None}
+    return Call(
+        "GET", "/v1/usage", lambda r: UsageReport.model_validate_json(r.content), params=params
+    )
