@@ -15,6 +15,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from api.actions import events as event_actions
 from api.actions import runs as run_actions
 from api.actions.events import MAX_EVENT_ID
+from api.actions.usage import usage_report
 from api.deps import ServicesDep, visible_tenant
 from api.problems import Problem
 from api.ui.artifact_views import artifact_rows
@@ -30,6 +31,7 @@ from api.ui.context import (
 from api.ui.run_logs import log_context
 from api.ui.session import COOKIE_NAME, COOKIE_PATH, Session, key_prefix
 from runyard.domain.states import TERMINAL_STATUSES, RunStatus
+from runyard.domain.usage import GroupBy
 from runyard.platform.models import ToolRun
 from runyard.queue.values import SYNC_QUEUE
 from runyard.reads.dashboard import (
@@ -378,14 +380,18 @@ def workers_page(
 def tools_page(
     request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
 ) -> HTMLResponse:
-    """The tool registry with its limits and input schemas, and each tool's last day."""
+    """The tool registry with its limits and input schemas, each tool's last day and what
+    its runs consumed this month."""
     registry = services.registry
     tools = [registry.tools[name] for name in sorted(registry.tools)]
     figures = tool_figures(services.engine, visible_tenant(session.principal))
+    month = usage_report(services, session.principal, first=None, last=None, group_by=GroupBy.TOOL)
     context = {
         "title": "Tools",
         "tools": tools,
         "figures": figures,
+        "usage": {line.key: line for line in month.lines},
+        "usage_since": month.first,
         "window_hours": TOOL_WINDOW_SECONDS // 3600,
     }
     return page(ui, request, "tools.html", context)
