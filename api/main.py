@@ -24,6 +24,7 @@ from api.routes import batches, events, health, keys, run_delete, runs, tools, w
 from api.routes import builds as builds_routes
 from api.routes import metrics as metrics_routes
 from api.routes import usage as usage_routes
+from api.tracing_middleware import TraceRequests
 from api.ui.install import install_ui
 from runyard.artifact_store import ArtifactStore
 from runyard.artifact_stores.factory import store_from_settings
@@ -313,6 +314,7 @@ def create_app(
     )
     # Added last, so outermost of ours: it counts the guard's refusals too.
     app.add_middleware(RequestMetrics, metrics=app_metrics)
+    app.add_middleware(TraceRequests)
     app.include_router(health.router)
     app.include_router(metrics_routes.router)
     app.include_router(runs.router)

@@ -18,6 +18,7 @@ from runyard.platform.db import DbTimeouts, make_engine
 from runyard.platform.logs import configure
 from runyard.platform.pooling import log_plan
 from runyard.platform.settings import Settings
+from runyard.platform.tracing import set_up
 from runyard.queue import JobQueue
 from runyard.reads.metrics import Metrics
 from runyard.webhooks.delivery import WebhookConfig, WebhookDeliverer
@@ -72,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = Settings()
     configure(settings.log_level, settings.log_format)
+    set_up("runyard-reaper")
     metrics = Metrics()
     try:
         log_plan(logger, settings.connection_plan(), None)

@@ -25,6 +25,9 @@ class AttemptSpec:
     deps: dict[str, Any] | None = None
     # Their published artifact sets, by run id: copied to /runyard/deps/<run id>/.
     dep_artifacts: dict[str, uuid.UUID] | None = None
+    # The attempt's span as W3C trace context: the container's TRACEPARENT and TRACESTATE.
+    traceparent: str | None = None
+    tracestate: str | None = None
 
     def files(self) -> dict[str, bytes]:
         """The files the tool finds in /runyard: ``input.json``, and ``deps.json`` if any."""

@@ -17,6 +17,7 @@ from sqlalchemy import Engine, text
 
 from runyard.domain.graph import ACTIVE, GraphProblem, Node, batch_status, summarized
 from runyard.platform.db import autocommit
+from runyard.platform.tracing import TraceContext, tracing
 from runyard.queue import AdmissionCaps, AdmissionRefused, ApiQueue
 from runyard.queue.graph import GraphResult, GraphRun, GraphSubmit, GraphWriter
 from runyard.reads.metrics import Metrics
@@ -24,6 +25,7 @@ from runyard.registry.tools import ToolRegistry
 from runyard.submission.quota import DailyQuota
 from runyard.submission.request import RunRequest
 from runyard.submission.results import submission_result
+from runyard.traces.store import RunTraces
 
 
 class BatchItemProblem(Exception):
@@ -273,12 +275,22 @@ class Batches:
         """``submit``, and the batch as written (as a read right after the commit shows it;
         read back for an idempotent replay). Counts its runs by result."""
         try:
-            result, view = self._submit_viewed(tenant, items, idempotency_key)
+            with tracing().span("submit_batch") as span:
+                result, view = self._submit_viewed(tenant, items, idempotency_key)
+                self._trace_runs(span.context(), result)
         except Exception as exc:
             self._count(len(items), submission_result(exc))
             raise
         self._count(len(items), submission_result(None, created=result.created))
         return result, view
+
+    def _trace_runs(self, context: TraceContext | None, result: GraphResult) -> None:
+        """The batch's runs are part of its submit's trace."""
+        if context is None or not result.created:
+            return
+        traces = RunTraces(self._engine)
+        for run_id in result.run_ids:
+            traces.save(run_id, context)
 
     def _count(self, runs: int, result: str) -> None:
         """Count ``runs`` submitted runs (those of a batch, or of its retry) as ``result``."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import anyio
 
 from runyard.domain.graph import GraphProblem, Node
+from runyard.platform.tracing import tracing
 from runyard.queue import AdmissionCaps, AdmissionRefused, ApiQueue, EnqueueResult, NewRun
 from runyard.queue.builds import BuildQueue
 from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
@@ -26,6 +27,7 @@ from runyard.submission.request import RunRequest
 from runyard.submission.results import REQUEST_ERRORS, submission_result
 from runyard.submission.waits import Caller, Waits
 from runyard.sync.executor import SyncExecutor
+from runyard.traces.store import RunTraces
 
 
 class QueueModeOnly(Exception):
@@ -97,6 +99,18 @@ class Submissions:
         return result, view
 
     def _accept(
+        self, request: RunRequest, *, read_back: bool
+    ) -> tuple[EnqueueResult, RunView | None]:
+        with tracing().span("submit") as span:
+            result, view = self._submit(request, read_back=read_back)
+            span.set("runyard.run_id", str(result.run_id))
+            context = span.context()
+            if context is not None and result.created:
+                # The run's trace: its attempts' spans, wherever they run, are its children.
+                RunTraces(self._queue.engine).save(result.run_id, context)
+        return result, view
+
+    def _submit(
         self, request: RunRequest, *, read_back: bool
     ) -> tuple[EnqueueResult, RunView | None]:
         run = request.prepare(self._registry)

@@ -32,6 +32,7 @@ TABLES = {
     "attempt_usage",
     "tenant_usage_totals",
     "tenant_usage_days",
+    "run_traces",
 }
 
 

@@ -28,7 +28,15 @@ def test_shipped_registry__loads_and_ships_nothing_arbitrary():
 def test_test_registry__is_the_shipped_one_plus_test_tools():
     shipped = load_registry(ROOT / "tools" / "tools.toml", SETTINGS)
     tests = load_registry(ROOT / "tests" / "tools.toml", SETTINGS)
-    assert set(tests.names()) == {"echo", "sleep", "fail", "shell", "hostile", "result-bytes"}
+    assert set(tests.names()) == {
+        "echo",
+        "sleep",
+        "fail",
+        "shell",
+        "hostile",
+        "result-bytes",
+        "traceparent",
+    }
     for name in ("echo", "sleep", "fail"):
         assert tests.get(name) == shipped.get(name)
 

@@ -38,6 +38,7 @@ from runyard.domain.usage import Counters, usage_of
 from runyard.platform.capture import HeadTailBuffer
 from runyard.platform.faults import AFTER_CREATE, crash_point
 from runyard.platform.settings import Settings
+from runyard.platform.tracing import tracing
 from runyard.registry.redact import Redactor
 from runyard.registry.secrets import SecretSource, SecretUnavailable
 from runyard.registry.tools import NO_NETWORK, ToolSpec
@@ -243,7 +244,8 @@ class DockerRunner:
         """
         for _ in range(3):
             _fence(control, spec)
-            created = self._create(spec, control.artifacts)
+            with tracing().span("container.create"):
+                created = self._create(spec, control.artifacts)
             if isinstance(created, AttemptResult):
                 return created
             if created is not None:
@@ -251,7 +253,9 @@ class DockerRunner:
                 # Left unstarted, the next owner removes it after a grace and creates anew.
                 _fence(control, spec)
                 try:
-                    if not self._start(created, spec):
+                    with tracing().span("container.start"):
+                        started = self._start(created, spec)
+                    if not started:
                         continue
                 except _EngineRefused as exc:
                     return _unsupported(str(exc))
@@ -361,6 +365,11 @@ class DockerRunner:
         )
         if spec.deps is not None:
             env["RUNYARD_DEPS"] = f"{WORKDIR}/deps.json"
+        if spec.traceparent:
+            # The tool's own spans join the attempt's trace (W3C trace context).
+            env["TRACEPARENT"] = spec.traceparent
+            if spec.tracestate:
+                env["TRACESTATE"] = spec.tracestate
         limits = ContainerLimits.of(tool)
         host_config = self._api.create_host_config(
             cap_drop=["ALL"],
@@ -454,7 +463,8 @@ class DockerRunner:
                 if self._inspect(name) is not None:
                     self._not_ours(name, fresh_dir)
                     return None
-                failed = self._pull(str(args["image"]))
+                with tracing().span("image.pull", attributes={"runyard.image": args["image"]}):
+                    failed = self._pull(str(args["image"]))
                 if failed is not None:
                     return failed
                 pulled = True
@@ -543,14 +553,16 @@ class DockerRunner:
         watch = self._watch(container_id, spec, control)
         sampling = self._sample(container_id, spec)
         try:
-            stopped_for = self._wait(container_id, spec, control, live, watch)
+            with tracing().span("container.wait", attributes={"runyard.adopted": not started_here}):
+                stopped_for = self._wait(container_id, spec, control, live, watch)
         except BaseException:
             live.stop()
             sampling.stop()
             raise
         live.join()
         sampled = sampling.stop()
-        return self._collect(container_id, spec, control, stopped_for, live, watch, sampled)
+        with tracing().span("outputs.collect"):
+            return self._collect(container_id, spec, control, stopped_for, live, watch, sampled)
 
     def _sample(self, container_id: str, spec: AttemptSpec) -> Sampling:
         """Sample the running container's usage; a networked tool's network from its pid."""

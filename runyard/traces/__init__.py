@@ -1,0 +1,1 @@
+"""Runs' trace contexts: stored with the run so every process that touches it joins its trace."""
