@@ -3,9 +3,9 @@ of the caller's W3C ``traceparent`` if it sent a valid one; nothing at all when 
 
 from __future__ import annotations
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.http_metrics import UNCOUNTED_PATHS, method_label, route_label
+from api.http_metrics import UNCOUNTED_PATHS, StatusOf, method_label, route_label
 from runyard.platform.tracing import parse_context, tracing
 
 
@@ -31,17 +31,11 @@ class TraceRequests:
         parent = parse_context(_header(scope, b"traceparent"), _header(scope, b"tracestate"))
         method = method_label(scope["method"])
         with traced.span(f"HTTP {method}", parent=parent, server=True) as span:
-            status = 500
-
-            async def send_status(message: Message) -> None:
-                nonlocal status
-                if message["type"] == "http.response.start":
-                    status = int(message["status"])
-                await send(message)
-
+            sent = StatusOf(send)
             try:
-                await self.app(scope, receive, send_status)
+                await self.app(scope, receive, sent)
             finally:
+                status = sent.status
                 route = route_label(scope)
                 span.rename(f"{method} {route}")
                 span.set("http.request.method", method)

@@ -4,7 +4,8 @@ TRACEPARENT in the same trace, under the attempt's span."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -40,34 +41,43 @@ def traced() -> Iterator[tuple[OtlpReceiver, OtelTracing]]:
             tracing.shutdown()
 
 
-def run_one(queue: JobQueue, runner: DockerRunner) -> None:
-    worker = Worker(queue, runner, WorkerConfig(worker_id="traced", concurrency=1))
-    worker.run_once()
-    assert worker.wait_idle(timeout=60)
-    worker.close()
-
-
-def test_traces__one_run_is_one_trace_of_the_callers_with_its_steps(
+@pytest.fixture
+def run_traced(
     traced: tuple[OtlpReceiver, OtelTracing],
     database_url: str,
     engine: Engine,
     registry: ToolRegistry,
     queue: JobQueue,
     docker_runner: DockerRunner,
-):
-    receiver, tracing = traced
-    header = {"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"}
-    with TestClient(make_app(database_url, engine, registry, auth_disabled=True)) as client:
-        submitted = client.post(
-            "/v1/runs", json={"tool": "traceparent", "input": {}}, headers=header
-        )
-        assert submitted.status_code == 202, submitted.text
-        run_id = submitted.json()["id"]
-        run_one(queue, docker_runner)
-        run = client.get(f"/v1/runs/{run_id}").json()
-    tracing.shutdown()  # exports what is batched
-    assert run["status"] == "succeeded", run
+) -> Callable[[dict[str, str]], dict[str, Any]]:
+    """Submit a run of the traceparent tool with ``headers``, run it, export every span:
+    the run as the API shows it at the end."""
 
+    def run(headers: dict[str, str]) -> dict[str, Any]:
+        app = make_app(database_url, engine, registry, auth_disabled=True)
+        with TestClient(app) as client:
+            body = {"tool": "traceparent", "input": {}}
+            submitted = client.post("/v1/runs", json=body, headers=headers)
+            assert submitted.status_code == 202, submitted.text
+            worker = Worker(queue, docker_runner, WorkerConfig(worker_id="traced", concurrency=1))
+            worker.run_once()
+            assert worker.wait_idle(timeout=60)
+            worker.close()
+            shown: dict[str, Any] = client.get(f"/v1/runs/{submitted.json()['id']}").json()
+        traced[1].shutdown()  # exports what is batched
+        assert shown["status"] == "succeeded", shown
+        return shown
+
+    return run
+
+
+def test_traces__one_run_is_one_trace_of_the_callers_with_its_steps(
+    traced: tuple[OtlpReceiver, OtelTracing],
+    run_traced: Callable[[dict[str, str]], dict[str, Any]],
+):
+    receiver = traced[0]
+    run = run_traced({"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"})
+    run_id = run["id"]
     spans = receiver.spans(CALLER_TRACE)
     # One trace, the caller's: every span of the run's way (the later GET is a trace of its own).
     of_the_run = [s for s in receiver.spans() if s.name != "GET /v1/runs/{run_id}"]
@@ -97,18 +107,10 @@ def test_traces__one_run_is_one_trace_of_the_callers_with_its_steps(
 
 def test_traces__a_run_without_a_traceparent_starts_its_own(
     traced: tuple[OtlpReceiver, OtelTracing],
-    database_url: str,
-    engine: Engine,
-    registry: ToolRegistry,
-    queue: JobQueue,
-    docker_runner: DockerRunner,
+    run_traced: Callable[[dict[str, str]], dict[str, Any]],
 ):
-    receiver, tracing = traced
-    with TestClient(make_app(database_url, engine, registry, auth_disabled=True)) as client:
-        submitted = client.post("/v1/runs", json={"tool": "traceparent", "input": {}})
-        run_one(queue, docker_runner)
-        run = client.get(f"/v1/runs/{submitted.json()['id']}").json()
-    tracing.shutdown()
+    receiver = traced[0]
+    run = run_traced({})
     [http] = receiver.named("POST /v1/runs")
     assert http.parent_span_id == ""  # a root: no caller's context
     [attempt] = receiver.named("attempt")
