@@ -218,6 +218,7 @@ def _panel_context(services: ServicesDep, run: ToolRun) -> dict[str, Any]:
         "waiting_for": view.waiting_for if view is not None and queued else None,
         # Workflows: its batch and ref, what it depends on and still waits for, what it re-runs.
         "view": view,
+        "trace_url": services.settings.trace_url_template,
         "dependencies": dependencies(services.engine, run.id, run.tenant)
         if view is not None and view.depends_on
         else [],

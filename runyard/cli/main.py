@@ -238,6 +238,8 @@ def _submit(args: argparse.Namespace) -> int:
 def _get(args: argparse.Namespace) -> int:
     run = as_json(client_for(args).get(args.run_id))
     human = run_line(run)
+    if run.get("trace_id"):
+        human += f"\ntrace {run['trace_id']}"
     if run.get("result") is not None:
         human += "\n" + json.dumps(run["result"], indent=2)
     emit(args, run, human)

@@ -91,6 +91,11 @@ class Settings(BaseSettings):
     ui_session_secret: SecretStr | None = Field(default=None, min_length=32)
     ui_session_hours: float = Field(default=12.0, gt=0, le=24 * 30)
     ui_cookie_secure: bool = False
+    # Where the dashboard links a run's trace: a URL with {trace_id} in it (e.g. a Jaeger's
+    # https://jaeger.example/trace/{trace_id}); empty: the trace id is shown without a link.
+    trace_url_template: str = Field(
+        default="", max_length=2000, pattern=r"^(https?://\S*\{trace_id\}\S*)?$"
+    )
 
     # Admission (0 = no cap): a full queue answers 503, a tenant at one of its caps 429.
     max_queue_depth: int = Field(default=100_000, ge=0)

@@ -53,6 +53,8 @@ class RunView:
     ref: str | None = None
     rerun_of: uuid.UUID | None = None
     run_at: datetime | None = None
+    # The run's trace (32 hex) when it is traced (docs/operations.md, "Traces"); else None.
+    trace_id: str | None = None
 
     @classmethod
     def of(cls, row: Any) -> Self:
@@ -78,7 +80,8 @@ RUN_VIEW = text(
     """
     SELECT id, tool, status, mode, input, result, exit_code, attempts, max_attempts,
            error_code, error, stdout_truncated, stderr_truncated, requested_at, started_at,
-           finished_at, waiting_for, depends_on, waiting_on, batch_id, ref, rerun_of, run_at
+           finished_at, waiting_for, depends_on, waiting_on, batch_id, ref, rerun_of, run_at,
+           trace_id
     FROM tool_runs r LEFT JOIN LATERAL (
         SELECT CASE
             WHEN j.waiting_on > 0 THEN format('%s of its dependencies to succeed', j.waiting_on)
@@ -100,7 +103,19 @@ RUN_VIEW = text(
         FROM tool_run_deps d JOIN tool_runs c ON c.id = d.depends_on
         WHERE d.run_id = r.id
     ) deps ON true
+    LEFT JOIN LATERAL (
+        SELECT split_part(t.traceparent, '-', 2) AS trace_id FROM run_traces t
+        WHERE t.run_id = r.id
+    ) trace ON true
     WHERE r.id = :id AND (CAST(:tenant AS text) IS NULL OR r.tenant = CAST(:tenant AS text))
+    """
+)
+
+# The trace ids of a page of runs, as RUN_VIEW shows them.
+TRACE_IDS_OF = text(
+    """
+    SELECT run_id, split_part(traceparent, '-', 2) AS trace_id FROM run_traces
+    WHERE run_id = ANY(CAST(:ids AS uuid[]))
     """
 )
 
@@ -194,17 +209,21 @@ class RunReader:
         """The read model of a page of runs, their dependencies included (one query)."""
         depends: dict[uuid.UUID, list[uuid.UUID]] = {}
         waiting: dict[uuid.UUID, list[uuid.UUID]] = {}
+        traces: dict[uuid.UUID, str] = {}
         if runs:
             params = {"ids": [run.id for run in runs]}
             for row in autocommit(self._engine, DEPENDENCIES_OF, params):
                 depends.setdefault(row.run_id, []).append(row.depends_on)
                 if not row.succeeded:
                     waiting.setdefault(row.run_id, []).append(row.depends_on)
+            for row in autocommit(self._engine, TRACE_IDS_OF, params):
+                traces[row.run_id] = row.trace_id
         return [
             dataclasses.replace(
                 RunView.of(run),
                 depends_on=tuple(depends.get(run.id, ())),
                 waiting_on=tuple(waiting.get(run.id, ())),
+                trace_id=traces.get(run.id),
             )
             for run in runs
         ]

@@ -78,6 +78,7 @@ def test_traces__one_run_is_one_trace_of_the_callers_with_its_steps(
     receiver = traced[0]
     run = run_traced({"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"})
     run_id = run["id"]
+    assert run["trace_id"] == CALLER_TRACE  # stored and shown
     spans = receiver.spans(CALLER_TRACE)
     # One trace, the caller's: every span of the run's way (the later GET is a trace of its own).
     of_the_run = [s for s in receiver.spans() if s.name != "GET /v1/runs/{run_id}"]
@@ -115,4 +116,4 @@ def test_traces__a_run_without_a_traceparent_starts_its_own(
     assert http.parent_span_id == ""  # a root: no caller's context
     [attempt] = receiver.named("attempt")
     assert attempt.trace_id == http.trace_id
-    assert run["result"]["traceparent"].split("-")[1] == http.trace_id
+    assert run["result"]["traceparent"].split("-")[1] == http.trace_id == run["trace_id"]

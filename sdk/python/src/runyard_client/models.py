@@ -69,6 +69,7 @@ class Run(Model):
     ref: str | None = None
     rerun_of: uuid.UUID | None = None
     run_at: datetime | None = None
+    trace_id: str | None = None
 
     @property
     def done(self) -> bool:
