@@ -1,8 +1,4 @@
-"""Traces and metered usage.
-
-``run_traces`` holds each traced run's W3C trace context (the span of its submit, or a root
-span of its own), and the context of its latest attempt's span, so a retry joins the run's
-trace and an adopter links its attempt to the dead owner's. It goes with its run.
+"""Metered usage (a run's trace context needs no table: it travels in the run's snapshot).
 
 Metered usage: ``attempt_usage`` holds what each attempt's container consumed, one row per
 attempt (its primary key), written under the attempt's lease before its finalize.
@@ -33,21 +29,6 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table(
-        "run_traces",
-        sa.Column("run_id", postgresql.UUID(as_uuid=True), nullable=False),
-        sa.Column("traceparent", sa.Text(), nullable=False),
-        sa.Column("tracestate", sa.Text(), server_default="", nullable=False),
-        sa.Column("attempt", sa.Integer(), nullable=True),
-        sa.Column("attempt_span", sa.Text(), nullable=True),
-        sa.ForeignKeyConstraint(
-            ["run_id"],
-            ["tool_runs.id"],
-            name=op.f("fk_run_traces_run_id_tool_runs"),
-            ondelete="CASCADE",
-        ),
-        sa.PrimaryKeyConstraint("run_id", name=op.f("pk_run_traces")),
-    )
     op.create_table(
         "attempt_usage",
         sa.Column("run_id", postgresql.UUID(as_uuid=True), nullable=False),
@@ -93,4 +74,3 @@ def downgrade() -> None:
     op.drop_table("tenant_usage_days")
     op.drop_table("tenant_usage_totals")
     op.drop_table("attempt_usage")
-    op.drop_table("run_traces")

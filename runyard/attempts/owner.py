@@ -41,7 +41,6 @@ from runyard.platform.tracing import tracing
 from runyard.queue import ClaimedJob, JobQueue
 from runyard.reads.metrics import Metrics
 from runyard.runner import AttemptAbandoned, Runner, RunnerUnavailable
-from runyard.traces.store import RunTraces
 from runyard.usage.ledger import UsageLedger
 
 logger = logging.getLogger(__name__)
@@ -105,7 +104,6 @@ class AttemptOwner:
         self._cleanup = cleanup or self._discard_now
         # Where the finalize claims the slot's next job now, if anywhere (``policy.chains``).
         self._next_claim = next_claim
-        self._traces = RunTraces(queue.engine)
         # Each attempt's usage is recorded under its lease, before its finalize.
         self._usage = UsageRecorder(
             usage or UsageLedger(queue.engine), metrics, policy.retry_budget_seconds, owner_id
@@ -132,7 +130,7 @@ class AttemptOwner:
         of the owner's own code is settled here too (never raised)."""
         try:
             self.arm(flight)
-            with traced_attempt(self._traces, flight.job, self.owner_id):
+            with traced_attempt(flight.job, self.owner_id):
                 self._attempt(flight)
         except Exception as exc:
             self._crashed(flight, exc)

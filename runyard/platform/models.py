@@ -559,18 +559,3 @@ class TenantUsageDay(Base):
     day: Mapped[date] = mapped_column(Date, primary_key=True)
     attempts: Mapped[int] = mapped_column(BigInteger, server_default="0")
     cpu_seconds: Mapped[float] = mapped_column(Float, server_default="0")
-
-
-class RunTrace(Base):
-    """A traced run's W3C trace context, and its latest attempt's span (for an adopter's
-    link to it); written by ``runyard.traces``."""
-
-    __tablename__ = "run_traces"
-
-    run_id: Mapped[uuid.UUID] = mapped_column(
-        UUID(as_uuid=True), ForeignKey("tool_runs.id", ondelete="CASCADE"), primary_key=True
-    )
-    traceparent: Mapped[str] = mapped_column(Text)
-    tracestate: Mapped[str] = mapped_column(Text, server_default="")
-    attempt: Mapped[int | None] = mapped_column(Integer)
-    attempt_span: Mapped[str | None] = mapped_column(Text)

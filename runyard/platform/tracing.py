@@ -105,6 +105,10 @@ class Tracing(Protocol):
         """The context of the span open in this thread, if any."""
         ...
 
+    def link(self, context: TraceContext) -> None:
+        """Link the span open in this thread to ``context`` (e.g. a dead owner's span)."""
+        ...
+
     def shutdown(self) -> None:
         """Export what is left and stop."""
         ...
@@ -147,6 +151,10 @@ class NoTracing:
 
     def current(self) -> TraceContext | None:
         """None."""
+        return None
+
+    def link(self, context: TraceContext) -> None:
+        """Nothing to link."""
         return None
 
     def shutdown(self) -> None:
@@ -240,6 +248,13 @@ class OtelTracing:
         if not span.get_span_context().is_valid:
             return None
         return self.context_of(span)
+
+    def link(self, context: TraceContext) -> None:
+        """Link the span open in this thread to ``context``."""
+        span = self._trace.get_current_span()
+        if span.get_span_context().is_valid:
+            linked = self._trace.get_current_span(self._context_of(context)).get_span_context()
+            span.add_link(linked)
 
     def shutdown(self) -> None:
         """Export the spans still batched, then stop the exporter."""

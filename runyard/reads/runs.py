@@ -104,18 +104,10 @@ RUN_VIEW = text(
         WHERE d.run_id = r.id
     ) deps ON true
     LEFT JOIN LATERAL (
-        SELECT split_part(t.traceparent, '-', 2) AS trace_id FROM run_traces t
-        WHERE t.run_id = r.id
+        SELECT nullif(split_part(r.spec #>> '{trace_context,traceparent}', '-', 2), '')
+            AS trace_id
     ) trace ON true
     WHERE r.id = :id AND (CAST(:tenant AS text) IS NULL OR r.tenant = CAST(:tenant AS text))
-    """
-)
-
-# The trace ids of a page of runs, as RUN_VIEW shows them.
-TRACE_IDS_OF = text(
-    """
-    SELECT run_id, split_part(traceparent, '-', 2) AS trace_id FROM run_traces
-    WHERE run_id = ANY(CAST(:ids AS uuid[]))
     """
 )
 
@@ -128,6 +120,14 @@ DEPENDENCIES_OF = text(
     ORDER BY d.run_id, d.depends_on
     """
 )
+
+
+def _trace_id(spec: Any) -> str | None:
+    """The trace id a run's snapshot carries, as RUN_VIEW reads it."""
+    carried = spec.get("trace_context") if isinstance(spec, dict) else None
+    parent = carried.get("traceparent") if isinstance(carried, dict) else None
+    parts = parent.split("-") if isinstance(parent, str) else []
+    return parts[1] if len(parts) == 4 else None
 
 
 @dataclass(frozen=True)
@@ -209,21 +209,18 @@ class RunReader:
         """The read model of a page of runs, their dependencies included (one query)."""
         depends: dict[uuid.UUID, list[uuid.UUID]] = {}
         waiting: dict[uuid.UUID, list[uuid.UUID]] = {}
-        traces: dict[uuid.UUID, str] = {}
         if runs:
             params = {"ids": [run.id for run in runs]}
             for row in autocommit(self._engine, DEPENDENCIES_OF, params):
                 depends.setdefault(row.run_id, []).append(row.depends_on)
                 if not row.succeeded:
                     waiting.setdefault(row.run_id, []).append(row.depends_on)
-            for row in autocommit(self._engine, TRACE_IDS_OF, params):
-                traces[row.run_id] = row.trace_id
         return [
             dataclasses.replace(
                 RunView.of(run),
                 depends_on=tuple(depends.get(run.id, ())),
                 waiting_on=tuple(waiting.get(run.id, ())),
-                trace_id=traces.get(run.id),
+                trace_id=_trace_id(run.spec),
             )
             for run in runs
         ]

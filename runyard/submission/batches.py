@@ -6,6 +6,7 @@ latest run of each ref: a retry's run takes the place of the run it re-runs.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -25,7 +26,7 @@ from runyard.registry.tools import ToolRegistry
 from runyard.submission.quota import DailyQuota
 from runyard.submission.request import RunRequest
 from runyard.submission.results import submission_result
-from runyard.traces.store import RunTraces
+from runyard.traces.context import with_trace
 
 
 class BatchItemProblem(Exception):
@@ -276,28 +277,23 @@ class Batches:
         read back for an idempotent replay). Counts its runs by result."""
         try:
             with tracing().span("submit_batch") as span:
-                result, view = self._submit_viewed(tenant, items, idempotency_key)
-                self._trace_runs(span.context(), result)
+                result, view = self._submit_viewed(tenant, items, idempotency_key, span.context())
         except Exception as exc:
             self._count(len(items), submission_result(exc))
             raise
         self._count(len(items), submission_result(None, created=result.created))
         return result, view
 
-    def _trace_runs(self, context: TraceContext | None, result: GraphResult) -> None:
-        """The batch's runs are part of its submit's trace."""
-        if context is None or not result.created:
-            return
-        traces = RunTraces(self._engine)
-        for run_id in result.run_ids:
-            traces.save(run_id, context)
-
     def _count(self, runs: int, result: str) -> None:
         """Count ``runs`` submitted runs (those of a batch, or of its retry) as ``result``."""
         self._metrics.submissions.labels(result=result).inc(runs)
 
     def _submit_viewed(
-        self, tenant: str, items: Sequence[BatchItem], idempotency_key: str | None
+        self,
+        tenant: str,
+        items: Sequence[BatchItem],
+        idempotency_key: str | None,
+        trace: TraceContext | None = None,
     ) -> tuple[GraphResult, BatchView]:
         dependencies = sum(len(item.request.depends_on) for item in items)
         problem = dependencies_problem(dependencies, self._caps.batch_max_dependencies)
@@ -309,6 +305,8 @@ class Batches:
                 run = item.request.prepare(self._registry)
             except Exception as exc:
                 raise BatchItemProblem(index, exc) from exc
+            if trace is not None:  # the batch's runs are part of its submit's trace
+                run = dataclasses.replace(run, spec=with_trace(run.spec, trace))
             node = Node(item.ref, item.request.depends_on)
             runs.append(GraphRun(run, node, run_at=item.request.run_at))
         self._check_room()

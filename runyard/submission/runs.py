@@ -9,13 +9,14 @@ statements alone (``ApiQueue.submit``, ``ApiQueue.replay_or_refuse``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 from dataclasses import dataclass
 
 import anyio
 
 from runyard.domain.graph import GraphProblem, Node
-from runyard.platform.tracing import tracing
+from runyard.platform.tracing import TraceContext, tracing
 from runyard.queue import AdmissionCaps, AdmissionRefused, ApiQueue, EnqueueResult, NewRun
 from runyard.queue.builds import BuildQueue
 from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
@@ -27,7 +28,7 @@ from runyard.submission.request import RunRequest
 from runyard.submission.results import REQUEST_ERRORS, submission_result
 from runyard.submission.waits import Caller, Waits
 from runyard.sync.executor import SyncExecutor
-from runyard.traces.store import RunTraces
+from runyard.traces.context import with_trace
 
 
 class QueueModeOnly(Exception):
@@ -102,18 +103,17 @@ class Submissions:
         self, request: RunRequest, *, read_back: bool
     ) -> tuple[EnqueueResult, RunView | None]:
         with tracing().span("submit") as span:
-            result, view = self._submit(request, read_back=read_back)
+            result, view = self._submit(request, read_back=read_back, trace=span.context())
             span.set("runyard.run_id", str(result.run_id))
-            context = span.context()
-            if context is not None and result.created:
-                # The run's trace: its attempts' spans, wherever they run, are its children.
-                RunTraces(self._queue.engine).save(result.run_id, context)
         return result, view
 
     def _submit(
-        self, request: RunRequest, *, read_back: bool
+        self, request: RunRequest, *, read_back: bool, trace: TraceContext | None
     ) -> tuple[EnqueueResult, RunView | None]:
         run = request.prepare(self._registry)
+        if trace is not None:
+            # The run's trace: its attempts' spans, wherever they run, are its children.
+            run = dataclasses.replace(run, spec=with_trace(run.spec, trace))
         if self._quota is not None:
             self._quota.check(request.tenant)
         build_tag = built_tag(run)

@@ -1,1 +1,2 @@
-"""Runs' trace contexts: stored with the run so every process that touches it joins its trace."""
+"""Runs' trace contexts: carried in the run's snapshot, so every process that claims the run
+joins its trace without a read of its own."""

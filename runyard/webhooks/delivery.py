@@ -49,7 +49,7 @@ from runyard.platform.settings import Settings
 from runyard.platform.tracing import Attributes, tracing
 from runyard.reads.metrics import Metrics, Role
 from runyard.reads.runs import RunReader, RunView
-from runyard.traces.store import RunTraces
+from runyard.traces.context import trace_of
 from runyard.webhooks.http import HttpAttempt, post
 from runyard.webhooks.resolver import BoundedResolver
 from runyard.webhooks.sql import (
@@ -501,12 +501,12 @@ class WebhookDeliverer:
         traced = tracing()
         if not traced.enabled:
             return self._attempt(claimed, view)
-        stored = RunTraces(self._engine).get(claimed.run_id)
+        run = RunReader(self._engine).get(claimed.run_id, None)
         attributes: Attributes = {
             "runyard.run_id": str(claimed.run_id),
             "runyard.attempt": claimed.attempt,
         }
-        parent = stored.run if stored is not None else None
+        parent = trace_of(run.spec) if run is not None else None
         with traced.span("webhook.delivery", parent=parent, attributes=attributes) as span:
             attempt = self._attempt(claimed, view)
             if attempt.status_code is not None:

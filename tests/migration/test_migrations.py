@@ -32,7 +32,6 @@ TABLES = {
     "attempt_usage",
     "tenant_usage_totals",
     "tenant_usage_days",
-    "run_traces",
 }
 
 

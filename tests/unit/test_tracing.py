@@ -16,6 +16,7 @@ from runyard.platform.tracing import (
     parse_context,
     wanted,
 )
+from runyard.traces.context import trace_of, with_trace
 
 VALID = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -92,3 +93,23 @@ def test_no_tracing__imports_nothing_of_the_sdk():
         [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"name": "echo"},
+        None,
+        {"trace_context": "00-x"},
+        {"trace_context": {"traceparent": 7}},
+        {"trace_context": {"traceparent": "00-nope-00f067aa0ba902b7-01"}},
+    ],
+)
+def test_trace_of__a_snapshot_without_a_valid_context_has_none(spec: object):
+    assert trace_of(spec) is None
+
+
+def test_with_trace__the_snapshot_carries_the_context_back():
+    context = TraceContext(VALID, "k=v")
+    spec = with_trace({"name": "echo"}, context)
+    assert spec["name"] == "echo" and trace_of(spec) == context

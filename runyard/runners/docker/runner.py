@@ -38,7 +38,7 @@ from runyard.domain.usage import Counters, usage_of
 from runyard.platform.capture import HeadTailBuffer
 from runyard.platform.faults import AFTER_CREATE, crash_point
 from runyard.platform.settings import Settings
-from runyard.platform.tracing import tracing
+from runyard.platform.tracing import parse_context, tracing
 from runyard.registry.redact import Redactor
 from runyard.registry.secrets import SecretSource, SecretUnavailable
 from runyard.registry.tools import NO_NETWORK, ToolSpec
@@ -268,6 +268,7 @@ class DockerRunner:
                     "adopting existing container",
                     extra={"run_id": str(spec.run_id), "attempt": spec.attempt},
                 )
+                _link_creator(attrs)
                 return self._wait_and_collect(str(attrs["Id"]), spec, control, started_here=False)
         raise RunnerUnavailable(f"could not settle on one container for {spec.container_name}")
 
@@ -1116,6 +1117,19 @@ def _unless_gone(call: Callable[[], object], what: str) -> None:
         pass
     except _TRANSPORT_ERRORS as exc:
         raise RunnerUnavailable(f"cannot {what}: {exc}") from exc
+
+
+def _link_creator(attrs: dict[str, Any]) -> None:
+    """Link the adopter's span to the span of the owner that created the container (its
+    TRACEPARENT), so the trace shows whose attempt this one carries on."""
+    traced = tracing()
+    if not traced.enabled:
+        return
+    pairs = (entry.partition("=") for entry in attrs.get("Config", {}).get("Env") or [])
+    env = {name: value for name, _, value in pairs if name in ("TRACEPARENT", "TRACESTATE")}
+    creator = parse_context(env.get("TRACEPARENT"), env.get("TRACESTATE"))
+    if creator is not None:
+        traced.link(creator)
 
 
 def _fence(control: AttemptControl, spec: AttemptSpec) -> None:

@@ -13,7 +13,7 @@ from runyard.platform.tracing import TraceContext
 from runyard.queue import JobQueue, NewRun
 from runyard.registry.tools import ToolRegistry
 from runyard.tenancy.auth import create_api_key
-from runyard.traces.store import RunTraces
+from runyard.traces.context import with_trace
 from tests.integration.api.cli_support import Api
 from tests.integration.api.test_api_helpers import make_app
 from tests.integration.api.test_ui_http import log_in
@@ -22,10 +22,15 @@ TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CONTEXT = TraceContext(f"00-{TRACE}-00f067aa0ba902b7-01")
 
 
+def traced_run(queue: JobQueue, context: TraceContext | None) -> uuid.UUID:
+    """A run of acme whose snapshot carries ``context`` (as a traced submit writes it)."""
+    spec = {"name": "echo"} if context is None else with_trace({"name": "echo"}, context)
+    return queue.enqueue(NewRun(tenant="acme", tool="echo", spec=spec, input={})).run_id
+
+
 def test_run_views__show_the_trace_id_of_a_traced_run(api: Api):
-    traced = uuid.UUID(api.run("submit", "echo", "--input", "{}").stdout.strip())
-    plain = uuid.UUID(api.run("submit", "echo", "--input", "{}").stdout.strip())
-    RunTraces(api.engine).save(traced, CONTEXT)
+    traced = traced_run(api.queue, CONTEXT)
+    plain = traced_run(api.queue, None)
     shown = api.run("get", str(traced))
     assert f"\ntrace {TRACE}\n" in shown.stdout + "\n", shown.stdout
     assert "trace" not in api.run("get", str(plain)).stdout
@@ -37,8 +42,7 @@ def test_run_views__show_the_trace_id_of_a_traced_run(api: Api):
 def test_run_page__links_the_trace_through_the_configured_viewer(
     database_url: str, engine: Engine, registry: ToolRegistry, queue: JobQueue
 ):
-    run_id = queue.enqueue(NewRun(tenant="acme", tool="echo", spec={}, input={})).run_id
-    RunTraces(engine).save(run_id, CONTEXT)
+    run_id = traced_run(queue, CONTEXT)
     template = "https://traces.example/trace/{trace_id}?from=runyard"
     app = make_app(database_url, engine, registry, trace_url_template=template)
     with TestClient(app, follow_redirects=False) as client:

@@ -7,7 +7,7 @@ from sqlalchemy import Engine
 
 from runyard.platform.tracing import NO_TRACING, OtelTracing, TraceContext, install
 from runyard.queue import JobQueue
-from runyard.traces.store import RunTraces
+from runyard.traces.context import with_trace
 from runyard.webhooks.delivery import WebhookDeliverer
 from runyard.webhooks.tenant import TenantWebhooks
 from tests.integration.queue.test_webhooks import FAST, finish
@@ -21,8 +21,8 @@ def test_webhook_delivery__is_a_span_of_the_runs_trace(
     queue: JobQueue, engine: Engine, receiver: Receiver
 ):
     assert TenantWebhooks(engine).configure("acme", None).secret is not None  # signs it
-    run_id = finish(queue, now=None, callback_url=receiver.url)
-    RunTraces(engine).save(run_id, RUN_SPAN)
+    spec = with_trace({"name": "echo", "image": "runyard/toolbox:latest"}, RUN_SPAN)
+    run_id = finish(queue, now=None, callback_url=receiver.url, spec=spec)
     with otlp_receiver() as spans:
         tracing = OtelTracing("runyard-reaper", OTLPSpanExporter(endpoint=f"{spans.url}/v1/traces"))
         install(tracing)
