@@ -393,7 +393,6 @@ class DockerRunner:
             # fewer than creating it first, and a 409 leaves the existing one untouched.
             mounts=[self._workdir_mount(name, labels)],
             log_config=LogConfig(type="json-file", config={"max-size": "20m", "max-file": "1"}),
-            cgroup_parent=self._meter.cgroup_parent(name),
         )
         return {
             "image": tool["image"],
@@ -444,6 +443,10 @@ class DockerRunner:
                 spec,
                 "runyard refused to create the container: it would have " + ", ".join(problems),
             )
+        # Asked of the engine once, and only for a container it will be asked to create.
+        cgroup_parent = self._meter.cgroup_parent(name)
+        if cgroup_parent is not None:
+            args["host_config"]["CgroupParent"] = cgroup_parent
         fresh_dir = host_dir.prepare(name, spec.files(), user) if host_dir is not None else False
         if fresh_dir and host_dir is not None:
             try:
