@@ -145,3 +145,22 @@ def test_usage_meter__an_exited_attempt_reads_its_parent_cgroup(v1: Path):
         1,
     )
     assert UsageMeter(StubApi("systemd"), cgroup_root=v1).read(NAME, sampled) == sampled
+
+
+class StatsApi(StubApi):
+    def __init__(self) -> None:
+        super().__init__("systemd")
+        self.asked: list[dict[str, Any]] = []
+
+    def stats(self, container: str, **kwargs: Any) -> dict[str, Any]:
+        self.asked.append(kwargs)
+        return {"cpu_stats": {"cpu_usage": {"total_usage": 9}}, "memory_stats": {"usage": 4}}
+
+
+def test_usage_meter__without_a_cgroup_samples_the_engine_once_at_a_time(v1: Path):
+    api = StatsApi()
+    sampling = UsageMeter(api, cgroup_root=v1, interval=3600).follow("c0ffee", NAME, None, False)
+    sampling.sample_once()
+    counters = sampling.stop()
+    assert api.asked == [{"stream": False, "one_shot": True}]
+    assert (counters.cpu_ns, counters.memory_sum, counters.memory_samples) == (9, 4, 1)

@@ -238,7 +238,12 @@ class UsageMeter:
             return counters, cgroup.memory_now()
 
         def from_engine() -> tuple[Counters, int | None]:
-            return stats_counters(self._api.stats(container_id, stream=False))
+            try:
+                # One reading, at once (without one_shot the engine waits a second for two).
+                answer = self._api.stats(container_id, stream=False, one_shot=True)
+            except docker.errors.InvalidVersion:
+                answer = self._api.stats(container_id, stream=False)
+            return stats_counters(answer)
 
         return Sampling(from_cgroup if cgroup is not None else from_engine, self._interval).start()
 
