@@ -27,6 +27,7 @@ class ReceivedSpan:
     parent_span_id: str
     attributes: dict[str, Any]
     links: tuple[tuple[str, str], ...]
+    events: tuple[str, ...] = ()
 
 
 def _value(value: Any) -> Any:
@@ -52,6 +53,7 @@ def decode(body: bytes) -> list[ReceivedSpan]:
                         parent_span_id=span.parent_span_id.hex(),
                         attributes={a.key: _value(a.value) for a in span.attributes},
                         links=tuple((k.trace_id.hex(), k.span_id.hex()) for k in span.links),
+                        events=tuple(event.name for event in span.events),
                     )
                 )
     return spans

@@ -91,8 +91,8 @@ def test_traces__one_run_is_one_trace_of_the_callers_with_its_steps(
     assert submit.attributes["runyard.run_id"] == run_id
     assert attempt.parent_span_id == submit.span_id
     assert attempt.attributes["runyard.attempt"] == 1 and not attempt.links
+    assert attempt.events == ("claimed",)
     for step in (
-        "claim",
         "container.create",
         "container.start",
         "container.wait",
