@@ -223,10 +223,12 @@ class OtelTracing:
         return self._propagator.extract(carrier)
 
     def context_of(self, span: Any) -> TraceContext | None:
-        """The W3C context of an SDK span."""
-        carrier: dict[str, str] = {}
-        self._propagator.inject(carrier, context=self._trace.set_span_in_context(span))
-        return parse_context(carrier.get("traceparent"), carrier.get("tracestate"))
+        """The W3C context of an SDK span (formatted directly: no propagator on this path)."""
+        context = span.get_span_context()
+        if not context.is_valid:
+            return None
+        parent = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+        return TraceContext(parent, context.trace_state.to_header() if context.trace_state else "")
 
     @contextlib.contextmanager
     def span(
