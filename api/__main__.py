@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from api.main import create_app
 from runyard.platform.logs import configure
 from runyard.platform.settings import Settings
+from runyard.platform.tracing import set_up
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +29,7 @@ def app_from_env() -> FastAPI:
     """The app of one worker process, from the environment (uvicorn's factory)."""
     settings = Settings()
     configure(settings.log_level, settings.log_format)
+    set_up("runyard-api")
     return create_app(settings)
 
 
@@ -59,7 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_SECONDS,
     }
     if workers == 1:
+        traced = set_up("runyard-api")
         uvicorn.run(create_app(settings), **served)
+        traced.shutdown()
         return 0
     if not settings.queue_enabled:
         parser.error("sync mode (RUNYARD_QUEUE_ENABLED=false) serves from one API process")

@@ -24,6 +24,7 @@ from reaper.__main__ import build_deliverer, build_reaper, build_scheduler
 from runyard.platform.db import migrate
 from runyard.platform.logs import configure
 from runyard.platform.settings import Settings
+from runyard.platform.tracing import set_up
 from runyard.reads.metrics import Metrics
 from worker.__main__ import build_worker
 from worker.wakeup import Wakeups
@@ -88,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         database_source = f"embedded, data in {data_dir}"
     settings = Settings()
     configure(settings.log_level, settings.log_format)
+    set_up("runyard-dev")
     migrate(settings.database_url)
 
     # One registry for the three: the API's /metrics serves the worker's and reaper's series.

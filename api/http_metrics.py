@@ -30,6 +30,20 @@ def method_label(method: str) -> str:
     return method if method in KNOWN_METHODS else "other"
 
 
+class StatusOf:
+    """``send`` that remembers the response's status: a request that ends without a
+    response start is a server error (the error middleware outside answers 500)."""
+
+    def __init__(self, send: Send) -> None:
+        self.status = 500
+        self._send = send
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = int(message["status"])
+        await self._send(message)
+
+
 class RequestMetrics:
     """Counts every answered request by method, route template and status code, and times
     it from receipt until its last body byte is sent (an event stream: while it is open)."""
@@ -46,21 +60,13 @@ class RequestMetrics:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        # A request that ends without a response start is a server error (the error
-        # middleware outside answers 500).
-        status = 500
-
-        async def send_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
+        sent = StatusOf(send)
         try:
-            await self.app(scope, receive, send_status)
+            await self.app(scope, receive, sent)
         finally:
             method = method_label(scope["method"])
             route = route_label(scope)
+            status = sent.status
             self._metrics.http_requests.labels(method=method, route=route, status=str(status)).inc()
             self._metrics.http_duration.labels(method=method, route=route).observe(
                 time.perf_counter() - started

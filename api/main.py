@@ -36,6 +36,8 @@ from api.routes import (
 )
 from api.routes import builds as builds_routes
 from api.routes import metrics as metrics_routes
+from api.routes import usage as usage_routes
+from api.tracing_middleware import TraceRequests
 from api.ui.install import install_ui
 from runyard.artifact_store import ArtifactStore
 from runyard.artifact_stores.factory import store_from_settings
@@ -64,9 +66,11 @@ from runyard.runners.docker.runner import DockerRunner
 from runyard.runners.docker.sandbox_engine import DockerSandboxEngine
 from runyard.schedules.store import Schedules
 from runyard.submission.batches import Batches
+from runyard.submission.quota import DailyQuota
 from runyard.submission.runs import Submissions
 from runyard.submission.waits import WaitLimits, Waits
 from runyard.sync.executor import SyncExecutor
+from runyard.usage.ledger import UsageLedger
 from runyard.webhooks.delivery import WebhookConfig, WebhookDeliverer
 
 logger = logging.getLogger(__name__)
@@ -242,7 +246,10 @@ def create_app(
             engines += engines_
             notifier.add_listener(sync.on_notification)
         limits = WaitLimits(settings.max_wait_seconds, settings.events_poll_seconds)
-        batch_uses = Batches(queue, tools, caps, queue_mode=sync is None, metrics=app_metrics)
+        quota = DailyQuota(UsageLedger(db), settings.tenant_daily_cpu_seconds)
+        batch_uses = Batches(
+            queue, tools, caps, queue_mode=sync is None, metrics=app_metrics, quota=quota
+        )
         waits = Waits(notifier, RunReader(db), batch_uses, limits)
         services = Services(
             settings=settings,
@@ -254,7 +261,14 @@ def create_app(
             migration_heads=script_heads(),
             events_limiter=anyio.CapacityLimiter(settings.events_db_concurrency),
             submissions=Submissions(
-                queue, tools, caps, waits, sync=sync, builds=builds, metrics=app_metrics
+                queue,
+                tools,
+                caps,
+                waits,
+                sync=sync,
+                builds=builds,
+                metrics=app_metrics,
+                quota=quota,
             ),
             batches=batch_uses,
             waits=waits,
@@ -310,6 +324,7 @@ def create_app(
     )
     # Added last, so outermost of ours: it counts the guard's refusals too.
     app.add_middleware(RequestMetrics, metrics=app_metrics)
+    app.add_middleware(TraceRequests)
     app.include_router(health.router)
     app.include_router(metrics_routes.router)
     app.include_router(runs.router)
@@ -329,6 +344,7 @@ def create_app(
     app.state.sandbox_engine = functools.cache(
         lambda: DockerSandboxEngine.from_env(settings.docker_timeout_seconds)
     )
+    app.include_router(usage_routes.router)
     if settings.ui_enabled:
         install_ui(app, settings)
     install_openapi(app)

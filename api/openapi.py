@@ -54,6 +54,10 @@ OPENAPI_TAGS: list[dict[str, Any]] = [
         "description": "The tool registry, and building a tool built from source (admin)",
     },
     {"name": "builds", "description": "Builds of the tools built from source, and their logs"},
+    {
+        "name": "usage",
+        "description": "What a tenant's runs consumed (CPU, memory, time, disk, network)",
+    },
     {"name": "keys", "description": "API keys: list, create, change and revoke (admin)"},
     {
         "name": "webhooks",

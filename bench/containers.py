@@ -51,6 +51,7 @@ from bench.common import (
     wait_until,
     write_tools_file,
 )
+from bench.otlp_sink import otlp_sink
 
 NOOP = {"image": TOOLBOX_IMAGE, "command": ["true"], "timeout_seconds": 60}
 RAW_LABEL = "io.runyard.bench"
@@ -506,6 +507,11 @@ def docker_breakdown(
 def build_parser() -> argparse.ArgumentParser:
     """The command line; with no flags, runyard's default configuration at the quick size."""
     parser = base_parser("containers", __doc__)
+    parser.add_argument(
+        "--traced",
+        action="store_true",
+        help="tracing on in the API and the worker, exporting to an OTLP sink on loopback",
+    )
     parser.add_argument("--runs", type=int, default=20, help="runs per side per round (20)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per concurrency (2)")
     parser.add_argument("--concurrency", default="1,2,4", help="worker slots / raw threads")
@@ -541,6 +547,7 @@ def main(argv: list[str] | None = None) -> int:
 
     db = BenchDatabase.open(args, "containers")
     procs = Procs()
+    sink = contextlib.ExitStack()
     client = docker_client()
     session = uuid.uuid4().hex[:12]
     from sqlalchemy import create_engine
@@ -573,6 +580,8 @@ def main(argv: list[str] | None = None) -> int:
             "RUNYARD_TOOLS_FILE": str(tools_file),
             "RUNYARD_AUTH_DISABLED": "true",
         }
+        if args.traced:  # the API and the worker export every span to a sink on loopback
+            procs.base_env["OTEL_EXPORTER_OTLP_ENDPOINT"] = sink.enter_context(otlp_sink())
         if args.inputs != "auto":  # auto: the setting left out, as a deployment would
             procs.base_env["RUNYARD_HOST_WORKDIR_ROOT"] = setting
         procs.spawn("api", ["-m", "api", "--port", str(port)])
@@ -620,6 +629,7 @@ def main(argv: list[str] | None = None) -> int:
         _cleanup(client, engine, session, since)
         engine.dispose()
         procs.close()
+        sink.close()
         db.close(keep=args.keep_db)
         procs.keep_logs_if(failed)
 

@@ -33,6 +33,7 @@ import importlib.util
 import io
 import logging
 import math
+import os
 import threading
 import time
 import uuid
@@ -56,6 +57,7 @@ from bench.common import (
     table,
     wait_until,
 )
+from bench.otlp_sink import otlp_sink
 
 NOOP_SPEC = {"image": "runyard/toolbox:latest", "command": ["true"]}
 
@@ -87,6 +89,7 @@ class QueueRound:
 
 SIDE_LABELS = (
     "runyard worker",
+    "runyard worker, traced",
     "runyard direct",
     "runyard SQL, plain psycopg",
 )
@@ -96,6 +99,8 @@ SIDE_LABELS = (
 POOLED_TARGET = 3.0
 ROUND_TARGET = 2.0
 FLAT_TARGET = 0.85
+# The worker with tracing on, exporting every span, against the worker without it.
+TRACED_TARGET = 0.95
 
 # --- runyard --------------------------------------------------------------------------------
 
@@ -165,6 +170,25 @@ def runyard_worker_round(url: str, jobs: int, concurrency: int, deadline: Deadli
     finally:
         engine.dispose()
         heartbeat_engine.dispose()
+
+
+def traced_worker_round(url: str, jobs: int, concurrency: int, deadline: Deadline) -> QueueRound:
+    """``runyard_worker_round`` with tracing on, exporting each span to an OTLP sink on
+    loopback (``--traced``; started by ``main``, named by ``OTEL_EXPORTER_OTLP_ENDPOINT``)."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    from runyard.platform.tracing import NO_TRACING, OtelTracing, install
+
+    endpoint = os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] + "/v1/traces"
+    tracing = OtelTracing("bench-worker", OTLPSpanExporter(endpoint=endpoint))
+    install(tracing)
+    try:
+        res = runyard_worker_round(url, jobs, concurrency, deadline)
+    finally:
+        install(NO_TRACING)
+        tracing.shutdown()
+    res.side = "runyard worker, traced"
+    return res
 
 
 def runyard_direct_round(url: str, jobs: int, threads: int, deadline: Deadline) -> QueueRound:
@@ -775,8 +799,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--sides",
         default="runyard-worker,procrastinate",
-        help="which sides to run (comma-separated, of runyard-worker, runyard-direct, "
-        "psycopg-floor, procrastinate; 'none' with --profile: the profile only)",
+        help="which sides to run (comma-separated, of runyard-worker, runyard-worker-traced "
+        "(tracing on, exporting to an OTLP sink on loopback), runyard-direct, psycopg-floor, "
+        "procrastinate; 'none' with --profile: the profile only)",
     )
     parser.add_argument("--profile", action="store_true", help="add a statement breakdown")
     parser.add_argument(
@@ -806,6 +831,8 @@ def main(argv: list[str] | None = None) -> int:
     profile_text = ""
     stack = contextlib.ExitStack()
     try:
+        if "runyard-worker-traced" in sides:
+            os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = stack.enter_context(otlp_sink())
         print_machine(db.url)
         if "procrastinate" in sides:
             ensure_procrastinate_schema(db.url)
@@ -815,6 +842,7 @@ def main(argv: list[str] | None = None) -> int:
         server_cpu = stack.enter_context(BackendCpu(db.url))
         runners = {
             "runyard-worker": runyard_worker_round,
+            "runyard-worker-traced": traced_worker_round,
             "runyard-direct": runyard_direct_round,
             "psycopg-floor": psycopg_floor_round,
             "procrastinate": procrastinate_round,
@@ -963,6 +991,12 @@ def report(rounds: list[QueueRound], threads: int, profile_text: str = "") -> No
                 f"{side} drain last / first round {ratio:.2f} "
                 f"{_verdict(ratio >= FLAT_TARGET)} (>= {FLAT_TARGET})"
             )
+    plain, traced = pooled("runyard worker"), pooled("runyard worker, traced")
+    if plain is not None and traced is not None:
+        ratio = traced[0] / plain[0]
+        parts.append(
+            f"tracing on / off {ratio:.3f} {_verdict(ratio >= TRACED_TARGET)} (>= {TRACED_TARGET})"
+        )
     out(f"queue ({threads} threads): " + "; ".join(parts))
 
 

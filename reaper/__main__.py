@@ -20,6 +20,7 @@ from runyard.platform.db import DbTimeouts, make_engine
 from runyard.platform.logs import configure
 from runyard.platform.pooling import log_plan
 from runyard.platform.settings import Settings
+from runyard.platform.tracing import set_up
 from runyard.queue import AdmissionCaps, JobQueue
 from runyard.queue.builds import BuildQueue
 from runyard.reads.metrics import Metrics
@@ -101,6 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = Settings()
     configure(settings.log_level, settings.log_format)
+    set_up("runyard-reaper")
     metrics = Metrics()
     try:
         log_plan(logger, settings.connection_plan(), None)

@@ -24,6 +24,7 @@ from runyard.platform.db import DbTimeouts, make_engine
 from runyard.platform.logs import configure
 from runyard.platform.pooling import ConnectionPlan, log_plan
 from runyard.platform.settings import Settings
+from runyard.platform.tracing import set_up
 from runyard.queue import JobQueue
 from runyard.queue.builds import BuildQueue
 from runyard.queue.flow import GATE_INTERVAL_SECONDS, FlowGate
@@ -240,6 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = Settings()
     configure(settings.log_level, settings.log_format)
+    traced = set_up("runyard-worker")
     # `kill -USR1 <pid>` prints every thread's stack to stderr: what a stuck worker waits on.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
@@ -256,6 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.info(
             "worker --once done", extra={"claimed": round_.claimed, "adopted": round_.adopted}
         )
+        traced.shutdown()
         return 0
 
     signals_seen = threading.Event()
@@ -282,6 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         released = worker.hand_over()
         logger.info("handed over", extra={"released": released})
+    traced.shutdown()
     return 0
 
 

@@ -104,6 +104,7 @@ def submit_problem(services: Services, exc: Exception) -> Problem | None:
         "tenant_running": "tenant_running_limit",
         "tenant_created": "tenant_created_limit",
         "tenant_stored": "tenant_stored_limit",
+        "tenant_cpu_quota": "tenant_cpu_quota_spent",
     }.get(exc.reason, exc.reason)
     return Problem(429, code, str(exc), headers=retry_after, limit=exc.limit)
 

@@ -15,6 +15,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from api.actions import events as event_actions
 from api.actions import runs as run_actions
 from api.actions.events import MAX_EVENT_ID
+from api.actions.usage import usage_report
 from api.deps import ServicesDep, visible_tenant
 from api.problems import Problem
 from api.ui.artifact_views import artifact_rows
@@ -30,6 +31,7 @@ from api.ui.context import (
 from api.ui.run_logs import log_context
 from api.ui.session import COOKIE_NAME, COOKIE_PATH, Session, key_prefix
 from runyard.domain.states import TERMINAL_STATUSES, RunStatus
+from runyard.domain.usage import GroupBy
 from runyard.platform.models import ToolRun
 from runyard.queue.values import SYNC_QUEUE
 from runyard.reads.dashboard import (
@@ -216,6 +218,7 @@ def _panel_context(services: ServicesDep, run: ToolRun) -> dict[str, Any]:
         "waiting_for": view.waiting_for if view is not None and queued else None,
         # Workflows: its batch and ref, what it depends on and still waits for, what it re-runs.
         "view": view,
+        "trace_url": services.settings.trace_url_template,
         "dependencies": dependencies(services.engine, run.id, run.tenant)
         if view is not None and view.depends_on
         else [],
@@ -378,16 +381,19 @@ def workers_page(
 def tools_page(
     request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
 ) -> HTMLResponse:
-    """The tools the key may run with their limits and input schemas, and each one's last
-    day."""
+    """The tools the key may run with their limits and input schemas, each one's last day and
+    what its runs consumed this month."""
     registry = services.registry
     names = sorted(name for name in registry.tools if may_run(session.principal, name))
     tools = [registry.tools[name] for name in names]
     figures = tool_figures(services.engine, visible_tenant(session.principal))
+    month = usage_report(services, session.principal, first=None, last=None, group_by=GroupBy.TOOL)
     context = {
         "title": "Tools",
         "tools": tools,
         "figures": figures,
+        "usage": {line.key: line for line in month.lines},
+        "usage_since": month.first,
         "window_hours": TOOL_WINDOW_SECONDS // 3600,
     }
     return page(ui, request, "tools.html", context)

@@ -19,7 +19,7 @@ Adding ``seq`` without a default and setting the default after keeps the table a
 rewrite): only new rows draw numbers.
 
 Revision ID: 0024
-Revises: 0021
+Revises: 0022
 Create Date: 2026-11-27 07:00:00
 """
 
@@ -30,7 +30,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = "0024"
-down_revision = "0021"
+down_revision = "0022"
 branch_labels = None
 depends_on = None
 

@@ -27,7 +27,9 @@ from runyard.artifact_store import ArtifactStore
 from runyard.artifacts.publish import drop_unpublished
 from runyard.attempts.flight import FencedLogSink, Flight, LeaseClock, counting, log_fields
 from runyard.attempts.held import QueueLogSink
+from runyard.attempts.metering import UsageRecorder
 from runyard.attempts.policy import OwnerPolicy
+from runyard.attempts.traced import traced_attempt
 from runyard.domain.adoption import Action, AdoptionFacts, Verdict, decide
 from runyard.domain.attempt import AttemptResult, AttemptSpec
 from runyard.domain.errors import describe
@@ -35,9 +37,11 @@ from runyard.domain.fallbacks import CANCELLED_BEFORE_START, crashed_outcome, un
 from runyard.domain.states import ContainerState, ErrorCode, RunStatus
 from runyard.platform.db_errors import Failure, classify
 from runyard.platform.faults import BEFORE_CREATE, BEFORE_FINALIZE, crash_point, pause_point
+from runyard.platform.tracing import tracing
 from runyard.queue import ClaimedJob, JobQueue
 from runyard.reads.metrics import Metrics
 from runyard.runner import AttemptAbandoned, Runner, RunnerUnavailable
+from runyard.usage.ledger import UsageLedger
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +86,7 @@ class AttemptOwner:
         artifacts: ArtifactStore | None = None,
         cleanup: Callable[[uuid.UUID, int], None] | None = None,
         next_claim: Callable[[], NextClaim | None] = _no_next_claim,
+        usage: UsageLedger | None = None,
     ) -> None:
         self.policy = policy
         self.owner_id = owner_id
@@ -99,6 +104,10 @@ class AttemptOwner:
         self._cleanup = cleanup or self._discard_now
         # Where the finalize claims the slot's next job now, if anywhere (``policy.chains``).
         self._next_claim = next_claim
+        # Each attempt's usage is recorded under its lease, before its finalize.
+        self._usage = UsageRecorder(
+            usage or UsageLedger(queue.engine), metrics, policy.retry_budget_seconds, owner_id
+        )
         self._lock = threading.Lock()
         self.finalized = 0
 
@@ -121,7 +130,8 @@ class AttemptOwner:
         of the owner's own code is settled here too (never raised)."""
         try:
             self.arm(flight)
-            self._attempt(flight)
+            with traced_attempt(flight.job, self.owner_id):
+                self._attempt(flight)
         except Exception as exc:
             self._crashed(flight, exc)
 
@@ -231,7 +241,10 @@ class AttemptOwner:
             return
         if not job.container_requested and not self._mark_container_requested(flight):
             return
+        trace = tracing().current()  # the attempt's span: the tool's spans join it
         spec = AttemptSpec(
+            traceparent=trace.traceparent if trace is not None else None,
+            tracestate=trace.tracestate if trace is not None else None,
             run_id=job.run_id,
             attempt=job.attempt,
             tool=job.spec,
@@ -448,9 +461,19 @@ class AttemptOwner:
 
     def finalize(self, flight: Flight, outcome: AttemptResult) -> None:
         """Commit the outcome (or what can be stored instead), then clean up."""
+        with tracing().span("finalize", attributes={"runyard.status": outcome.status.value}):
+            self._finalize(flight, outcome)
+
+    def _finalize(self, flight: Flight, outcome: AttemptResult) -> None:
         job = flight.job
         flight.finalizing = True
-        committed = self._store(flight, outcome)
+        metered = self._usage.record(
+            flight,
+            outcome.usage,
+            owns=functools.partial(self.owns, flight),
+            give_back=functools.partial(self.release, flight, engine=False),
+        )
+        committed = self._store(flight, outcome) if metered else None
         if committed is None or committed.artifact_set != outcome.artifact_set:
             # A set no committed outcome names is read by no one: it goes now.
             drop_unpublished(

@@ -45,6 +45,7 @@ from runyard.cli.failures import database_url_problem, describe_failure
 from runyard.cli.sandboxes import add_sandbox_commands
 from runyard.cli.schedules import add_schedule_commands
 from runyard.cli.spinner import Spinner
+from runyard.cli.usage import add_usage_commands
 from runyard.cli.waiting import follow_logs, wait_for_run
 from runyard.cli.workflows import add_workflow_commands
 from runyard.platform.settings import Settings
@@ -280,6 +281,8 @@ def _submit(args: argparse.Namespace) -> int:
 def _get(args: argparse.Namespace) -> int:
     run = as_json(client_for(args).get(args.run_id))
     human = run_line(run)
+    if run.get("trace_id"):
+        human += f"\ntrace {run['trace_id']}"
     if run.get("result") is not None:
         human += "\n" + json.dumps(run["result"], indent=2)
     emit(args, run, human)
@@ -558,6 +561,7 @@ def _add_client_commands(sub: Any) -> None:
     add_build_commands(sub, common)
     add_schedule_commands(sub, common)
     add_sandbox_commands(sub, common)
+    add_usage_commands(sub, common)
 
 
 def build_parser() -> argparse.ArgumentParser:

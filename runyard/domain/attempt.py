@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from runyard.domain.states import RunStatus
+from runyard.domain.usage import AttemptUsage
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,9 @@ class AttemptSpec:
     deps: dict[str, Any] | None = None
     # Their published artifact sets, by run id: copied to /runyard/deps/<run id>/.
     dep_artifacts: dict[str, uuid.UUID] | None = None
+    # The attempt's span as W3C trace context: the container's TRACEPARENT and TRACESTATE.
+    traceparent: str | None = None
+    tracestate: str | None = None
 
     def files(self) -> dict[str, bytes]:
         """The files the tool finds in /runyard: ``input.json``, and ``deps.json`` if any."""
@@ -59,6 +63,9 @@ class AttemptResult:
     image_digest: str | None = None
     # The artifact set collected for this outcome; finalizing the outcome publishes it.
     artifact_set: uuid.UUID | None = None
+    # What the container consumed, read from the engine before it is removed; None: no
+    # container ran (or the engine could not say).
+    usage: AttemptUsage | None = None
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ logger = logging.getLogger(__name__)
 
 AFTER_CREATE = "after_create"
 BEFORE_FINALIZE = "before_finalize"
+# After the attempt's usage is recorded, before its finalize.
+AFTER_USAGE = "after_usage"
 # Raised by the heartbeat round (a bug in the heartbeat thread, not a database error).
 HEARTBEAT_ERROR = "heartbeat_error"
 # Between "container requested" and the runner's create.

@@ -6,13 +6,14 @@ State changes never go through these classes; ``runyard.queue`` owns them with w
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
+    Date,
     DateTime,
     Enum,
     Float,
@@ -693,3 +694,54 @@ class SandboxExecChunk(Base):
     length: Mapped[int] = mapped_column(Integer)
     data: Mapped[bytes] = mapped_column(LargeBinary)
     seq: Mapped[int] = mapped_column(BigInteger, Identity(always=True))
+
+
+class AttemptUsageRecord(Base):
+    """What one attempt's container consumed: written once, under the attempt's lease, before
+    its finalize (``runyard.usage``); kept when retention deletes the run."""
+
+    __tablename__ = "attempt_usage"
+    __table_args__ = (
+        Index("ix_attempt_usage_tenant_recorded", "tenant", "recorded_at"),
+        Index("ix_attempt_usage_recorded", "recorded_at"),
+    )
+
+    run_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tenant: Mapped[str] = mapped_column(Text)
+    tool: Mapped[str] = mapped_column(Text)
+    recorded_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+    cpu_seconds: Mapped[float] = mapped_column(Float)
+    memory_peak_bytes: Mapped[int] = mapped_column(BigInteger)
+    memory_avg_bytes: Mapped[int] = mapped_column(BigInteger)
+    wall_seconds: Mapped[float] = mapped_column(Float)
+    disk_bytes: Mapped[int] = mapped_column(BigInteger)
+    net_rx_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    net_tx_bytes: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class TenantUsageTotals(Base):
+    """A tenant's usage summed since it began: the Prometheus counters read it per scrape."""
+
+    __tablename__ = "tenant_usage_totals"
+
+    tenant: Mapped[str] = mapped_column(Text, primary_key=True)
+    attempts: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    cpu_seconds: Mapped[float] = mapped_column(Float, server_default="0")
+    wall_seconds: Mapped[float] = mapped_column(Float, server_default="0")
+    memory_byte_seconds: Mapped[float] = mapped_column(Float, server_default="0")
+    disk_bytes: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    net_bytes: Mapped[int] = mapped_column(BigInteger, server_default="0")
+
+
+class TenantUsageDay(Base):
+    """A tenant's usage of one UTC day summed: what the daily CPU quota reads."""
+
+    __tablename__ = "tenant_usage_days"
+
+    tenant: Mapped[str] = mapped_column(Text, primary_key=True)
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+    attempts: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    cpu_seconds: Mapped[float] = mapped_column(Float, server_default="0")

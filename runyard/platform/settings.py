@@ -92,6 +92,11 @@ class Settings(BaseSettings):
     ui_session_secret: SecretStr | None = Field(default=None, min_length=32)
     ui_session_hours: float = Field(default=12.0, gt=0, le=24 * 30)
     ui_cookie_secure: bool = False
+    # Where the dashboard links a run's trace: a URL with {trace_id} in it (e.g. a Jaeger's
+    # https://jaeger.example/trace/{trace_id}); empty: the trace id is shown without a link.
+    trace_url_template: str = Field(
+        default="", max_length=2000, pattern=r"^(https?://\S*\{trace_id\}\S*)?$"
+    )
 
     # Admission (0 = no cap): a full queue answers 503, a tenant at one of its caps 429.
     max_queue_depth: int = Field(default=100_000, ge=0)
@@ -104,6 +109,9 @@ class Settings(BaseSettings):
     tenant_created_window_seconds: float = Field(default=3600.0, ge=1, le=7 * 86400)
     # Runs a tenant may keep in the database, finished ones included (until deleted or pruned).
     tenant_max_stored_runs: int = Field(default=1_000_000, ge=0)
+    # CPU seconds each tenant's attempts may use per UTC day (0: no quota); once spent, its
+    # new runs are refused with a 429 until midnight (docs/operations.md, "Usage").
+    tenant_daily_cpu_seconds: float = Field(default=0.0, ge=0)
     # Dependencies (depends_on entries) one batch may hold in all: more is a 422.
     batch_max_dependencies: int = Field(default=10_000, ge=0)
     # Schedules (runyard.schedules): how many a tenant may keep (0: no cap); how often the

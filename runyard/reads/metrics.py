@@ -19,6 +19,8 @@ from sqlalchemy import Engine, text
 from runyard.queue.values import SYNC_QUEUE
 from runyard.reads.pools import live_workers_by_queue
 from runyard.reads.runs import WORKER_LIVE_SECONDS
+from runyard.reads.usage_metrics import UsageCollector
+from runyard.usage.ledger import UsageLedger
 
 logger = logging.getLogger(__name__)
 
@@ -234,11 +236,12 @@ class Metrics:
         return [family.name for c in self._roles[role] for family in c.describe()]
 
     def watch_queue(self, engine: Engine) -> None:
-        """Also export the database-derived queue gauges (once: the processes of ``runyard
-        dev`` share the registry and the database)."""
+        """Also export the database-derived queue gauges and usage counters (once: the
+        processes of ``runyard dev`` share the registry and the database)."""
         with self._lock:
             if not self._queue_watched:
                 self.registry.register(QueueCollector(engine))
+                self.registry.register(UsageCollector(UsageLedger(engine)))
                 self._queue_watched = True
 
     def serve(self, port: int, host: str = "0.0.0.0") -> Any:

@@ -58,6 +58,8 @@ class RunView:
     schedule_slot: datetime | None = None
     # Flow control: the caller's key (the per-key limits of its tool apply).
     concurrency_key: str | None = None
+    # The run's trace (32 hex) when it is traced (docs/operations.md, "Traces"); else None.
+    trace_id: str | None = None
 
     @classmethod
     def of(cls, row: Any) -> Self:
@@ -84,7 +86,7 @@ RUN_VIEW = text(
     SELECT id, tool, status, mode, input, result, exit_code, attempts, max_attempts,
            error_code, error, stdout_truncated, stderr_truncated, requested_at, started_at,
            finished_at, waiting_for, depends_on, waiting_on, batch_id, ref, rerun_of, run_at,
-           schedule_id, schedule_slot, concurrency_key
+           schedule_id, schedule_slot, concurrency_key, trace_id
     FROM tool_runs r LEFT JOIN LATERAL (
         SELECT CASE
             WHEN j.waiting_on > 0 THEN format('%s of its dependencies to succeed', j.waiting_on)
@@ -113,6 +115,10 @@ RUN_VIEW = text(
         FROM tool_run_deps d JOIN tool_runs c ON c.id = d.depends_on
         WHERE d.run_id = r.id
     ) deps ON true
+    LEFT JOIN LATERAL (
+        SELECT nullif(split_part(r.spec #>> '{trace_context,traceparent}', '-', 2), '')
+            AS trace_id
+    ) trace ON true
     WHERE r.id = :id AND (CAST(:tenant AS text) IS NULL OR r.tenant = CAST(:tenant AS text))
     """
 )
@@ -126,6 +132,14 @@ DEPENDENCIES_OF = text(
     ORDER BY d.run_id, d.depends_on
     """
 )
+
+
+def _trace_id(spec: Any) -> str | None:
+    """The trace id a run's snapshot carries, as RUN_VIEW reads it."""
+    carried = spec.get("trace_context") if isinstance(spec, dict) else None
+    parent = carried.get("traceparent") if isinstance(carried, dict) else None
+    parts = parent.split("-") if isinstance(parent, str) else []
+    return parts[1] if len(parts) == 4 else None
 
 
 @dataclass(frozen=True)
@@ -218,6 +232,7 @@ class RunReader:
                 RunView.of(run),
                 depends_on=tuple(depends.get(run.id, ())),
                 waiting_on=tuple(waiting.get(run.id, ())),
+                trace_id=_trace_id(run.spec),
             )
             for run in runs
         ]

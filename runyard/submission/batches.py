@@ -6,6 +6,7 @@ latest run of each ref: a retry's run takes the place of the run it re-runs.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -17,12 +18,15 @@ from sqlalchemy import Engine, text
 
 from runyard.domain.graph import ACTIVE, GraphProblem, Node, batch_status, summarized
 from runyard.platform.db import autocommit
+from runyard.platform.tracing import TraceContext, tracing
 from runyard.queue import AdmissionCaps, AdmissionRefused, ApiQueue
 from runyard.queue.graph import GraphResult, GraphRun, GraphSubmit, GraphWriter
 from runyard.reads.metrics import Metrics
 from runyard.registry.tools import ToolRegistry
+from runyard.submission.quota import DailyQuota
 from runyard.submission.request import RunRequest
 from runyard.submission.results import submission_result
+from runyard.traces.context import with_trace
 
 
 class BatchItemProblem(Exception):
@@ -243,8 +247,10 @@ class Batches:
         *,
         queue_mode: bool = True,
         metrics: Metrics | None = None,
+        quota: DailyQuota | None = None,
     ) -> None:
         self._queue = queue
+        self._quota = quota
         self._metrics = metrics or Metrics()
         self._engine: Engine = queue.engine
         self._registry = registry
@@ -270,7 +276,8 @@ class Batches:
         """``submit``, and the batch as written (as a read right after the commit shows it;
         read back for an idempotent replay). Counts its runs by result."""
         try:
-            result, view = self._submit_viewed(tenant, items, idempotency_key)
+            with tracing().span("submit_batch") as span:
+                result, view = self._submit_viewed(tenant, items, idempotency_key, span.context())
         except Exception as exc:
             self._count(len(items), submission_result(exc))
             raise
@@ -282,7 +289,11 @@ class Batches:
         self._metrics.submissions.labels(result=result).inc(runs)
 
     def _submit_viewed(
-        self, tenant: str, items: Sequence[BatchItem], idempotency_key: str | None
+        self,
+        tenant: str,
+        items: Sequence[BatchItem],
+        idempotency_key: str | None,
+        trace: TraceContext | None = None,
     ) -> tuple[GraphResult, BatchView]:
         dependencies = sum(len(item.request.depends_on) for item in items)
         problem = dependencies_problem(dependencies, self._caps.batch_max_dependencies)
@@ -294,9 +305,13 @@ class Batches:
                 run = item.request.prepare(self._registry)
             except Exception as exc:
                 raise BatchItemProblem(index, exc) from exc
+            if trace is not None:  # the batch's runs are part of its submit's trace
+                run = dataclasses.replace(run, spec=with_trace(run.spec, trace))
             node = Node(item.ref, item.request.depends_on)
             runs.append(GraphRun(run, node, run_at=item.request.run_at))
         self._check_room()
+        if self._quota is not None:
+            self._quota.check(tenant)
         graph = GraphSubmit(tenant, runs, batch=True, idempotency_key=idempotency_key)
         result = self._writer.submit(graph, self._caps)
         assert result.batch_id is not None

@@ -9,6 +9,7 @@ statements alone (``ApiQueue.submit``, ``ApiQueue.replay_or_refuse``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import uuid
 from collections.abc import Callable
@@ -17,16 +18,19 @@ from dataclasses import dataclass
 import anyio
 
 from runyard.domain.graph import GraphProblem, Node
+from runyard.platform.tracing import TraceContext, tracing
 from runyard.queue import AdmissionCaps, AdmissionRefused, ApiQueue, EnqueueResult, NewRun
 from runyard.queue.builds import BuildQueue
 from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
 from runyard.reads.metrics import Metrics
 from runyard.reads.runs import RunReader, RunView
 from runyard.registry.tools import ToolRegistry
+from runyard.submission.quota import DailyQuota
 from runyard.submission.request import RunRequest
 from runyard.submission.results import REQUEST_ERRORS, submission_result
 from runyard.submission.waits import Caller, Waits
 from runyard.sync.executor import SyncExecutor
+from runyard.traces.context import with_trace
 
 
 class QueueModeOnly(Exception):
@@ -63,8 +67,11 @@ class Submissions:
         sync: SyncExecutor | None = None,
         builds: BuildQueue | None = None,
         metrics: Metrics | None = None,
+        quota: DailyQuota | None = None,
     ) -> None:
         self._queue = queue
+        # The tenants' daily CPU quota, checked before anything is written.
+        self._quota = quota
         self._metrics = metrics or Metrics()
         # Submits of a digest whose build failed fail at once (until an admin rebuilds).
         self._builds = builds
@@ -97,7 +104,20 @@ class Submissions:
     def _accept(
         self, request: RunRequest, *, read_back: bool
     ) -> tuple[EnqueueResult, RunView | None]:
+        with tracing().span("submit") as span:
+            result, view = self._submit(request, read_back=read_back, trace=span.context())
+            span.set("runyard.run_id", str(result.run_id))
+        return result, view
+
+    def _submit(
+        self, request: RunRequest, *, read_back: bool, trace: TraceContext | None
+    ) -> tuple[EnqueueResult, RunView | None]:
         run = request.prepare(self._registry)
+        if trace is not None:
+            # The run's trace: its attempts' spans, wherever they run, are its children.
+            run = dataclasses.replace(run, spec=with_trace(run.spec, trace))
+        if self._quota is not None:
+            self._quota.check(request.tenant)
         build_tag = built_tag(run)
         if build_tag is not None and self._sync is not None:
             raise QueueModeOnly(f"tool {run.tool!r} is built from source: its runs need queue mode")

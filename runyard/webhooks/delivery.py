@@ -49,8 +49,10 @@ from runyard.domain.webhook_fairness import (
 )
 from runyard.platform.db import autocommit
 from runyard.platform.settings import Settings
+from runyard.platform.tracing import Attributes, tracing
 from runyard.reads.metrics import Metrics, Role
 from runyard.reads.runs import RunReader, RunView
+from runyard.traces.context import trace_of
 from runyard.webhooks.http import HttpAttempt, post
 from runyard.webhooks.resolver import BoundedResolver
 from runyard.webhooks.sql import (
@@ -471,7 +473,7 @@ class WebhookDeliverer:
         view = RunReader(self._engine).view(claimed.run_id, None)
         if view is None:
             return "fenced"  # the run was deleted, and its delivery with it
-        attempt = self._attempt(claimed, view)
+        attempt = self._traced_attempt(claimed, view)
         delay = retry_delay(
             claimed.attempt,
             base_seconds=self._config.backoff_base_seconds,
@@ -518,6 +520,25 @@ class WebhookDeliverer:
                 extra=extra,
             )
         return outcome
+
+    def _traced_attempt(self, claimed: Claimed, view: RunView) -> HttpAttempt:
+        """The attempt, as a span of its run's trace when tracing is on."""
+        traced = tracing()
+        if not traced.enabled:
+            return self._attempt(claimed, view)
+        run = RunReader(self._engine).get(claimed.run_id, None)
+        attributes: Attributes = {
+            "runyard.run_id": str(claimed.run_id),
+            "runyard.attempt": claimed.attempt,
+        }
+        parent = trace_of(run.spec) if run is not None else None
+        with traced.span("webhook.delivery", parent=parent, attributes=attributes) as span:
+            attempt = self._attempt(claimed, view)
+            if attempt.status_code is not None:
+                span.set("http.response.status_code", attempt.status_code)
+            if not attempt.delivered:
+                span.fail(attempt.error or "not delivered")
+            return attempt
 
     def _record_destination(
         self, tenant: str, destination: str, attempt: HttpAttempt, now: datetime | None

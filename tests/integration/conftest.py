@@ -17,6 +17,7 @@ from runyard.platform.settings import Settings
 from runyard.queue import JobQueue
 from runyard.registry.tools import ToolRegistry, load_registry
 from runyard.runners.docker.runner import LABEL_MANAGED, STUCK_MOUNT, DockerRunner
+from runyard.runners.docker.usage_meter import CGROUP_ROOT, CgroupFigures
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,6 +62,8 @@ def docker_client(monkeypatch: pytest.MonkeyPatch) -> Iterator[docker.DockerClie
     for volume in client.volumes.list(filters=label):
         if volume.name in created:  # an attempt's volume is named after its container
             _quietly(functools.partial(volume.remove, force=True))
+    for name in created:  # and so is its parent cgroup (runyard.runners.docker.usage_meter)
+        CgroupFigures(CGROUP_ROOT, f"/runyard/{name}").remove()
     client.close()
 
 

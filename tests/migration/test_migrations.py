@@ -34,6 +34,9 @@ TABLES = {
     "deleted_runs",
     "schedules",
     "flow_counters",
+    "attempt_usage",
+    "tenant_usage_totals",
+    "tenant_usage_days",
 }
 
 

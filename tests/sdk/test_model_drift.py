@@ -37,6 +37,8 @@ RESPONSES: list[tuple[type[BaseModel], str]] = [
     (models.TenantWebhook, "WebhookSettingsOut"),
     (models.Schedule, "ScheduleOut"),
     (models.SchedulePage, "SchedulePage"),
+    (models.UsageReport, "UsageReportOut"),
+    (models.UsageLine, "UsageLineOut"),
 ]
 REQUESTS: list[tuple[type[BaseModel], str]] = [
     (models.Limits, "RunLimits"),

@@ -9,6 +9,7 @@ import docker
 import pytest
 
 from runyard.domain.states import ContainerState
+from runyard.domain.usage import Counters
 from runyard.runner import RunnerUnavailable
 from runyard.runners.docker.runner import DockerRunner
 
@@ -55,7 +56,13 @@ def test_collect__a_container_being_removed_has_no_outputs_to_trust(status: str)
     # Its logs would answer 409 or be cut short; the exit code is the remover's SIGKILL.
     with pytest.raises(RunnerUnavailable, match="disappeared"):
         runner_seeing(status)._collect(
-            "c0ffee", cast(Any, None), cast(Any, None), None, cast(Any, None), cast(Any, None)
+            "c0ffee",
+            cast(Any, None),
+            cast(Any, None),
+            None,
+            cast(Any, None),
+            cast(Any, None),
+            Counters(),
         )
 
 

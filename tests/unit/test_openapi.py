@@ -118,7 +118,7 @@ def sse_messages(item_schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_operation_ids__are_lower_camel_case_verbs_and_unique(document: dict[str, Any]):
     ids = [operation["operationId"] for _, _, operation in operations(document)]
-    assert len(ids) == 45
+    assert len(ids) == 46
     assert len(set(ids)) == len(ids), ids
     for method, path, operation in operations(document):
         operation_id = operation["operationId"]
@@ -135,6 +135,7 @@ def test_operation_ids__name_the_routes_as_documented(document: dict[str, Any]):
     assert by_route[("get", "/v1/runs/{run_id}")] == "getRun"
     assert by_route[("get", "/v1/runs/{run_id}/events")] == "getRunEvents"
     assert by_route[("post", "/v1/batches")] == "submitBatch"
+    assert by_route[("get", "/v1/usage")] == "getUsage"
     assert by_route[("get", "/v1/runs/{run_id}/artifacts/{path}")] == "downloadArtifact"
 
 

@@ -36,6 +36,7 @@ def test_test_registry__is_the_shipped_one_plus_test_tools():
         "hostile",
         "result-bytes",
         "sandbox",
+        "traceparent",
     }
     for name in ("echo", "sleep", "fail"):
         assert tests.get(name) == shipped.get(name)

@@ -34,9 +34,11 @@ from runyard.domain.attempt import AttemptResult, AttemptSpec, ManagedAttempt, c
 from runyard.domain.outcomes import ExitFacts, StopReason, ToolLimits, decide_exit, decide_result
 from runyard.domain.states import ContainerState, ErrorCode, RunStatus
 from runyard.domain.tool_json import DEFAULT_MAX_DEPTH
+from runyard.domain.usage import Counters, usage_of
 from runyard.platform.capture import HeadTailBuffer
 from runyard.platform.faults import AFTER_CREATE, crash_point
 from runyard.platform.settings import Settings
+from runyard.platform.tracing import parse_context, tracing
 from runyard.registry.redact import Redactor
 from runyard.registry.secrets import SecretSource, SecretUnavailable
 from runyard.registry.tools import NO_NETWORK, ToolSpec
@@ -65,6 +67,7 @@ from runyard.runners.docker.outputs import (
     workdir_archive,
 )
 from runyard.runners.docker.refusals import name_in_use, refused_for_settings
+from runyard.runners.docker.usage_meter import Sampling, UsageMeter
 from runyard.runners.docker.watch import AttemptWatch
 
 logger = logging.getLogger(__name__)
@@ -136,11 +139,14 @@ class DockerRunner:
         marker: EngineMarker | None = None,
         secrets: SecretSource | None = None,
         egress: EgressGate | None = None,
+        meter: UsageMeter | None = None,
     ) -> None:
         self._client = client
         # The networks and proxies of tools with an egress allow-list (egress.py).
         self._egress = egress or EgressGate(client.api)
         self._api = client.api
+        # What each attempt's container consumes (docs/operations.md, "Usage").
+        self._meter = meter or UsageMeter(client.api)
         self._limits = limits or DockerLimits()
         self._marker = marker or EngineMarker(client)
         # Values of the tools' secrets come from this process (docs/tools.md, "Secrets").
@@ -249,7 +255,8 @@ class DockerRunner:
         """
         for _ in range(3):
             _fence(control, spec)
-            created = self._create(spec, control.artifacts)
+            with tracing().span("container.create"):
+                created = self._create(spec, control.artifacts)
             if isinstance(created, AttemptResult):
                 return created
             if created is not None:
@@ -257,7 +264,9 @@ class DockerRunner:
                 # Left unstarted, the next owner removes it after a grace and creates anew.
                 _fence(control, spec)
                 try:
-                    if not self._start(created, spec):
+                    with tracing().span("container.start"):
+                        started = self._start(created, spec)
+                    if not started:
                         continue
                 except _EngineRefused as exc:
                     return _unsupported(str(exc))
@@ -270,6 +279,7 @@ class DockerRunner:
                     "adopting existing container",
                     extra={"run_id": str(spec.run_id), "attempt": spec.attempt},
                 )
+                _link_creator(attrs)
                 return self._wait_and_collect(str(attrs["Id"]), spec, control, started_here=False)
         raise RunnerUnavailable(f"could not settle on one container for {spec.container_name}")
 
@@ -373,6 +383,11 @@ class DockerRunner:
             network = egress_name(name)
             env.update(proxy_env(name))
             dns = EGRESS_DNS
+        if spec.traceparent:
+            # The tool's own spans join the attempt's trace (W3C trace context).
+            env["TRACEPARENT"] = spec.traceparent
+            if spec.tracestate:
+                env["TRACESTATE"] = spec.tracestate
         limits = ContainerLimits.of(tool)
         host_config = self._api.create_host_config(
             cap_drop=["ALL"],
@@ -448,6 +463,10 @@ class DockerRunner:
             )
         if wants_egress(spec.tool):
             self._egress.prepare(name, spec.tool, {LABEL_RUN_ID: str(spec.run_id)})
+        # Asked of the engine once, and only for a container it will be asked to create.
+        cgroup_parent = self._meter.cgroup_parent(name)
+        if cgroup_parent is not None:
+            args["host_config"]["CgroupParent"] = cgroup_parent
         fresh_dir = host_dir.prepare(name, spec.files(), user) if host_dir is not None else False
         if fresh_dir and host_dir is not None:
             try:
@@ -468,7 +487,8 @@ class DockerRunner:
                 if self._inspect(name) is not None:
                     self._not_ours(name, fresh_dir)
                     return None
-                failed = self._pull(str(args["image"]))
+                with tracing().span("image.pull", attributes={"runyard.image": args["image"]}):
+                    failed = self._pull(str(args["image"]))
                 if failed is not None:
                     return failed
                 pulled = True
@@ -555,13 +575,27 @@ class DockerRunner:
         if not started_here:
             live.start()  # the previous owner was streaming: carry on at once
         watch = self._watch(container_id, spec, control)
+        sampling = self._sample(container_id, spec)
         try:
-            stopped_for = self._wait(container_id, spec, control, live, watch)
+            with tracing().span("container.wait", attributes={"runyard.adopted": not started_here}):
+                stopped_for = self._wait(container_id, spec, control, live, watch)
         except BaseException:
             live.stop()
+            sampling.stop()
             raise
         live.join()
-        return self._collect(container_id, spec, control, stopped_for, live, watch)
+        sampled = sampling.stop()
+        with tracing().span("outputs.collect"):
+            return self._collect(container_id, spec, control, stopped_for, live, watch, sampled)
+
+    def _sample(self, container_id: str, spec: AttemptSpec) -> Sampling:
+        """Sample the running container's usage; a networked tool's network from its pid."""
+        networked = str(spec.tool.get("network") or NO_NETWORK) != NO_NETWORK
+        pid = None
+        if networked:
+            attrs = self._inspect(container_id) or {}
+            pid = int((attrs.get("State") or {}).get("Pid") or 0) or None
+        return self._meter.follow(container_id, spec.container_name, pid, networked)
 
     def _redactor(self, container_id: str, spec: AttemptSpec) -> Redactor:
         """The tool's secret values as the container has them (whoever resolved them)."""
@@ -794,6 +828,7 @@ class DockerRunner:
         stopped_for: StopReason | None,
         live: _LiveLogs,
         watch: AttemptWatch,
+        sampled: Counters,
     ) -> AttemptResult:
         attrs = self._exited_attrs(container_id, stopped_for)
         if wants_egress(spec.tool):
@@ -818,6 +853,13 @@ class DockerRunner:
             "stderr_truncated": stderr.truncated,
             "image_digest": image_digest,
         }
+        disk_used = watch.disk_used()
+        common["usage"] = usage_of(
+            self._meter.read(spec.container_name, sampled),
+            started_at=_parse_docker_time(state.get("StartedAt")),
+            finished_at=finished_at,
+            disk_bytes=disk_used,
+        )
         facts = ExitFacts(
             exit_code=exit_code,
             oom_killed=bool(state.get("OOMKilled")),
@@ -826,7 +868,7 @@ class DockerRunner:
             stopped_for=stopped_for,
             cancel_requested=control.cancel.is_set(),
             # Only a failed exit can be explained by a fill (an adopter has no other proof).
-            disk_used_bytes=watch.disk_used() if exit_code != 0 else None,
+            disk_used_bytes=disk_used if exit_code != 0 else None,
         )
         verdict = decide_exit(facts, watch.limits)
         if verdict.read_result:
@@ -934,6 +976,7 @@ class DockerRunner:
         self._remove(name)
         self._remove_volume(name)
         self._egress.discard(name)
+        self._meter.forget(name)
         if self._workdirs is not None:
             self._workdirs.remove(name)
 
@@ -1102,6 +1145,19 @@ def _unless_gone(call: Callable[[], object], what: str) -> None:
         pass
     except _TRANSPORT_ERRORS as exc:
         raise RunnerUnavailable(f"cannot {what}: {exc}") from exc
+
+
+def _link_creator(attrs: dict[str, Any]) -> None:
+    """Link the adopter's span to the span of the owner that created the container (its
+    TRACEPARENT), so the trace shows whose attempt this one carries on."""
+    traced = tracing()
+    if not traced.enabled:
+        return
+    pairs = (entry.partition("=") for entry in attrs.get("Config", {}).get("Env") or [])
+    env = {name: value for name, _, value in pairs if name in ("TRACEPARENT", "TRACESTATE")}
+    creator = parse_context(env.get("TRACEPARENT"), env.get("TRACESTATE"))
+    if creator is not None:
+        traced.link(creator)
 
 
 def _fence(control: AttemptControl, spec: AttemptSpec) -> None:

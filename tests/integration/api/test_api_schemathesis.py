@@ -57,7 +57,7 @@ def test_schemathesis__finds_no_server_error_and_no_schema_violation(
     with live_server(app) as url:
         schema = schemathesis.openapi.from_dict(app.openapi())
         operations = [cast(Any, result).ok() for result in schema.get_all_operations()]
-        assert len(operations) == 45
+        assert len(operations) == 46
         for operation in operations:
             strategy = operation.as_strategy(GenerationMode.POSITIVE) | operation.as_strategy(
                 GenerationMode.NEGATIVE

@@ -62,6 +62,8 @@ from runyard_client.models import (
     TenantWebhook,
     Tool,
     ToolBuild,
+    UsageLine,
+    UsageReport,
 )
 
 __all__ = [
@@ -119,6 +121,8 @@ __all__ = [
     "ToolBuild",
     "UnavailableError",
     "UnsafePathError",
+    "UsageLine",
+    "UsageReport",
     "WaitTimeoutError",
     "WaitingEvent",
     "WebhookEvent",

@@ -8,7 +8,7 @@ import builtins
 import contextlib
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
@@ -60,6 +60,7 @@ from runyard_client.models import (
     Schedule,
     TenantWebhook,
     Tool,
+    UsageReport,
 )
 
 T = TypeVar("T")
@@ -443,6 +444,19 @@ class AsyncRunyard:
     async def get_build(self, build_id: Id) -> Build:
         """One build with its log's tail."""
         return await self._send(calls.get_build(build_id))
+
+    async def get_usage(
+        self,
+        *,
+        first: date | None = None,
+        last: date | None = None,
+        group_by: str = "tool",
+        tenant: str | None = None,
+    ) -> UsageReport:
+        """Usage (CPU seconds, memory, wall time, disk and network bytes) summed by ``tool``,
+        ``day`` or ``tenant`` over whole UTC days from ``first`` to ``last`` (this month by
+        default): the key's tenant's own; an admin key's of every tenant, or of ``tenant``."""
+        return await self._send(calls.get_usage(first, last, group_by, tenant))
 
     async def get_tenant_webhook(self, tenant: str) -> TenantWebhook:
         """A tenant's default webhook URL and whether it has a signing secret (never the

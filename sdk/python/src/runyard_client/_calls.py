@@ -7,7 +7,7 @@ import builtins
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import quote
 
@@ -32,6 +32,7 @@ from runyard_client.models import (
     SchedulePage,
     TenantWebhook,
     Tool,
+    UsageReport,
 )
 
 T = TypeVar("T")
@@ -433,3 +434,19 @@ def set_tenant_webhook(
     if deadline_lead_seconds is not None:
         body["deadline_lead_seconds"] = deadline_lead_seconds
     return Call("PUT", f"/v1/tenants/{segment(tenant)}/webhook", _tenant_webhook, json=body)
+
+
+def get_usage(
+    first: date | None, last: date | None, group_by: str, tenant: str | None
+) -> Call[UsageReport]:
+    """Usage summed by tool, day or tenant over whole UTC days (this month by default)."""
+    given = {
+        "from": None if first is None else first.isoformat(),
+        "to": None if last is None else last.isoformat(),
+        "group_by": group_by,
+        "tenant": tenant,
+    }
+    params: dict[str, str | int | float] = {k: v for k, v in given.items() if v is not None}
+    return Call(
+        "GET", "/v1/usage", lambda r: UsageReport.model_validate_json(r.content), params=params
+    )

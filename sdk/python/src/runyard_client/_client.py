@@ -8,7 +8,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
@@ -59,6 +59,7 @@ from runyard_client.models import (
     Schedule,
     TenantWebhook,
     Tool,
+    UsageReport,
 )
 
 T = TypeVar("T")
@@ -431,6 +432,19 @@ class Runyard:
     def get_build(self, build_id: Id) -> Build:
         """One build with its log's tail."""
         return self._send(calls.get_build(build_id))
+
+    def get_usage(
+        self,
+        *,
+        first: date | None = None,
+        last: date | None = None,
+        group_by: str = "tool",
+        tenant: str | None = None,
+    ) -> UsageReport:
+        """Usage (CPU seconds, memory, wall time, disk and network bytes) summed by ``tool``,
+        ``day`` or ``tenant`` over whole UTC days from ``first`` to ``last`` (this month by
+        default): the key's tenant's own; an admin key's of every tenant, or of ``tenant``."""
+        return self._send(calls.get_usage(first, last, group_by, tenant))
 
     def get_tenant_webhook(self, tenant: str) -> TenantWebhook:
         """A tenant's default webhook URL and whether it has a signing secret (never the

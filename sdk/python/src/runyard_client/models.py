@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -72,6 +72,7 @@ class Run(Model):
     schedule_id: uuid.UUID | None = None
     schedule_slot: datetime | None = None
     concurrency_key: str | None = None
+    trace_id: str | None = None
 
     @property
     def done(self) -> bool:
@@ -304,3 +305,32 @@ class Problem(Model):
     detail: str
     field: str | None = None
     errors: tuple[FieldProblem, ...] | None = None
+
+
+class UsageLine(Model):
+    """One tool's, day's or tenant's usage summed over a report's window."""
+
+    key: str
+    runs: int
+    attempts: int
+    cpu_seconds: float
+    wall_seconds: float
+    memory_peak_bytes: int
+    memory_byte_seconds: float
+    disk_bytes: int
+    net_rx_bytes: int
+    net_tx_bytes: int
+
+
+class UsageReport(Model):
+    """Usage over whole UTC days (``from_`` to ``to``, both included), by ``group_by``;
+    ``tenant`` None: every tenant's (an admin's report)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    from_: date = Field(alias="from")
+    to: date
+    group_by: str
+    tenant: str | None
+    lines: tuple[UsageLine, ...]
+    total: UsageLine

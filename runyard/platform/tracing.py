@@ -1,0 +1,328 @@
+"""Traces: a small port over OpenTelemetry, set up only by an entry point, only when the
+standard ``OTEL_*`` variables name an exporter; otherwise nothing of the SDK is imported and
+every span is a shared object that does nothing.
+
+Contexts cross process boundaries as W3C ``traceparent``/``tracestate`` strings (a run's is
+stored with the run, an attempt's with its job), so spans of the API, the worker that ran an
+attempt and the one that adopted it after a crash join one trace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+logger = logging.getLogger(__name__)
+
+# version 00, a 32-hex trace id and a 16-hex span id (neither all zeros), flags.
+_TRACEPARENT = re.compile(r"00-(?!0{32})([0-9a-f]{32})-(?!0{16})([0-9a-f]{16})-[0-9a-f]{2}")
+MAX_TRACESTATE = 512
+Attributes = Mapping[str, str | int | float | bool]
+
+
+@dataclass(frozen=True)
+class TraceContext:
+    """A span's context as W3C trace-context headers carry it."""
+
+    traceparent: str
+    tracestate: str = ""
+
+    @property
+    def trace_id(self) -> str:
+        """The 32-hex trace id."""
+        return self.traceparent.split("-")[1]
+
+    @property
+    def span_id(self) -> str:
+        """The 16-hex span id."""
+        return self.traceparent.split("-")[2]
+
+    def env(self) -> dict[str, str]:
+        """``TRACEPARENT`` (and ``TRACESTATE``) for a process that joins the trace."""
+        env = {"TRACEPARENT": self.traceparent}
+        if self.tracestate:
+            env["TRACESTATE"] = self.tracestate
+        return env
+
+
+def parse_context(traceparent: str | None, tracestate: str | None = None) -> TraceContext | None:
+    """A caller's ``traceparent`` (and ``tracestate``) if well formed, else None: a bad header
+    is ignored, as W3C trace context asks."""
+    if not traceparent:
+        return None
+    value = traceparent.strip().lower()
+    if len(value) != 55 or not _TRACEPARENT.fullmatch(value):
+        return None
+    state = (tracestate or "").strip()
+    if len(state) > MAX_TRACESTATE or not state.isprintable():
+        state = ""
+    return TraceContext(value, state)
+
+
+class Span(Protocol):
+    """An open span."""
+
+    def set(self, key: str, value: str | int | float | bool) -> None:
+        """Set an attribute."""
+        ...
+
+    def fail(self, message: str) -> None:
+        """Mark the span as failed."""
+        ...
+
+    def rename(self, name: str) -> None:
+        """Name the span after what it turned out to be (a request's route)."""
+        ...
+
+    def event(self, name: str, attributes: Attributes | None = None) -> None:
+        """Record a moment of the span (cheaper than a span of its own)."""
+        ...
+
+    def context(self) -> TraceContext | None:
+        """This span's context (None when tracing is off)."""
+        ...
+
+
+class Tracing(Protocol):
+    """Where spans are made."""
+
+    enabled: bool
+
+    def span(
+        self,
+        name: str,
+        *,
+        parent: TraceContext | None = None,
+        links: Sequence[TraceContext] = (),
+        attributes: Attributes | None = None,
+        server: bool = False,
+    ) -> contextlib.AbstractContextManager[Span]:
+        """A span, child of ``parent`` if given, else of the span open in this thread."""
+        ...
+
+    def current(self) -> TraceContext | None:
+        """The context of the span open in this thread, if any."""
+        ...
+
+    def link(self, context: TraceContext) -> None:
+        """Link the span open in this thread to ``context`` (e.g. a dead owner's span)."""
+        ...
+
+    def shutdown(self) -> None:
+        """Export what is left and stop."""
+        ...
+
+
+class _NoSpan:
+    def set(self, key: str, value: str | int | float | bool) -> None:
+        return None
+
+    def fail(self, message: str) -> None:
+        return None
+
+    def rename(self, name: str) -> None:
+        return None
+
+    def event(self, name: str, attributes: Attributes | None = None) -> None:
+        return None
+
+    def context(self) -> TraceContext | None:
+        return None
+
+
+NO_SPAN = _NoSpan()
+
+
+class NoTracing:
+    """Tracing off: every span is ``NO_SPAN``; nothing is imported, nothing is recorded."""
+
+    enabled = False
+
+    @contextlib.contextmanager
+    def span(
+        self,
+        name: str,
+        *,
+        parent: TraceContext | None = None,
+        links: Sequence[TraceContext] = (),
+        attributes: Attributes | None = None,
+        server: bool = False,
+    ) -> Iterator[Span]:
+        """``NO_SPAN``."""
+        yield NO_SPAN
+
+    def current(self) -> TraceContext | None:
+        """None."""
+        return None
+
+    def link(self, context: TraceContext) -> None:
+        """Nothing to link."""
+        return None
+
+    def shutdown(self) -> None:
+        """Nothing to stop."""
+        return None
+
+
+NO_TRACING = NoTracing()
+
+
+class _OtelSpan:
+    def __init__(self, span: Any, tracing: OtelTracing) -> None:
+        self._span = span
+        self._tracing = tracing
+
+    def set(self, key: str, value: str | int | float | bool) -> None:
+        self._span.set_attribute(key, value)
+
+    def fail(self, message: str) -> None:
+        from opentelemetry.trace import Status, StatusCode
+
+        self._span.set_status(Status(StatusCode.ERROR, message[:500]))
+
+    def rename(self, name: str) -> None:
+        self._span.update_name(name)
+
+    def event(self, name: str, attributes: Attributes | None = None) -> None:
+        self._span.add_event(name, attributes=attributes)
+
+    def context(self) -> TraceContext | None:
+        return self._tracing.context_of(self._span)
+
+
+class OtelTracing:
+    """Spans through the OpenTelemetry SDK, batched to the exporter ``OTEL_*`` names."""
+
+    enabled = True
+
+    def __init__(self, service_name: str, exporter: Any) -> None:
+        from opentelemetry import trace
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win over the default name; the
+        # sampler comes from OTEL_TRACES_SAMPLER (parent-based, always on, by default).
+        resource = Resource.create({"service.name": service_name})
+        self._provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+        self._provider.add_span_processor(BatchSpanProcessor(exporter))
+        self._tracer = self._provider.get_tracer("runyard")
+        self._trace = trace
+        self._propagator = TraceContextTextMapPropagator()
+
+    def _context_of(self, parent: TraceContext) -> Any:
+        carrier = {"traceparent": parent.traceparent}
+        if parent.tracestate:
+            carrier["tracestate"] = parent.tracestate
+        return self._propagator.extract(carrier)
+
+    def context_of(self, span: Any) -> TraceContext | None:
+        """The W3C context of an SDK span (formatted directly: no propagator on this path)."""
+        context = span.get_span_context()
+        if not context.is_valid:
+            return None
+        parent = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+        return TraceContext(parent, context.trace_state.to_header() if context.trace_state else "")
+
+    @contextlib.contextmanager
+    def span(
+        self,
+        name: str,
+        *,
+        parent: TraceContext | None = None,
+        links: Sequence[TraceContext] = (),
+        attributes: Attributes | None = None,
+        server: bool = False,
+    ) -> Iterator[Span]:
+        """An SDK span, current in this thread while open."""
+        from opentelemetry.trace import Link, SpanKind
+
+        context = self._context_of(parent) if parent is not None else None
+        span_links = [
+            Link(self._trace.get_current_span(self._context_of(link)).get_span_context())
+            for link in links
+        ]
+        kind = SpanKind.SERVER if server else SpanKind.INTERNAL
+        with self._tracer.start_as_current_span(
+            name, context=context, links=span_links, attributes=attributes, kind=kind
+        ) as span:
+            yield _OtelSpan(span, self)
+
+    def current(self) -> TraceContext | None:
+        """The context of the span open in this thread, if any."""
+        span = self._trace.get_current_span()
+        if not span.get_span_context().is_valid:
+            return None
+        return self.context_of(span)
+
+    def link(self, context: TraceContext) -> None:
+        """Link the span open in this thread to ``context``."""
+        span = self._trace.get_current_span()
+        if span.get_span_context().is_valid:
+            linked = self._trace.get_current_span(self._context_of(context)).get_span_context()
+            span.add_link(linked)
+
+    def shutdown(self) -> None:
+        """Export the spans still batched, then stop the exporter."""
+        self._provider.shutdown()
+
+
+def wanted(env: Mapping[str, str]) -> str | None:
+    """The exporter the ``OTEL_*`` variables ask for (``otlp`` or ``console``), or None:
+    tracing stays off unless an exporter or an OTLP endpoint is named."""
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if exporter in ("otlp", "console"):
+        return exporter
+    if exporter:
+        return None  # "none", or an exporter this build has not
+    endpoints = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    return "otlp" if any(env.get(name) for name in endpoints) else None
+
+
+def from_env(service_name: str, env: Mapping[str, str] | None = None) -> Tracing:
+    """The tracing an entry point sets up: ``OtelTracing`` when the environment names an
+    exporter, else ``NO_TRACING`` (no SDK set up at all)."""
+    env = os.environ if env is None else env
+    exporter_name = wanted(env)
+    if exporter_name is None:
+        return NO_TRACING
+    if exporter_name == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        exporter: Any = ConsoleSpanExporter()
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter()
+    logger.info("traces exported", extra={"exporter": exporter_name, "service": service_name})
+    return OtelTracing(service_name, exporter)
+
+
+_installed: list[Tracing] = [NO_TRACING]
+
+
+def install(tracing: Tracing) -> Tracing:
+    """Make ``tracing`` the process's (entry points only); returns the one it replaces."""
+    previous = _installed[0]
+    _installed[0] = tracing
+    return previous
+
+
+def set_up(service_name: str) -> Tracing:
+    """An entry point's one call: the tracing the environment asks for, installed."""
+    configured = from_env(service_name)
+    install(configured)
+    return configured
+
+
+def tracing() -> Tracing:
+    """The process's tracing (``NO_TRACING`` unless an entry point installed one)."""
+    return _installed[0]

@@ -1,0 +1,104 @@
+"""The named SQL statements of ``runyard.usage``, one per operation.
+
+``{NOW}`` stands for the injected clock or, when ``:now`` is NULL, the database's ``now()``.
+"""
+
+from __future__ import annotations
+
+from typing import LiteralString
+
+from sqlalchemy import TextClause, text
+
+_NOW = "coalesce(CAST(:now AS timestamptz), now())"
+
+
+def _sql(statement: LiteralString) -> TextClause:
+    return text(statement.replace("{NOW}", _NOW))
+
+
+# An attempt's usage, fenced like FINALIZE: only the holder of the job's lease writes, and
+# the primary key (run, attempt) lets the first write stand, so an adopter that reads the
+# same container again after its owner died between this and the finalize adds nothing. The
+# tenant's running totals and those of its day grow in the same statement, only when the row
+# is new.
+RECORD_USAGE = _sql(
+    """
+    WITH job AS (
+        SELECT j.run_id, j.attempts, r.tenant, r.tool
+        FROM tool_run_jobs j JOIN tool_runs r ON r.id = j.run_id
+        WHERE j.id = :job_id AND j.lease_token = :token AND j.status = 'running'
+    ), added AS (
+        INSERT INTO attempt_usage (run_id, attempt, tenant, tool, recorded_at, cpu_seconds,
+                                   memory_peak_bytes, memory_avg_bytes, wall_seconds,
+                                   disk_bytes, net_rx_bytes, net_tx_bytes)
+        SELECT run_id, attempts, tenant, tool, {NOW}, :cpu_seconds, :memory_peak_bytes,
+               :memory_avg_bytes, :wall_seconds, :disk_bytes, :net_rx_bytes, :net_tx_bytes
+        FROM job
+        ON CONFLICT (run_id, attempt) DO NOTHING
+        RETURNING tenant
+    ), totals AS (
+        INSERT INTO tenant_usage_totals AS t (tenant, attempts, cpu_seconds, wall_seconds,
+                                              memory_byte_seconds, disk_bytes, net_bytes)
+        SELECT tenant, 1, :cpu_seconds, :wall_seconds,
+               CAST(:memory_avg_bytes AS double precision) * :wall_seconds, :disk_bytes,
+               coalesce(:net_rx_bytes, 0) + coalesce(:net_tx_bytes, 0)
+        FROM added
+        ON CONFLICT (tenant) DO UPDATE
+        SET attempts = t.attempts + 1, cpu_seconds = t.cpu_seconds + excluded.cpu_seconds,
+            wall_seconds = t.wall_seconds + excluded.wall_seconds,
+            memory_byte_seconds = t.memory_byte_seconds + excluded.memory_byte_seconds,
+            disk_bytes = t.disk_bytes + excluded.disk_bytes,
+            net_bytes = t.net_bytes + excluded.net_bytes
+        RETURNING tenant
+    ), day AS (
+        INSERT INTO tenant_usage_days AS d (tenant, day, attempts, cpu_seconds)
+        SELECT tenant, CAST(({NOW}) AT TIME ZONE 'UTC' AS date), 1, :cpu_seconds FROM added
+        ON CONFLICT (tenant, day) DO UPDATE
+        SET attempts = d.attempts + 1, cpu_seconds = d.cpu_seconds + excluded.cpu_seconds
+    )
+    SELECT (SELECT count(*) FROM job) AS owned, (SELECT count(*) FROM totals) AS recorded
+    """
+)
+
+
+# A report: the records of a window (a tenant's, or every tenant's when :tenant is NULL)
+# summed by tool, by UTC day or by tenant.
+USAGE_REPORT = _sql(
+    """
+    SELECT CASE CAST(:group_by AS text)
+               WHEN 'tool' THEN tool
+               WHEN 'tenant' THEN tenant
+               ELSE to_char(recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') END AS key,
+           count(DISTINCT run_id) AS runs, count(*) AS attempts,
+           sum(cpu_seconds) AS cpu_seconds, sum(wall_seconds) AS wall_seconds,
+           max(memory_peak_bytes) AS memory_peak_bytes,
+           sum(CAST(memory_avg_bytes AS double precision) * wall_seconds)
+               AS memory_byte_seconds,
+           sum(disk_bytes) AS disk_bytes, sum(net_rx_bytes) AS net_rx_bytes,
+           sum(net_tx_bytes) AS net_tx_bytes
+    FROM attempt_usage
+    WHERE recorded_at >= :start AND recorded_at < :end
+      AND (CAST(:tenant AS text) IS NULL OR tenant = CAST(:tenant AS text))
+    GROUP BY 1
+    ORDER BY 1
+    """
+)
+
+
+# The CPU seconds a tenant's attempts used on the UTC day of {NOW}: the daily quota's read.
+CPU_SPENT_TODAY = _sql(
+    """
+    SELECT coalesce(sum(cpu_seconds), 0) AS cpu_seconds FROM tenant_usage_days
+    WHERE tenant = :tenant AND day = CAST(({NOW}) AT TIME ZONE 'UTC' AS date)
+    """
+)
+
+
+# Every tenant's running totals, for the per-tenant counters.
+TENANT_TOTALS = _sql(
+    """
+    SELECT tenant, attempts, cpu_seconds, wall_seconds, memory_byte_seconds, disk_bytes,
+           net_bytes
+    FROM tenant_usage_totals ORDER BY tenant
+    """
+)

@@ -1,0 +1,115 @@
+"""The tracing port: W3C context parsing, which OTEL_* settings turn tracing on, and that off
+means no SDK at all."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from runyard.platform.tracing import (
+    NO_SPAN,
+    NO_TRACING,
+    TraceContext,
+    from_env,
+    parse_context,
+    wanted,
+)
+from runyard.traces.context import trace_of, with_trace
+
+VALID = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+@pytest.mark.parametrize(
+    ("header", "state", "expected"),
+    [
+        (VALID, None, TraceContext(VALID, "")),
+        (VALID.upper(), "a=1", TraceContext(VALID, "a=1")),
+        (f"  {VALID} ", "x" * 600, TraceContext(VALID, "")),  # an oversized state is dropped
+        ("00-00000000000000000000000000000000-00f067aa0ba902b7-01", None, None),
+        ("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", None, None),
+        ("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", None, None),
+        (VALID + "-extra", None, None),
+        ("not a traceparent", None, None),
+        ("", None, None),
+        (None, None, None),
+    ],
+)
+def test_parse_context__only_well_formed_w3c_headers(
+    header: str | None, state: str | None, expected: TraceContext | None
+):
+    assert parse_context(header, state) == expected
+
+
+def test_trace_context__ids_and_the_environment_of_a_child_process():
+    context = TraceContext(VALID, "k=v")
+    assert (context.trace_id, context.span_id) == (
+        "4bf92f3577b34da6a3ce929d0e0e4736",
+        "00f067aa0ba902b7",
+    )
+    assert context.env() == {"TRACEPARENT": VALID, "TRACESTATE": "k=v"}
+    assert TraceContext(VALID).env() == {"TRACEPARENT": VALID}
+
+
+@pytest.mark.parametrize(
+    ("env", "exporter"),
+    [
+        ({}, None),
+        ({"OTEL_SERVICE_NAME": "x"}, None),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, "otlp"),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"}, "otlp"),
+        ({"OTEL_TRACES_EXPORTER": "otlp"}, "otlp"),
+        ({"OTEL_TRACES_EXPORTER": "console"}, "console"),
+        ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://h"}, None),
+        ({"OTEL_TRACES_EXPORTER": "zipkin"}, None),
+        ({"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}, None),
+    ],
+)
+def test_wanted__tracing_is_off_unless_an_exporter_is_named(
+    env: dict[str, str], exporter: str | None
+):
+    assert wanted(env) == exporter
+
+
+def test_no_tracing__spans_do_nothing():
+    assert from_env("runyard-test", {}) is NO_TRACING
+    with NO_TRACING.span("x", attributes={"a": 1}) as span:
+        assert span is NO_SPAN and span.context() is None
+    assert NO_TRACING.current() is None
+
+
+def test_no_tracing__imports_nothing_of_the_sdk():
+    # A process with no exporter named: its entry point's set-up leaves the SDK unimported.
+    probe = (
+        "import sys; from runyard.platform.tracing import set_up, tracing;"
+        "set_up('probe');"
+        "import api.main, worker.service;"
+        "assert not tracing().enabled;"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk')))"
+    )
+    env = {"PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"name": "echo"},
+        None,
+        {"trace_context": "00-x"},
+        {"trace_context": {"traceparent": 7}},
+        {"trace_context": {"traceparent": "00-nope-00f067aa0ba902b7-01"}},
+    ],
+)
+def test_trace_of__a_snapshot_without_a_valid_context_has_none(spec: object):
+    assert trace_of(spec) is None
+
+
+def test_with_trace__the_snapshot_carries_the_context_back():
+    context = TraceContext(VALID, "k=v")
+    spec = with_trace({"name": "echo"}, context)
+    assert spec["name"] == "echo" and trace_of(spec) == context
