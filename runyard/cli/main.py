@@ -422,7 +422,7 @@ def _add_webhook_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "--events",
         metavar="LIST",
         help="the events it receives, comma-separated: run.started, run.deadline_approaching, "
-        "run.completed (omit: keep them)",
+        "run.completed, sandbox.ended (omit: keep them)",
     )
     set_.add_argument(
         "--deadline-lead",

@@ -420,7 +420,8 @@ class WebhookDelivery(Base):
         ),
         CheckConstraint("status IN ('pending', 'delivered', 'failed')", name="status_known"),
         CheckConstraint(
-            "event IN ('run.completed', 'run.started', 'run.deadline_approaching')",
+            "event IN ('run.completed', 'run.started', 'run.deadline_approaching', "
+            "'sandbox.ended')",
             name="event_known",
         ),
         # Each attempt's started and deadline notices exist once, whoever writes them.

@@ -12,7 +12,13 @@ from sqlalchemy import Engine
 
 from runyard.domain.usage import AttemptUsage, GroupBy, Window
 from runyard.platform.db import autocommit
-from runyard.usage.sql import CPU_SPENT_TODAY, RECORD_USAGE, TENANT_TOTALS, USAGE_REPORT
+from runyard.usage.sql import (
+    CPU_SPENT_TODAY,
+    RECORD_USAGE,
+    RUN_USAGE,
+    TENANT_TOTALS,
+    USAGE_REPORT,
+)
 
 
 class Recorded(StrEnum):
@@ -111,6 +117,22 @@ class UsageLedger:
             )
             for row in autocommit(self._engine, USAGE_REPORT, params)
         ]
+
+    def of_run(self, run_id: uuid.UUID) -> dict[str, Any] | None:
+        """What the run's metered attempts used, summed, as JSON; None if none was metered."""
+        rows = autocommit(self._engine, RUN_USAGE, {"run_id": run_id})
+        if not rows:
+            return None
+        row = rows[0]
+        return {
+            "attempts": int(row.attempts),
+            "cpu_seconds": float(row.cpu_seconds),
+            "wall_seconds": float(row.wall_seconds),
+            "memory_peak_bytes": int(row.memory_peak_bytes),
+            "disk_bytes": int(row.disk_bytes),
+            "net_rx_bytes": None if row.net_rx_bytes is None else int(row.net_rx_bytes),
+            "net_tx_bytes": None if row.net_tx_bytes is None else int(row.net_tx_bytes),
+        }
 
     def cpu_seconds_today(self, tenant: str, *, now: datetime | None = None) -> float:
         """The CPU seconds the tenant's attempts used on this UTC day (the database's)."""

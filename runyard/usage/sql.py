@@ -85,6 +85,19 @@ USAGE_REPORT = _sql(
 )
 
 
+# What one run's attempts used, summed (its final webhook carries it); no row: none metered.
+RUN_USAGE = _sql(
+    """
+    SELECT count(*) AS attempts, sum(cpu_seconds) AS cpu_seconds,
+           sum(wall_seconds) AS wall_seconds, max(memory_peak_bytes) AS memory_peak_bytes,
+           sum(disk_bytes) AS disk_bytes, sum(net_rx_bytes) AS net_rx_bytes,
+           sum(net_tx_bytes) AS net_tx_bytes
+    FROM attempt_usage WHERE run_id = :run_id
+    HAVING count(*) > 0
+    """
+)
+
+
 # The CPU seconds a tenant's attempts used on the UTC day of {NOW}: the daily quota's read.
 CPU_SPENT_TODAY = _sql(
     """

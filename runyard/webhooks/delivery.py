@@ -53,6 +53,7 @@ from runyard.platform.tracing import Attributes, tracing
 from runyard.reads.metrics import Metrics, Role
 from runyard.reads.runs import RunReader, RunView
 from runyard.traces.context import trace_of
+from runyard.usage.ledger import UsageLedger
 from runyard.webhooks.http import HttpAttempt, post
 from runyard.webhooks.resolver import BoundedResolver
 from runyard.webhooks.sql import (
@@ -205,6 +206,8 @@ class _Claim:
     gave_up: int = 0
 
 
+# The events that end a run: their body adds the run's usage.
+FINAL_EVENTS = frozenset({"run.completed", "sandbox.ended"})
 # Each tenant offers this many due deliveries beyond its cap to a claim, so offers skipped
 # for a full or open destination still leave it some to send.
 OFFER_SPARE = 16
@@ -608,7 +611,11 @@ class WebhookDeliverer:
             url: CallbackUrl = parse_callback_url(claimed.url)
         except BadCallbackUrl as exc:
             return HttpAttempt(error=f"bad URL: {exc}")
-        body = delivery_body(view, claimed.event, claimed.data)
+        data = dict(claimed.data)
+        if claimed.event in FINAL_EVENTS:
+            # The run's last word carries what it consumed (null: nothing was metered).
+            data["usage"] = UsageLedger(self._engine).of_run(claimed.run_id)
+        body = delivery_body(view, claimed.event, data)
         headers: Mapping[str, Any] = {
             "Content-Type": "application/json",
             "User-Agent": f"runyard/{runyard.__version__}",

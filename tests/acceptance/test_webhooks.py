@@ -112,7 +112,10 @@ def test_webhooks__each_terminal_run_arrives_signed_as_get_shows_it(
         for run_id, status in runs.items():
             [delivery] = got[str(run_id)]
             shown = client.get(f"/v1/runs/{run_id}", headers=admin)
-            assert delivery.verified(secret) == {**shown.json(), "event": "run.completed"}
+            body = delivery.verified(secret)
+            usage = body.pop("usage")
+            assert body == {**shown.json(), "event": "run.completed"}
+            assert usage["attempts"] == 1 and usage["wall_seconds"] > 0
             assert json.loads(delivery.body)["status"] == status
             webhook = [d for kind, d in events_of(engine, run_id) if kind == "webhook"]
             assert [(e["attempt"], e["outcome"], e["status_code"]) for e in webhook] == [
@@ -249,3 +252,5 @@ def test_lifecycle__started_deadline_and_completed_arrive_signed_in_order_across
         ("run.completed", str(run_id)),
     ]
     assert bodies[2]["status"] == "succeeded"
+    # Adopted, not run again: one attempt, metered once, in the final delivery.
+    assert bodies[2]["usage"]["attempts"] == 1 and "usage" not in bodies[0]

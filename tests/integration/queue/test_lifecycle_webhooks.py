@@ -7,7 +7,7 @@ import uuid
 from datetime import datetime, timedelta
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from runyard.platform.db import autocommit
 from runyard.queue import ClaimedJob, JobQueue
@@ -172,3 +172,39 @@ def test_deliverer__posts_each_event_signed_with_its_name_in_order(
     assert [r.headers["runyard-event"] for r in receiver.received] == [b["event"] for b in bodies]
     assert "deadline_at" in bodies[1] and "deadline_at" not in bodies[2]
     assert bodies[2]["status"] == "succeeded"
+
+
+def held_as_sandbox(engine: Engine, run_id: uuid.UUID) -> None:
+    """The sandbox's own row, as the API writes it for a sandbox's run."""
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO sandboxes (run_id, tenant, tool, idle_timeout_seconds, max_execs) "
+                "VALUES (:id, 'acme', 'sandbox', 300, 4)"
+            ),
+            {"id": run_id},
+        )
+
+
+def test_sandbox_ended__a_sandboxs_end_is_named_so_for_tenants_that_take_it(
+    queue: JobQueue, engine: Engine
+):
+    choose(engine, "run.completed", "sandbox.ended")
+    sandbox_id, job = start(queue, tool="sandbox")
+    held_as_sandbox(engine, sandbox_id)
+    run_id, run_job = start(queue)
+    for claimed in (job, run_job):
+        assert queue.finalize(claimed.job_id, claimed.lease_token, SUCCESS, now=T0)
+    [ended] = deliveries(engine, sandbox_id)
+    assert (ended["event"], ended["data"]) == ("sandbox.ended", {"sandbox_id": str(sandbox_id)})
+    assert [r["event"] for r in deliveries(engine, run_id)] == ["run.completed"]
+
+
+def test_sandbox_ended__not_written_for_a_tenant_that_takes_completion_alone(
+    queue: JobQueue, engine: Engine
+):
+    choose(engine)
+    sandbox_id, job = start(queue, tool="sandbox")
+    held_as_sandbox(engine, sandbox_id)
+    assert queue.finalize(job.job_id, job.lease_token, SUCCESS, now=T0)
+    assert deliveries(engine, sandbox_id) == []
