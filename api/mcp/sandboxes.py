@@ -5,6 +5,7 @@ answers into tool results."""
 
 from __future__ import annotations
 
+import functools
 import io
 import uuid
 from collections.abc import Awaitable, Callable, Generator
@@ -32,6 +33,7 @@ from api.mcp.sandbox_answers import (
     sandbox_tools,
     too_large,
 )
+from api.mcp.sandbox_output import with_output
 from api.problems import Problem
 from api.sandbox_schemas import ExecCreate, SandboxCreate, SandboxOut
 from runyard.registry.tools import ToolSpec
@@ -42,13 +44,14 @@ from runyard.tenancy.auth import Principal, may_run
 if TYPE_CHECKING:
     from api.mcp.providers import ToolCall
 
+
 # A new sandbox is waited for until it runs (or ends), a closed one until it ended, within
 # the server's longest wait; its status is read again at least this often.
 READY_POLL_SECONDS = 0.2
 READY_POLL_MAX_SECONDS = 1.0
 
 M = TypeVar("M", bound=BaseModel)
-Handler = Callable[[Principal, dict[str, Any]], Awaitable[types.CallToolResult]]
+Handler = Callable[["ToolCall"], Awaitable[types.CallToolResult]]
 
 
 def _bad_argument(exc: ValidationError) -> Problem:
@@ -143,13 +146,12 @@ class SandboxTools:
         if handler is None or self._services.sync is not None:
             return None
         try:
-            return await handler(call.principal, call.arguments)
+            return await handler(call)
         except Problem as problem:
             return problem_answer(problem)
 
-    async def _create(
-        self, principal: Principal, arguments: dict[str, Any]
-    ) -> types.CallToolResult:
+    async def _create(self, call: ToolCall) -> types.CallToolResult:
+        principal, arguments = call.principal, call.arguments
         allowed = {"tool", "ttl_seconds", "idle_timeout_seconds", "env"}
         body = _model(SandboxCreate, arguments, allowed)
         created = await anyio.to_thread.run_sync(
@@ -176,31 +178,47 @@ class SandboxTools:
                 await woken.wait(min(pause, max(0.0, give_up - anyio.current_time())))
                 pause = min(pause * 2, READY_POLL_MAX_SECONDS)
 
-    async def _exec(self, principal: Principal, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def _exec(self, call: ToolCall) -> types.CallToolResult:
+        arguments = call.arguments
         sandbox_id = _sandbox_id(arguments)
         rest = {name: value for name, value in arguments.items() if name != "sandbox_id"}
         body = _model(ExecCreate, rest, {"command", "stdin", "env", "cwd", "timeout_seconds"})
         created = await anyio.to_thread.run_sync(
-            actions.create_exec, self._services, principal, sandbox_id, body
+            actions.create_exec, self._services, call.principal, sandbox_id, body
         )
-        return await self._answer_exec(principal, sandbox_id, created.id)
+        return await self._answer_exec(call, sandbox_id, created.id)
 
-    async def _get_exec(
-        self, principal: Principal, arguments: dict[str, Any]
-    ) -> types.CallToolResult:
+    async def _get_exec(self, call: ToolCall) -> types.CallToolResult:
+        arguments = call.arguments
         _only(arguments, {"sandbox_id", "exec_id"})
         sandbox_id = _sandbox_id(arguments)
         exec_id = _uuid_argument(arguments, "exec_id", "a command's id")
-        return await self._answer_exec(principal, sandbox_id, exec_id)
+        return await self._answer_exec(call, sandbox_id, exec_id)
 
     async def _answer_exec(
-        self, principal: Principal, sandbox_id: uuid.UUID, exec_id: uuid.UUID
+        self, call: ToolCall, sandbox_id: uuid.UUID, exec_id: uuid.UUID
     ) -> types.CallToolResult:
         """The command once it finished, or as it is after the server's longest wait (as
-        the REST ``?wait=`` holds it)."""
-        wait = self._services.settings.max_wait_seconds
+        the REST ``?wait=`` holds it); its output as progress meanwhile, if asked for."""
+        services = self._services
+        # Checked before any output is sent: the output follower reads by the command's id.
+        await anyio.to_thread.run_sync(
+            actions.load_exec, services, call.principal, sandbox_id, exec_id
+        )
         started = anyio.current_time()
-        found = await actions.await_exec(self._services, principal, sandbox_id, exec_id, wait)
+        found = await with_output(
+            services,
+            (sandbox_id, exec_id),
+            call.progress,
+            functools.partial(
+                actions.await_exec,
+                services,
+                call.principal,
+                sandbox_id,
+                exec_id,
+                services.settings.max_wait_seconds,
+            ),
+        )
         return exec_answer(found, waited_seconds=anyio.current_time() - started)
 
     def _files_here(self) -> SandboxFiles:
@@ -209,9 +227,8 @@ class SandboxTools:
         except RunnerUnavailable as exc:
             raise Problem(503, "engine_unavailable", f"the container engine: {exc}") from exc
 
-    async def _read_file(
-        self, principal: Principal, arguments: dict[str, Any]
-    ) -> types.CallToolResult:
+    async def _read_file(self, call: ToolCall) -> types.CallToolResult:
+        principal, arguments = call.principal, call.arguments
         _only(arguments, {"sandbox_id", "path"})
         sandbox_id = _sandbox_id(arguments)
         path = _text_argument(arguments, "path")
@@ -244,9 +261,8 @@ class SandboxTools:
             if isinstance(chunks, Generator):
                 chunks.close()  # let go of the engine's stream of a file not read to its end
 
-    async def _write_file(
-        self, principal: Principal, arguments: dict[str, Any]
-    ) -> types.CallToolResult:
+    async def _write_file(self, call: ToolCall) -> types.CallToolResult:
+        principal, arguments = call.principal, call.arguments
         _only(arguments, {"sandbox_id", "path", "content", "encoding"})
         sandbox_id = _sandbox_id(arguments)
         path = _text_argument(arguments, "path")
@@ -269,7 +285,8 @@ class SandboxTools:
             self._services, principal, files, sandbox_id, path, io.BytesIO(data), len(data)
         )
 
-    async def _close(self, principal: Principal, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def _close(self, call: ToolCall) -> types.CallToolResult:
+        principal, arguments = call.principal, call.arguments
         _only(arguments, {"sandbox_id"})
         sandbox_id = _sandbox_id(arguments)
         await anyio.to_thread.run_sync(

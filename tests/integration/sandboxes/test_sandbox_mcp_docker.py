@@ -35,6 +35,11 @@ def test_mcp_sandbox__create_exec_write_read_and_close_on_a_real_worker(stack: S
     key = create_api_key(stack.engine, "acme")
     blob = bytes(range(256))
 
+    messages: list[str] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        messages.append(message or "")
+
     async def scenario() -> dict[str, Any]:
         async with mcp_client(stack.url, key) as client:
             tools = {tool.name: tool for tool in (await client.list_tools()).tools}
@@ -46,6 +51,11 @@ def test_mcp_sandbox__create_exec_write_read_and_close_on_a_real_worker(stack: S
                 "created": created,
                 "echo": await client.call_tool(
                     "runyard_sandbox_exec", {**box, "command": ["sh", "-c", "echo hi"]}
+                ),
+                "streamed": await client.call_tool(
+                    "runyard_sandbox_exec",
+                    {**box, "command": ["sh", "-c", "echo one; sleep 0.5; echo two >&2"]},
+                    progress_callback=on_progress,
                 ),
                 "failing": await client.call_tool(
                     "runyard_sandbox_exec",
@@ -92,6 +102,8 @@ def test_mcp_sandbox__create_exec_write_read_and_close_on_a_real_worker(stack: S
     assert echo.structured_content["exit_code"] == 0
     assert echo.structured_content["stdout"] == "hi\n"
     assert echo.content[0].text.startswith("exit code 0\n")
+    assert seen["streamed"].structured_content["stderr"] == "two\n"
+    assert "".join(messages) == "one\ntwo\n"  # the output as it came, before the answer
     failing = seen["failing"].structured_content
     assert seen["failing"].is_error is True
     assert (failing["exit_code"], failing["stderr"]) == (3, "oops\n")
@@ -113,13 +125,25 @@ def test_mcp_sandbox__another_tenant_gets_not_found_and_bad_paths_and_big_reads_
     stack: Stack,
 ):
     sid = stack.create()["id"]
-    stack.run(sid, ["sh", "-c", "ln -s /etc out && mkdir d && head -c 1048577 /dev/zero > big"])
+    made = stack.run(
+        sid, ["sh", "-c", "ln -s /etc out && mkdir d && head -c 1048577 /dev/zero > big; echo mine"]
+    )
     acme, other = create_api_key(stack.engine, "acme"), create_api_key(stack.engine, "other")
     box = {"sandbox_id": sid}
+
+    leaked: list[str] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        leaked.append(message or "")
 
     async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
         async with mcp_client(stack.url, other) as client:
             theirs = {
+                "get_exec": await client.call_tool(
+                    "runyard_sandbox_get_exec",
+                    {**box, "exec_id": made["id"]},
+                    progress_callback=on_progress,
+                ),
                 "exec": await client.call_tool(
                     "runyard_sandbox_exec", {**box, "command": ["true"]}
                 ),
@@ -154,11 +178,13 @@ def test_mcp_sandbox__another_tenant_gets_not_found_and_bad_paths_and_big_reads_
 
     theirs, mine = anyio.run(scenario)
     assert {name: _code(answer) for name, answer in theirs.items()} == {
+        "get_exec": (True, "exec_not_found"),
         "exec": (True, "sandbox_not_found"),
         "read": (True, "sandbox_not_found"),
         "write": (True, "sandbox_not_found"),
         "close": (True, "sandbox_not_found"),
     }
+    assert leaked == []
     assert {name: _code(answer) for name, answer in mine.items()} == {
         "up-dots": (True, "invalid_path"),
         "absolute": (True, "invalid_path"),
