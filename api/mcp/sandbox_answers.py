@@ -154,8 +154,9 @@ _FIXED_TOOLS = [
 ]
 
 
-def sandbox_answer(sandbox: SandboxOut) -> types.CallToolResult:
-    """A sandbox as ``GET /v1/sandboxes/{id}`` shows it, and what to do next."""
+def sandbox_answer(sandbox: SandboxOut, *, ended_is_error: bool = False) -> types.CallToolResult:
+    """A sandbox as ``GET /v1/sandboxes/{id}`` shows it, and what to do next; a tool error
+    if it ended and ``ended_is_error`` (a new one that could not start)."""
     text = f"sandbox {sandbox.id} of {sandbox.tool} is {sandbox.status}"
     if sandbox.status == "running":
         text += f"; run commands with {EXEC_TOOL}, close it with {CLOSE_TOOL} when done"
@@ -167,6 +168,7 @@ def sandbox_answer(sandbox: SandboxOut) -> types.CallToolResult:
     return types.CallToolResult(
         content=[types.TextContent(text=text)],
         structured_content=sandbox.model_dump(mode="json"),
+        is_error=ended_is_error and sandbox.status == "ended",
         meta={SANDBOX_ID_META: str(sandbox.id)},
     )
 

@@ -158,7 +158,7 @@ class SandboxTools:
             actions.create_sandbox, self._services, principal, body
         )
         started = await self._until(principal, created.id, lambda out: out.status != "starting")
-        return sandbox_answer(started)
+        return sandbox_answer(started, ended_is_error=True)
 
     async def _until(
         self, principal: Principal, sandbox_id: uuid.UUID, settled: Callable[[SandboxOut], bool]
