@@ -3,6 +3,7 @@ REST API), and the SDK's session manager lives as long as the app."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -20,6 +21,7 @@ from api.deps import Services, get_principal
 from api.mcp.providers import ToolProvider, default_providers
 from api.mcp.server import PRINCIPAL_SCOPE_KEY, build_server
 from api.problems import Problem, problem_response
+from runyard.sandboxes.files import SandboxFiles
 
 logger = logging.getLogger(__name__)
 
@@ -67,13 +69,20 @@ def _credentials(scope: Scope) -> HTTPAuthorizationCredentials | None:
     return None
 
 
+def _sandbox_files(app: Any) -> SandboxFiles:
+    """File access to sandboxes through the app's engine (made on first use, as for the
+    REST file routes)."""
+    return SandboxFiles(app.state.sandbox_engine())
+
+
 def install_mcp(
     app: FastAPI,
-    providers: Callable[[Services], list[ToolProvider]] = default_providers,
+    providers: Callable[[Services], list[ToolProvider]] | None = None,
 ) -> None:
     """Serve MCP at ``/mcp`` (outside the OpenAPI document): its session manager starts
     after the app's services and stops before them. ``providers`` makes the tool providers
-    from the services."""
+    from the services (``default_providers`` if None, sandbox files through the app's
+    ``sandbox_engine``)."""
     endpoint = McpEndpoint()
     app.router.routes.append(Route(MCP_PATH, endpoint=endpoint, include_in_schema=False))
     inner = app.router.lifespan_context
@@ -82,7 +91,11 @@ def install_mcp(
     async def lifespan(app_: Any) -> AsyncIterator[Any]:
         async with inner(app_) as state:
             services: Services = app_.state.services
-            server = build_server(services, providers(services))
+            if providers is None:
+                made = default_providers(services, functools.partial(_sandbox_files, app_))
+            else:
+                made = providers(services)
+            server = build_server(services, made)
             endpoint.manager = StreamableHTTPSessionManager(app=server)
             async with endpoint.manager.run():
                 try:

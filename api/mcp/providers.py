@@ -1,12 +1,13 @@
 """Where MCP tools come from: a list of providers, each offering some tools to a caller and
 answering calls of its own tools. The server asks them in order; the first to claim a name
-answers it. Today: runyard's own tools (fetching a run) and the tool registry, each call a
-run. A provider of other tools (sandboxes, say) is one more entry in the list."""
+answers it. Today: runyard's own tools (fetching a run), sandboxes (``api.mcp.sandboxes``)
+and the tool registry, each call a run. A provider of other tools is one more entry in the
+list."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -15,8 +16,10 @@ import mcp.types as types
 from api.deps import Services
 from api.mcp.answers import GET_RUN_TOOL, problem_answer
 from api.mcp.runs import Progress, RunCalls
+from api.mcp.sandboxes import SandboxTools
 from api.problems import Problem
 from runyard.registry.tools import ToolSpec
+from runyard.sandboxes.files import SandboxFiles
 from runyard.submission.request import RunRequest
 from runyard.tenancy.auth import Principal, may_run, priority_ceiling
 
@@ -173,8 +176,8 @@ class RunyardTools:
         return await self._runs.fetch(call.principal, run_id, float(wait), call.progress)
 
 
-def default_providers(services: Services) -> list[ToolProvider]:
+def default_providers(services: Services, files: Callable[[], SandboxFiles]) -> list[ToolProvider]:
     """The providers of this API: runyard's own tools first (their names win), then the
-    registry's."""
+    sandbox tools (their files through ``files``), then the registry's."""
     runs = RunCalls(services)
-    return [RunyardTools(runs), RegistryTools(services, runs)]
+    return [RunyardTools(runs), SandboxTools(services, files), RegistryTools(services, runs)]

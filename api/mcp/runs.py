@@ -4,11 +4,13 @@ and answered with its result, its artifacts and its id."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import anyio
 import mcp.types as types
@@ -28,6 +30,9 @@ logger = logging.getLogger(__name__)
 
 # ``(progress, total, message)``: the SDK's report of progress against the caller's token.
 Progress = Callable[[float, float | None, str | None], Awaitable[None]]
+# A task that sends progress until the event says the answer is ready.
+Follower = Callable[[anyio.Event], Coroutine[Any, Any, None]]
+T = TypeVar("T")
 
 # Live logs as progress: one message holds at most this many characters, one call sends at
 # most this many in all (the rest stays in the run's logs), logs are read at most this often,
@@ -105,29 +110,16 @@ class RunCalls:
         work: Callable[[Callable[[uuid.UUID], None]], Awaitable[types.CallToolResult]],
     ) -> types.CallToolResult:
         """Run ``work``, which may ask to follow a run's logs (sent as ``progress``, if the
-        client asked for it) until it returns. An error of ``work`` comes out as itself, not
-        in an exception group."""
-        outcome: list[types.CallToolResult] = []
-        failure: list[Exception] = []
-        finished = anyio.Event()
-        async with anyio.create_task_group() as followers:
+        client asked for it) until it returns."""
 
+        async def followed(start: Callable[[Follower], None]) -> types.CallToolResult:
             def follow(run_id: uuid.UUID) -> None:
                 if progress is not None:
-                    followers.start_soon(self._send_logs, run_id, progress, finished)
+                    start(functools.partial(self._send_logs, run_id, progress))
 
-            try:
-                outcome.append(await work(follow))
-            except Exception as exc:
-                failure.append(exc)
-                followers.cancel_scope.cancel()
-            # The followers send what the run wrote last before the answer goes (progress
-            # after the answer is not allowed), within a bound.
-            finished.set()
-            followers.cancel_scope.deadline = anyio.current_time() + FINAL_LOGS_SECONDS
-        if failure:
-            raise failure[0]
-        return outcome[0]
+            return await work(follow)
+
+        return await with_followers(followed)
 
     async def until_done(
         self, principal: Principal, view: RunView, wait: float
@@ -179,16 +171,42 @@ class RunCalls:
                         chunk = fresh[offset : offset + PROGRESS_MESSAGE_CHARS]
                         sent += len(chunk)
                         # Progress only grows: the characters of log text sent so far.
-                        if not await _sent(progress, float(sent), chunk):
+                        if not await sent_progress(progress, float(sent), chunk):
                             return
                 if last:
                     return
-                await _nap(subscription, finished, poll)
+                await nap(subscription, finished, poll)
                 if not finished.is_set():
                     await anyio.sleep(PROGRESS_READ_GAP_SECONDS)
 
 
-async def _nap(subscription: Subscription, finished: anyio.Event, seconds: float) -> None:
+async def with_followers(
+    work: Callable[[Callable[[Follower], None]], Awaitable[T]],
+) -> T:
+    """Run ``work``, which may start followers (each told by an event when ``work`` has
+    returned, then given a bound to send what is left: progress after the answer is not
+    allowed). An error of ``work`` comes out as itself, not in an exception group."""
+    outcome: list[T] = []
+    failure: list[Exception] = []
+    finished = anyio.Event()
+    async with anyio.create_task_group() as followers:
+
+        def start(follower: Follower) -> None:
+            followers.start_soon(follower, finished)
+
+        try:
+            outcome.append(await work(start))
+        except Exception as exc:
+            failure.append(exc)
+            followers.cancel_scope.cancel()
+        finished.set()
+        followers.cancel_scope.deadline = anyio.current_time() + FINAL_LOGS_SECONDS
+    if failure:
+        raise failure[0]
+    return outcome[0]
+
+
+async def nap(subscription: Subscription, finished: anyio.Event, seconds: float) -> None:
     """Sleep until a notification names the run, ``finished`` is set, or ``seconds`` pass."""
     async with anyio.create_task_group() as nap:
 
@@ -201,7 +219,7 @@ async def _nap(subscription: Subscription, finished: anyio.Event, seconds: float
         nap.cancel_scope.cancel()
 
 
-async def _sent(progress: Progress, value: float, message: str) -> bool:
+async def sent_progress(progress: Progress, value: float, message: str) -> bool:
     """Send one progress message; False if the client can no longer hear it."""
     try:
         await progress(value, None, message)

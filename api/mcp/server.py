@@ -45,7 +45,9 @@ INSTRUCTIONS = """\
 Every tool here runs in a hardened container as a durable run. A call answers when its run
 ends, or after the server's longest wait with the run's id: fetch it then with the
 runyard_get_run tool or the resource runyard://runs/{run_id}. To retry a call safely after a
-dropped connection, send the same key in _meta as "io.runyard/idempotency_key"."""
+dropped connection, send the same key in _meta as "io.runyard/idempotency_key". The
+runyard_sandbox_* tools, where listed, hold a sandbox instead: a container you run commands
+in and read and write files of, until you close it."""
 
 
 def caller_of(ctx: ServerRequestContext[Any, Any]) -> Principal:
