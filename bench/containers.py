@@ -195,7 +195,7 @@ def check_parity(
         deadline_at=datetime.now(UTC) + timedelta(seconds=60),
     )
     raw_name = f"runyard-bench-raw-{uuid.uuid4()}"
-    created = runner._create(spec, None)  # the adapter's own create, never started
+    created = runner._launcher.create(spec, None)  # the adapter's own create, never started
     try:
         assert isinstance(created, str), created
         ours = client.containers.get(created)

@@ -60,9 +60,9 @@ def _epoch(value: datetime | None) -> float:
 
 
 def _docker_finished(attrs: dict[str, Any]) -> float:
-    from runyard.runners.docker.runner import _parse_docker_time
+    from runyard.runners.docker.engine_calls import parse_docker_time
 
-    finished = _parse_docker_time(attrs["State"].get("FinishedAt"))
+    finished = parse_docker_time(attrs["State"].get("FinishedAt"))
     return finished.timestamp() if finished else float("nan")
 
 

@@ -16,7 +16,7 @@ from runyard.platform.settings import Settings
 from runyard.queue import JobQueue
 from runyard.registry.tools import load_registry
 from runyard.runners.docker.inputs import DEFAULT_ROOT
-from runyard.runners.docker.runner import LABEL_MANAGED
+from runyard.runners.docker.labels import LABEL_MANAGED
 from tests.acceptance.cluster import ROOT, Cluster
 from tests.integration.conftest import _quietly
 

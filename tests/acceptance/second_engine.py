@@ -22,7 +22,7 @@ import docker.errors
 import pytest
 
 from runyard.runners.docker.engine_marker import MARKER_NAME
-from runyard.runners.docker.runner import LABEL_MANAGED
+from runyard.runners.docker.labels import LABEL_MANAGED
 from tests.integration.conftest import _quietly
 
 TOOLBOX = "runyard/toolbox:latest"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from runyard.runners.docker.runner import LABEL_RUN_ID
+from runyard.runners.docker.labels import LABEL_RUN_ID
 from tests.acceptance.cluster import FAST_TIMINGS, Cluster, Expected, events_of
 from tests.acceptance.second_engine import SecondEngine
 

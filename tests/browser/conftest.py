@@ -29,7 +29,7 @@ from sqlalchemy import Engine, text
 
 from runyard.platform.settings import Settings
 from runyard.registry.tools import load_registry
-from runyard.runners.docker.runner import LABEL_MANAGED
+from runyard.runners.docker.labels import LABEL_MANAGED
 from tests.acceptance.cluster import FAST_TIMINGS
 from tests.integration.api.test_api_helpers import live_server, make_app
 from tests.integration.conftest import _quietly

@@ -16,7 +16,9 @@ from sqlalchemy import Engine
 from runyard.platform.settings import Settings
 from runyard.queue import JobQueue
 from runyard.registry.tools import ToolRegistry, load_registry
-from runyard.runners.docker.runner import LABEL_MANAGED, STUCK_MOUNT, DockerRunner
+from runyard.runners.docker.labels import LABEL_MANAGED
+from runyard.runners.docker.leftovers import STUCK_MOUNT
+from runyard.runners.docker.runner import DockerRunner
 from runyard.runners.docker.usage_meter import CGROUP_ROOT, CgroupFigures
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +76,7 @@ def _quietly(remove: Callable[[], None]) -> None:
         pass
     except docker.errors.APIError as exc:
         # A bind-backed volume whose container ran across a live-restored dockerd restart
-        # stays "mounted" until the engine's next restart (see DockerRunner._remove_volume).
+        # stays "mounted" until the engine's next restart (see AttemptLeftovers._remove_volume).
         if exc.status_code != 409 and STUCK_MOUNT not in str(exc.explanation or exc):
             raise
 

@@ -16,6 +16,7 @@ from runyard.domain.states import ErrorCode, RunStatus
 from runyard.platform.settings import Settings
 from runyard.registry.tools import parse_registry
 from runyard.runner import AttemptControl
+from runyard.runners.docker.create_args import create_args
 from runyard.runners.docker.hardening import ContainerLimits, create_problems
 from runyard.runners.docker.host_workdirs import HostWorkdirs
 from runyard.runners.docker.runner import DockerRunner
@@ -155,7 +156,7 @@ def test_runner__refuses_a_container_without_a_cpu_limit_before_asking_the_engin
 def test_runner__the_create_arguments_of_a_valid_tool_hold_every_limit():
     client = docker.DockerClient(base_url="unix:///nonexistent/docker.sock", version="1.41")
     spec = AttemptSpec(uuid.uuid4(), 1, snapshot(), {}, datetime.now(UTC) + timedelta(seconds=30))
-    args = DockerRunner(client)._create_args(spec, {})
+    args = create_args(client.api, spec, {}, None)
     client.close()
     assert create_problems(args["host_config"]) == []
     assert args["host_config"]["NanoCpus"] == 500_000_000
@@ -170,7 +171,7 @@ def test_runner__create_arguments_pass_the_check_for_every_network_and_input_mod
     workdirs = HostWorkdirs.open(str(tmp_path)) if host_workdir else None
     tool = snapshot(network=network, runtime="runc")
     spec = AttemptSpec(uuid.uuid4(), 1, tool, {}, datetime.now(UTC) + timedelta(seconds=30))
-    args = DockerRunner(client, workdirs=workdirs)._create_args(spec, {})
+    args = create_args(client.api, spec, {}, workdirs)
     client.close()
     assert create_problems(args["host_config"]) == []
     assert args["host_config"]["NetworkMode"] == network

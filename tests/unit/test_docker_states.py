@@ -11,7 +11,11 @@ import pytest
 from runyard.domain.states import ContainerState
 from runyard.domain.usage import Counters
 from runyard.runner import RunnerUnavailable
+from runyard.runners.docker.collector import AttemptCollector
+from runyard.runners.docker.egress import EgressGate
+from runyard.runners.docker.host_workdirs import AttemptDirs
 from runyard.runners.docker.runner import DockerRunner
+from runyard.runners.docker.usage_meter import UsageMeter
 
 
 class StubApi:
@@ -35,6 +39,17 @@ def runner_seeing(status: str) -> DockerRunner:
     return DockerRunner(cast(docker.DockerClient, StubClient(status)))
 
 
+def collector_of(api: StubApi) -> AttemptCollector:
+    return AttemptCollector(
+        api,
+        AttemptDirs(None),
+        EgressGate(api),
+        UsageMeter(api),
+        stdout_cap_bytes=1_048_576,
+        result_cap_bytes=1_048_576,
+    )
+
+
 @pytest.mark.parametrize(
     ("status", "expected"),
     [
@@ -55,7 +70,7 @@ def test_state__maps_docker_statuses(status: str, expected: ContainerState):
 def test_collect__a_container_being_removed_has_no_outputs_to_trust(status: str):
     # Its logs would answer 409 or be cut short; the exit code is the remover's SIGKILL.
     with pytest.raises(RunnerUnavailable, match="disappeared"):
-        runner_seeing(status)._collect(
+        collector_of(StubApi(status)).collect(
             "c0ffee",
             cast(Any, None),
             cast(Any, None),
@@ -88,7 +103,5 @@ class StubLogsApi(StubApi):
     ],
 )
 def test_replay_stamp__never_earlier_than_the_last_logged_line(last_line: bytes, expected: str):
-    client = StubClient("exited")
-    client.api = StubLogsApi(last_line)
-    runner = DockerRunner(cast(docker.DockerClient, client))
-    assert runner._replay_stamp("c0ffee", "2026-11-26T03:24:44Z") == expected
+    collector = collector_of(StubLogsApi(last_line))
+    assert collector.replay_stamp("c0ffee", "2026-11-26T03:24:44Z") == expected

@@ -12,7 +12,8 @@ import pytest
 
 from runyard.domain.attempt import container_name
 from runyard.runner import RunnerUnavailable
-from runyard.runners.docker.runner import LABEL_ATTEMPT, LABEL_MANAGED, LABEL_RUN_ID, DockerRunner
+from runyard.runners.docker.labels import LABEL_ATTEMPT, LABEL_MANAGED, LABEL_RUN_ID
+from runyard.runners.docker.runner import DockerRunner
 
 
 class StubApi:
@@ -52,7 +53,7 @@ def test_discard__a_volume_stuck_mounted_is_logged_once_and_no_longer_listed(
 ):
     runner, api, run_id = runner_with("remove x: volume has active mounts")
     assert [a.run_id for a in runner.managed_attempts()] == [run_id]
-    caplog.set_level(logging.WARNING, logger="runyard.runners.docker.runner")
+    caplog.set_level(logging.WARNING, logger="runyard.runners.docker.leftovers")
     runner.discard(run_id, 1)
     runner.discard(run_id, 1)
     assert api.volume_removals == 2

@@ -20,6 +20,7 @@ from typing import Any
 
 from runyard.domain.tool_json import DEFAULT_MAX_DEPTH, decode_result
 from runyard.runner import RunnerUnavailable
+from runyard.runners.docker.labels import LABEL_WORKDIR
 from runyard.runners.docker.outputs import tool_ids
 
 _ATTEMPT_DIR = re.compile(
@@ -188,3 +189,31 @@ def check_powers(root: Path) -> str | None:
             f"(to give out/ to the tool's uid and remove its files): {exc.strerror}"
         )
     return None
+
+
+class AttemptDirs:
+    """The runner's host work directories, shared by its parts: ``workdirs`` stays for the
+    reads and the cleanup of attempts made that way, while ``inputs`` (where new attempts get
+    their input) drops to None (uploads) for good if the engine cannot see them."""
+
+    def __init__(self, workdirs: HostWorkdirs | None) -> None:
+        self.workdirs = workdirs
+        self.inputs = workdirs
+
+    def choose(self, workdirs: HostWorkdirs | None) -> None:
+        """Host work directories under ``workdirs`` from now on, or uploads for None."""
+        self.workdirs = workdirs
+        self.inputs = workdirs
+
+    def upload_from_now(self) -> None:
+        """New attempts get their input uploaded: the engine cannot see the directories."""
+        self.inputs = None
+
+    def host_dir(self, name: str, labels: Mapping[str, str]) -> Path | None:
+        """The attempt's host work directory if it was made that way under this runner's root;
+        None otherwise (uploaded, or made under another root by a worker configured
+        differently): its outputs are then read through the engine, which works for both."""
+        if self.workdirs is None or labels.get(LABEL_WORKDIR) != "host":
+            return None
+        path = self.workdirs.path(name)
+        return path if path.is_dir() else None

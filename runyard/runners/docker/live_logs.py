@@ -13,7 +13,7 @@ import time
 from datetime import datetime
 from typing import Any
 
-from runyard.platform.capture import to_text
+from runyard.platform.capture import HeadTailBuffer, to_text
 from runyard.registry.redact import Redactor
 from runyard.runner import LogSink
 
@@ -205,3 +205,57 @@ class LogFollower:
             return False
         self.sent_bytes += len(data)
         return self._sink.write(self._stream, to_text(data), until)
+
+
+class AttemptLogs:
+    """The live log followers of one attempt, started on demand (or never, for quick runs)."""
+
+    def __init__(self, source: Any, sink: LogSink | None, cap: int, redactor: Redactor) -> None:
+        self._source = source
+        self._sink = sink
+        self._cap = cap
+        # The tool's secret values: masked in every chunk and in the stored outputs.
+        self.redactor = redactor
+        self._followers: list[LogFollower] = []
+        self.started = sink is None  # nothing to stream: never start
+
+    def start(self) -> None:
+        """Follow both streams from where the sink says the last owner stopped."""
+        if self.started or self._sink is None:
+            return
+        self.started = True
+        self._followers = [
+            LogFollower(self._source, stream, self._sink, self._cap, self.redactor)
+            for stream in ("stdout", "stderr")
+        ]
+        for follower in self._followers:
+            follower.start()
+
+    def stop(self) -> None:
+        """Stop following now."""
+        for follower in self._followers:
+            follower.stop()
+
+    def join(self) -> None:
+        """Let the followers drain the ended streams."""
+        for follower in self._followers:
+            follower.join(timeout=5.0)
+
+    def replay(self, stdout: HeadTailBuffer, stderr: HeadTailBuffer, finished_at: str) -> None:
+        """The whole (capped) log of an attempt that ended before anyone followed it.
+
+        Only the runner that started the container calls it, so no chunk of this attempt
+        exists yet. One chunk per stream, stamped no earlier than the last line's timestamp:
+        an adopter after us resumes past all of them (no repeat), and one before this point
+        finds no chunk and follows from the start (no loss).
+        """
+        if self._sink is None:
+            return
+        for stream, buffer in (("stdout", stdout), ("stderr", stderr)):
+            if not buffer.total:
+                continue
+            try:
+                self._sink.write(stream, buffer.text(), finished_at)
+            except Exception:
+                # As for a follower: live chunks are a courtesy, the stored log is the record.
+                logger.warning("could not send the log of a quick attempt", exc_info=True)
