@@ -74,6 +74,14 @@ def engine_pids_limit(pids_limit: int, runtime: str | None) -> int:
     return pids_limit
 
 
+def is_rootless(info: Mapping[str, Any]) -> bool:
+    """Whether the engine whose ``docker info`` is ``info`` runs as an unprivileged user
+    (rootless Podman says ``Rootless``; rootless Docker lists ``name=rootless`` among its
+    security options)."""
+    options = [str(option) for option in info.get("SecurityOptions") or []]
+    return info.get("Rootless") is True or any("name=rootless" in o for o in options)
+
+
 def limits_problem(info: Mapping[str, Any]) -> str | None:
     """Why an engine whose ``docker info`` is ``info`` cannot hold a tool to its memory, CPU
     and pids limits (None: it can).
@@ -83,9 +91,7 @@ def limits_problem(info: Mapping[str, Any]) -> str | None:
     controllers delegated to its user; on cgroup v1 it starts every container without them
     and says so only in a warning.
     """
-    options = [str(option) for option in info.get("SecurityOptions") or []]
-    rootless = info.get("Rootless") is True or any("name=rootless" in o for o in options)
-    if rootless and str(info.get("CgroupVersion", "")) != "2":
+    if is_rootless(info) and str(info.get("CgroupVersion", "")) != "2":
         return (
             "the engine is rootless on cgroup v1: it cannot apply memory, CPU or pids limits "
             "(a rootless engine needs cgroup v2 with the controllers delegated to its user)"

@@ -121,11 +121,12 @@ def test_sampling__sums_memory_and_keeps_the_latest_counters():
 
 
 class StubApi:
-    def __init__(self, driver: str) -> None:
+    def __init__(self, driver: str, **info: Any) -> None:
         self.driver = driver
+        self.extra = info
 
     def info(self) -> dict[str, Any]:
-        return {"CgroupDriver": self.driver}
+        return {"CgroupDriver": self.driver, **self.extra}
 
 
 def test_usage_meter__parent_cgroup_only_for_a_driver_that_takes_paths(v1: Path):
@@ -133,6 +134,10 @@ def test_usage_meter__parent_cgroup_only_for_a_driver_that_takes_paths(v1: Path)
     assert UsageMeter(StubApi("systemd"), cgroup_root=v1).cgroup_parent(NAME) is None
     missing = v1 / "elsewhere"
     assert UsageMeter(StubApi("cgroupfs"), cgroup_root=missing).cgroup_parent(NAME) is None
+    # A rootless engine (Podman's, Docker's) may not make cgroups at the top of the hierarchy.
+    for rootless in ({"Rootless": True}, {"SecurityOptions": ["name=seccomp", "name=rootless"]}):
+        api = StubApi("cgroupfs", **rootless)
+        assert UsageMeter(api, cgroup_root=v1).cgroup_parent(NAME) is None
 
 
 def test_usage_meter__an_exited_attempt_reads_its_parent_cgroup(v1: Path):

@@ -21,6 +21,7 @@ from typing import Any
 import docker.errors
 import requests.exceptions
 
+from runyard.domain.isolation import is_rootless
 from runyard.domain.usage import Counters, add_sample
 
 logger = logging.getLogger(__name__)
@@ -203,13 +204,15 @@ class UsageMeter:
         self._by_path: bool | None = None
 
     def _places_by_path(self) -> bool:
-        """Whether the engine takes a cgroup parent as a path this process can read."""
+        """Whether the engine takes a cgroup parent as a path this process can read: a
+        cgroupfs engine, not a rootless one (it may not make cgroups at the hierarchy's top)."""
         if self._by_path is None:
             try:
-                driver = str(self._api.info().get("CgroupDriver") or "")
+                info = self._api.info()
             except _ERRORS:
                 return False
-            self._by_path = driver == "cgroupfs" and self._root.is_dir()
+            driver = str(info.get("CgroupDriver") or "")
+            self._by_path = driver == "cgroupfs" and not is_rootless(info) and self._root.is_dir()
         return self._by_path
 
     def cgroup_parent(self, name: str) -> str | None:
