@@ -79,27 +79,63 @@ def template_database(postgres_server_url: str) -> Iterator[str]:
         )
 
 
+class _ServerAdmin:
+    """One autocommit connection to the server's own database for the test databases'
+    CREATE and DROP (a connection a test saved two connects), made again if it was cut."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def execute(self, statement: sql.Composed) -> None:
+        """Run ``statement``; once more on a new connection if the old one was cut."""
+        for last in (False, True):
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(self._url, autocommit=True)
+            try:
+                self._conn.execute(statement)
+                return
+            except psycopg.OperationalError:
+                self._conn.close()
+                self._conn = None
+                if last:
+                    raise
+
+    def close(self) -> None:
+        """Close the connection."""
+        if self._conn is not None:
+            self._conn.close()
+
+
+@pytest.fixture(scope="session")
+def server_admin(postgres_server_url: str) -> Iterator[_ServerAdmin]:
+    """The connection that makes and drops the test databases."""
+    admin = _ServerAdmin(postgres_server_url)
+    yield admin
+    admin.close()
+
+
 @pytest.fixture
-def database_url(postgres_server_url: str, template_database: str) -> Iterator[str]:
+def database_url(
+    postgres_server_url: str, template_database: str, server_admin: _ServerAdmin
+) -> Iterator[str]:
     """URL of a fresh, migrated database of this test's own, dropped afterwards.
 
     Made and dropped in the test's own time, never beside it: a CREATE or DROP DATABASE holds
     a transaction open, which holds back the server-wide horizon that event readers stop at.
     """
     name = f"t_{uuid.uuid4().hex[:16]}"
-    with psycopg.connect(postgres_server_url, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(template_database)
-            )
+    server_admin.execute(
+        sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+            sql.Identifier(name), sql.Identifier(template_database)
         )
+    )
     url = _libpq_url(postgres_server_url, name)
     yield url
     _record_runs_of(url)
-    with psycopg.connect(postgres_server_url, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
+    server_admin.execute(
+        sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+    )
 
 
 def _record_runs_of(url: str) -> None:

@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
+# Each command is a Python process of its own (a second or more on two busy cores): the
+# full tier runs these; the quick one leaves them out.
+pytestmark = pytest.mark.slow
+
 USAGE, API_ERROR, UNREACHABLE = 2, 5, 6
 NOWHERE = "http://127.0.0.1:9"  # the discard port on loopback: nothing answers
 NO_DATABASE = "postgresql://runyard:secret@127.0.0.1:9/runyard"

@@ -66,6 +66,7 @@ def migration_0016() -> ModuleType:
     return module
 
 
+@pytest.mark.slow  # holds locks across connections while a migration waits: seconds
 def test_0016_upgrade__waits_out_a_submit_in_flight_without_a_deadlock(database_url: str):
     config, engine = at_0015(database_url)
     failed: list[BaseException] = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, inspect, text
@@ -84,6 +85,7 @@ def test_adoptable_partial_index__exists(database_url: str):
     assert all(ix["column_names"][0] != "status" for ix in indexes.values())
 
 
+@pytest.mark.slow  # walks the migrations down and back up with data: seconds
 def test_tenant_run_counts__backfilled_from_the_runs_already_there(database_url: str):
     config, engine = _downgraded(database_url, "0005")
     try:
@@ -149,6 +151,7 @@ def test_event_xact_id__rows_from_before_keep_their_order_and_ids_still_resume(d
     assert [e.id for e in page.events] == [old[1], old[2], new]
 
 
+@pytest.mark.slow  # walks the migrations down and back up with data: seconds
 def test_sync_runs_are_jobs__runs_in_flight_become_adoptable_jobs_and_come_back(
     database_url: str,
 ):
@@ -216,6 +219,7 @@ def test_sync_runs_are_jobs__runs_in_flight_become_adoptable_jobs_and_come_back(
     assert left == 0 and tuple(owner) == ("migration", True)
 
 
+@pytest.mark.slow  # walks the migrations down and back up with data: seconds
 def test_artifacts__rows_go_with_their_run_chunks_are_uncompressed_and_come_back_empty(
     database_url: str,
 ):
@@ -274,6 +278,7 @@ def _event_trigger(engine: Engine) -> tuple[str, str]:
     return str(row[0]), str(row[1])
 
 
+@pytest.mark.slow  # walks the migrations down and back up with data: seconds
 def test_event_notify_per_statement__replaces_the_row_trigger_and_comes_back(database_url: str):
     config, engine = _downgraded(database_url, "0014")
     try:
@@ -289,6 +294,7 @@ def test_event_notify_per_statement__replaces_the_row_trigger_and_comes_back(dat
     assert after == ("runyard_notify_events", "statement")
 
 
+@pytest.mark.slow  # walks the migrations down and back up with data: seconds
 def test_created_and_stored_counts__come_with_the_rerun_of_index_and_go_back(database_url: str):
     config, engine = _downgraded(database_url, "0015")
     insert = text(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from runyard.artifact_store import ArtifactFile
 from runyard.artifacts.deps_out import DepsRoom, deps_room
 from runyard.domain.outcomes import StopReason, ToolLimits
@@ -106,6 +108,7 @@ def test_deps_room__whole_blocks_per_file_and_per_directory():
     assert deps_room({}) == DepsRoom(bytes=4096, entries=1)
 
 
+@pytest.mark.slow  # weighs 100,000 file records: seconds of CPU
 def test_deps_room__empty_files_take_no_room():
     files = {f"r{n}": [ArtifactFile(f"f{i}", 0, "") for i in range(1000)] for n in range(100)}
     # 100 dependencies of 1,000 empty files: their directories only, not 400 MB more.

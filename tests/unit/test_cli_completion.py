@@ -8,6 +8,10 @@ import sys
 
 import pytest
 
+# Each command is a Python process of its own (a second or more on two busy cores): the
+# full tier runs these; the quick one leaves them out.
+pytestmark = pytest.mark.slow
+
 SUBCOMMANDS = [
     "submit",
     "logs",

@@ -173,6 +173,7 @@ def test_open__refuses_a_root_that_cannot_chown(tmp_path: Path):
     assert list((tmp_path / "root").iterdir()) == []
 
 
+@pytest.mark.slow  # starts the worker in a process of its own
 def test_worker__a_bad_root_stops_it_at_start_with_the_reason(tmp_path: Path):
     env = {
         **os.environ,

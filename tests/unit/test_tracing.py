@@ -79,6 +79,7 @@ def test_no_tracing__spans_do_nothing():
     assert NO_TRACING.current() is None
 
 
+@pytest.mark.slow  # a Python process of its own, importing the project
 def test_no_tracing__imports_nothing_of_the_sdk():
     # A process with no exporter named: its entry point's set-up leaves the SDK unimported.
     probe = (

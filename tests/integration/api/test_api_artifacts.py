@@ -216,6 +216,7 @@ def test_artifacts__a_run_not_finished_is_409(
             assert response.json()["run_status"] == "queued"
 
 
+@pytest.mark.slow  # a CLI command in a process of its own per step
 def test_cli__lists_and_downloads_every_artifact_into_a_directory(
     database_url: str, engine: Engine, registry: ToolRegistry, tmp_path: Path
 ):

@@ -110,6 +110,7 @@ def test_failed_build__later_submits_fail_fast_until_a_rebuild(client: TestClien
     assert client.get(f"/v1/runs/{again.json()['id']}", headers=acme).json()["status"] == "queued"
 
 
+@pytest.mark.slow  # a CLI command in a process of its own per step
 def test_cli__build_and_builds(database_url: str, engine: Engine, tools_dir: Path):
     registry = load_registry(tools_dir / "tools.toml", Settings(database_url="unused"))
     app = make_app(database_url, engine, registry)

@@ -129,6 +129,7 @@ def test_keys_api__a_bad_change_is_422_and_changes_nothing(
     assert (key.tools, key.max_priority) == (None, 0)
 
 
+@pytest.mark.slow  # a CLI command in a process of its own per step
 def test_cli_keys__create_with_tools_then_set_tools_and_lift(database_url: str):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNYARD_")}
     env["RUNYARD_DATABASE_URL"] = database_url

@@ -162,6 +162,7 @@ def test_revoke_key__keeps_the_first_time_and_knows_unknown_keys(engine: Engine)
 
 
 @pytest.mark.slow  # starts the CLI twelve times
+@pytest.mark.slow  # a CLI command in a process of its own per step
 def test_cli_keys__create_ls_revoke_against_the_database(database_url: str):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNYARD_")}
     env["RUNYARD_DATABASE_URL"] = database_url

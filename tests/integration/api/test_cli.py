@@ -21,6 +21,10 @@ from runyard.tenancy.auth import create_api_key
 from tests.integration.api.cli_support import CLI, Api
 from tests.integration.api.test_api_helpers import live_server, wait_until
 
+# Each command is a Python process of its own (a second or more on two busy cores): the
+# full tier runs these; the quick one leaves them out.
+pytestmark = pytest.mark.slow
+
 
 def closed_port() -> int:
     with socket.socket() as sock:

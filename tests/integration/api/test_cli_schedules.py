@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from runyard_client import AsyncRunyard, Runyard, RunyardError
 from tests.integration.api.cli_support import Api
 
@@ -38,6 +40,7 @@ def test_async_sdk_schedules__the_same_calls(api: Api):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # a CLI command in a process of its own per step
 def test_cli_schedule__create_ls_pause_rm(api: Api):
     made = api.run("schedule", "create", "echo", "--every", "60", "--json")
     assert made.returncode == 0, made.stderr
@@ -51,6 +54,7 @@ def test_cli_schedule__create_ls_pause_rm(api: Api):
     assert bad.returncode != 0 and "cron" in bad.stderr
 
 
+@pytest.mark.slow  # a CLI command in a process of its own per step
 def test_cli_submit__concurrency_key_is_sent(api: Api):
     made = api.run("submit", "echo", "--concurrency-key", "cust-3", "--json")
     assert made.returncode == 0, made.stderr

@@ -7,9 +7,15 @@ import io
 import json
 from datetime import UTC, datetime
 
+import pytest
+
 from runyard.domain.usage import AttemptUsage
 from runyard.usage.ledger import Recorded, UsageLedger
 from tests.integration.api.cli_support import Api
+
+# Each command is a Python process of its own (a second or more on two busy cores): the
+# full tier runs these; the quick one leaves them out.
+pytestmark = pytest.mark.slow
 
 
 def metered_run(api: Api, cpu_seconds: float) -> None:

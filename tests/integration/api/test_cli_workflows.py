@@ -6,12 +6,17 @@ import json
 import uuid
 from pathlib import Path
 
+import pytest
 from sqlalchemy import text
 
 from runyard.domain.attempt import AttemptResult
 from runyard.domain.states import RunStatus
 from tests.integration.api.cli_support import Api
 from tests.integration.api.test_api_helpers import wait_until
+
+# Each command is a Python process of its own (a second or more on two busy cores): the
+# full tier runs these; the quick one leaves them out.
+pytestmark = pytest.mark.slow
 
 DONE = AttemptResult(status=RunStatus.SUCCEEDED, exit_code=0, result={"ok": True})
 FAILED = AttemptResult(status=RunStatus.FAILED, exit_code=3, error_code="tool_failed", error="x")

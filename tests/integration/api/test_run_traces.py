@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
@@ -28,6 +29,7 @@ def traced_run(queue: JobQueue, context: TraceContext | None) -> uuid.UUID:
     return queue.enqueue(NewRun(tenant="acme", tool="echo", spec=spec, input={})).run_id
 
 
+@pytest.mark.slow  # a CLI command in a process of its own per step
 def test_run_views__show_the_trace_id_of_a_traced_run(api: Api):
     traced = traced_run(api.queue, CONTEXT)
     plain = traced_run(api.queue, None)

@@ -391,6 +391,7 @@ def _deliveries_read(engine: Engine, params: dict[str, Any], *, generic: bool) -
     return read, seq
 
 
+@pytest.mark.slow  # writes a backlog of thousands of deliveries: seconds
 @pytest.mark.parametrize("generic", [False, True])
 def test_delivery_offers__plan_reads_no_backlog(engine: Engine, generic: bool):
     with engine.begin() as conn:  # 20,000 failed runs of one tenant, each with a delivery
