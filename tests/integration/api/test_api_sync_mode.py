@@ -565,6 +565,7 @@ def test_sync__the_api_sweeps_leftover_containers(
 # --- the same paths with Docker ---
 
 
+@pytest.mark.slow  # a burst of real containers
 @pytest.mark.docker
 def test_sync_docker__burst_of_3c_then_nothing_left_running(
     database_url: str,
@@ -659,6 +660,7 @@ def test_sync_docker__client_disconnect_stops_the_container(
     assert docker_client.containers.list(all=True, filters={"name": f"runyard-{run_id}-1"}) == []
 
 
+@pytest.mark.slow  # sits out a dead API's orphan grace
 @pytest.mark.docker
 def test_sync_docker__orphan_of_a_dead_api_is_finalized_from_its_container(
     engine: Engine, registry: ToolRegistry, docker_client: docker.DockerClient

@@ -310,6 +310,7 @@ def test_delete_run__takes_a_pending_delivery_with_it(
 # --- sync mode -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # sits out delivery and retention passes
 def test_sync_mode__the_api_delivers_and_prunes_by_itself(
     database_url: str, engine: Engine, registry: ToolRegistry
 ):

@@ -348,6 +348,7 @@ def _rpc(http: httpx2.Client, body: dict[str, Any], session: str | None = None) 
     return (response, json.loads(data[-1]) if data else None)
 
 
+@pytest.mark.slow  # sits out the server's longest wait
 def test_mcp__queue_mode_a_call_past_the_wait_names_its_run_and_a_resend_on_the_session_replays_it(
     database_url: str, engine: Engine, registry: ToolRegistry
 ):

@@ -232,6 +232,7 @@ def test_deps__a_dependent_finds_its_dependencys_artifacts(
     assert uploads == (["/runyard"] if mode == "upload" else [])
 
 
+@pytest.mark.slow  # fills a disk allowance with real files in containers: seconds
 @pytest.mark.parametrize("mode", ["upload", "host_workdir"])
 def test_deps__the_dependencys_artifacts_are_not_charged_to_the_dependents_disk_limit(
     docker_client: docker.DockerClient,

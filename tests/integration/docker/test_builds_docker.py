@@ -165,6 +165,7 @@ def test_first_run__waits_for_its_build_then_succeeds(tmp_path, engine, queue, n
     assert f"Successfully tagged {build['tag']}" in build["log"]
 
 
+@pytest.mark.slow  # two image builds
 def test_changed_context__new_digest_and_build_while_old_runs_keep_their_image(
     tmp_path, engine, queue, names, make_worker
 ):

@@ -97,6 +97,7 @@ def test_build__tags_the_image_with_its_labels_and_streams_the_log(builder):
     build_and_check_labels_and_log(build, made)
 
 
+@pytest.mark.slow  # two image builds
 def test_build__the_same_build_twice_streams_its_log_twice(builder):
     # The second build of the same Dockerfile runs on an engine whose cache holds the first:
     # the test above must pass however warm the engine is.

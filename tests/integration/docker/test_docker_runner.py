@@ -244,6 +244,7 @@ def test_no_result_file__succeeds_with_null_result(
     assert result.stdout == "hi\n"
 
 
+@pytest.mark.slow  # waits on a container that sleeps for seconds
 def test_adoption__running_container_is_waited_on_not_restarted(
     docker_runner: DockerRunner, docker_client: docker.DockerClient, registry: ToolRegistry
 ):
@@ -286,6 +287,7 @@ def test_adoption__exited_container_is_finalized_from_its_outputs(
     )
 
 
+@pytest.mark.slow  # sits out a created container's grace
 def test_created_but_never_started__is_recreated(
     docker_runner: DockerRunner, docker_client: docker.DockerClient, registry: ToolRegistry
 ):
@@ -397,6 +399,7 @@ def test_live_container__has_no_docker_socket_and_no_host_mounts(
     assert "no_new_privs: 1" in result.stdout.splitlines()
 
 
+@pytest.mark.slow  # sits out a deadline
 def test_adoption_after_deadline__exited_container_keeps_its_own_outcome(
     docker_runner: DockerRunner, registry: ToolRegistry
 ):

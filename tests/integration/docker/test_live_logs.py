@@ -31,6 +31,7 @@ def stream_events(engine: Engine, run_id: object, stream: str) -> list[dict[str,
         return list(rows)
 
 
+@pytest.mark.slow  # a container that writes for seconds
 def test_live_logs__stream_while_running(
     queue: JobQueue, engine: Engine, registry: ToolRegistry, docker_client: docker.DockerClient
 ):
@@ -54,6 +55,7 @@ def test_live_logs__stream_while_running(
     assert err == "".join(f"err{i}\n" for i in range(1, 9))
 
 
+@pytest.mark.slow  # a container that writes for seconds, adopted midway
 def test_live_logs__adopter_resumes_without_loss_or_repeat(
     queue: JobQueue, engine: Engine, registry: ToolRegistry, docker_client: docker.DockerClient
 ):

@@ -63,6 +63,7 @@ def test_lock_timeout__a_statement_waiting_on_a_row_lock_gives_up(
     assert JobQueue(timed).heartbeat(job.job_id, job.lease_token, lease_seconds=30).owned
 
 
+@pytest.mark.slow  # sits out a connect timeout
 def test_connect_timeout__a_server_that_never_answers_fails_the_connect():
     # A loopback listener that completes the TCP handshake and then says nothing.
     with socket.socket() as silent:

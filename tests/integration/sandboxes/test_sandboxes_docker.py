@@ -139,6 +139,7 @@ def test_ttl_and_idle__end_the_sandbox_with_their_reason(stack: Stack):
     assert ttl_end["end_reason"] == "ttl"
 
 
+@pytest.mark.slow  # sits out the owner's notice of a dead container
 def test_container_killed_outside__the_sandbox_ends_container_exited(
     stack: Stack, docker_client: docker.DockerClient
 ):

@@ -107,6 +107,7 @@ def leased(engine: Engine, run_id: uuid.UUID) -> bool:
     [RuntimeError("a bug in the heartbeat"), sa.TimeoutError("QueuePool limit reached")],
     ids=["not-a-database-error", "pool-checkout-timeout"],
 )
+@pytest.mark.slow  # sits out failing heartbeats
 def test_worker__a_heartbeat_that_keeps_failing_hands_over_and_pauses_claims(
     engine: Engine, error: BaseException
 ):
