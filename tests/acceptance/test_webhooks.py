@@ -115,7 +115,8 @@ def test_webhooks__each_terminal_run_arrives_signed_as_get_shows_it(
             body = delivery.verified(secret)
             usage = body.pop("usage")
             assert body == {**shown.json(), "event": "run.completed"}
-            assert usage["attempts"] == 1 and usage["wall_seconds"] > 0
+            # Metered once: a tool that ends at once may read 0.0 s of wall time.
+            assert usage["attempts"] == 1 and usage["wall_seconds"] >= 0
             assert json.loads(delivery.body)["status"] == status
             webhook = [d for kind, d in events_of(engine, run_id) if kind == "webhook"]
             assert [(e["attempt"], e["outcome"], e["status_code"]) for e in webhook] == [
