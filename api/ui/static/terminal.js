@@ -7,10 +7,10 @@
 (function () {
   const MAX_LINES = 2000;
   const MAX_LINE = 1000;
-  // Whole escape sequences (CSI, OSC ended by BEL or ST, two-byte), and one cut off at the end
-  // of a frame, kept for the next.
-  const ESCAPE = /\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\^_`a-z{|}~])/g;
-  const CUT_ESCAPE = /\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?)?$/;
+  // Whole escape sequences (CSI, OSC ended by BEL or ST, and the short ones such as a charset
+  // choice or keypad mode), and one cut off at the end of a frame, kept for the next.
+  const ESCAPE = /\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]*[0-Z\\^-~])/g;
+  const CUT_ESCAPE = /\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?|[ -/]*)$/;
   const KEYS = {
     Enter: "\r", Backspace: "\x7f", Tab: "\t", Escape: "\x1b", Delete: "\x1b[3~",
     ArrowUp: "\x1b[A", ArrowDown: "\x1b[B", ArrowRight: "\x1b[C", ArrowLeft: "\x1b[D",
