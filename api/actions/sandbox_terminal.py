@@ -5,9 +5,11 @@ frames it sends are typed into the TTY; text frames are JSON: ``{"type": "stdin"
 "..."}``, ``{"type": "resize", "rows": R, "cols": C}``, ``{"type": "signal", "name":
 "INT"}`` (INT, TERM, KILL, HUP, QUIT). The server sends the TTY's output as binary frames
 and, when the command ends, ``{"type": "exit", "exit_code": N}`` before it closes. A refusal
-accepts, then closes at once with 4401 (key), 4404 (no such sandbox, or another tenant's),
-4409 (not running, or on an engine this API does not reach) or 4422 (a bad command), with
-the reason: a close before the handshake would reach a client as a bare HTTP 403.
+accepts, then closes at once with 4401 (key or session), 4403 (another site's page), 4404
+(no such sandbox, or another tenant's), 4409 (not running, or on an engine this API does not
+reach) or 4422 (a bad command), with the reason: a close before the handshake would reach a
+client as a bare HTTP 403. The dashboard's terminal (``api.ui.sandbox_views``) runs the same
+pump, authenticated by its session cookie and its page's origin instead of a key.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import anyio
@@ -34,16 +37,31 @@ from runyard.sandbox_engine import (
     Terminal,
 )
 from runyard.sandboxes.files import SandboxFiles
+from runyard.tenancy.auth import Principal
 
 # The longest a text frame may be, and how often typing counts as use for the idle timeout.
 MAX_TEXT_FRAME = 65_536
 TOUCH_EVERY_SECONDS = 10.0
 EXIT_WAIT_SECONDS = 2.0
-CLOSE_CODES = {401: 4401, 404: 4404, 422: 4422}
+CLOSE_CODES = {401: 4401, 403: 4403, 404: 4404, 422: 4422}
+
+# Who is asking, or a Problem (401, 403) that closes the socket with its reason.
+Authenticate = Callable[[], Awaitable[Principal]]
 
 
 class TerminalEngine(SandboxFileEngine, SandboxTerminals, Protocol):
     """An engine that answers for a sandbox's files and opens its terminals."""
+
+
+async def terminal_engine(websocket: WebSocket) -> TerminalEngine | None:
+    """The app's sandbox engine; None once the socket is closed because none is reachable."""
+    try:
+        engine: TerminalEngine = websocket.app.state.sandbox_engine()
+    except RunnerUnavailable as exc:
+        await websocket.accept()
+        await websocket.close(code=4409, reason=str(exc)[:120])
+        return None
+    return engine
 
 
 async def serve_terminal(
@@ -54,11 +72,33 @@ async def serve_terminal(
     command: list[str],
     size: tuple[int, int],
 ) -> None:
-    """Authenticate, open the terminal, and pump both ways until either side ends."""
+    """Authenticate by the Bearer key, open the terminal, and pump both ways until either side
+    ends."""
     key = websocket.headers.get("authorization", "").removeprefix("Bearer ").strip()
+    await serve_terminal_as(
+        websocket,
+        services,
+        engine,
+        lambda: principal_of_key(services, key),
+        sandbox_id,
+        command,
+        size,
+    )
+
+
+async def serve_terminal_as(
+    websocket: WebSocket,
+    services: Services,
+    engine: TerminalEngine,
+    authenticate: Authenticate,
+    sandbox_id: uuid.UUID,
+    command: list[str],
+    size: tuple[int, int],
+) -> None:
+    """Accept, ask ``authenticate`` who it is, open the terminal, and pump both ways."""
     await websocket.accept()
     try:
-        principal = await principal_of_key(services, key)
+        principal = await authenticate()
         problem = command_problem(command)
         if problem is not None:
             raise Problem(422, "invalid_command", problem)

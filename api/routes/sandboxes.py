@@ -13,7 +13,7 @@ from fastapi.responses import StreamingResponse
 
 from api.actions import sandboxes as actions
 from api.actions.events import EventStreamResponse, refuse_past_stream_cap
-from api.actions.sandbox_terminal import serve_terminal
+from api.actions.sandbox_terminal import serve_terminal, terminal_engine
 from api.deps import PrincipalDep, ServicesDep
 from api.openapi import BINARY, BODY_ERRORS, COMMON_ERRORS, problem
 from api.problems import Problem
@@ -263,13 +263,14 @@ async def terminal(
 ) -> None:
     """An interactive command (``?command=`` repeated; ``/bin/sh`` by default) with a TTY
     (``api.actions.sandbox_terminal`` says the frames)."""
-    services = websocket.app.state.services
-    try:
-        engine = websocket.app.state.sandbox_engine()
-    except RunnerUnavailable as exc:
-        await websocket.accept()
-        await websocket.close(code=4409, reason=str(exc)[:120])
+    engine = await terminal_engine(websocket)
+    if engine is None:
         return
     await serve_terminal(
-        websocket, services, engine, sandbox_id, command or ["/bin/sh"], (rows, cols)
+        websocket,
+        websocket.app.state.services,
+        engine,
+        sandbox_id,
+        command or ["/bin/sh"],
+        (rows, cols),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated
 from urllib.parse import quote, urlsplit
@@ -13,7 +14,7 @@ from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.deps import ServicesDep
+from api.deps import Services, ServicesDep
 from api.ui.session import COOKIE_NAME, Session, SessionSigner, load_session, same_token
 
 logger = logging.getLogger(__name__)
@@ -68,16 +69,22 @@ def get_ui(request: Request) -> UiContext:
 UiDep = Annotated[UiContext, Depends(get_ui)]
 
 
+async def session_of(services: Services, ui: UiContext, cookies: Mapping[str, str]) -> Session:
+    """The session of a request's cookies (the ``dev`` admin with auth disabled), or
+    ``LoginRequired``."""
+    if ui.auth_disabled:
+        return ui.dev_session
+    found = await run_in_threadpool(
+        load_session, services.engine, ui.signer, cookies.get(COOKIE_NAME)
+    )
+    if found is None:
+        raise LoginRequired()
+    return found
+
+
 async def get_session(request: Request, services: ServicesDep, ui: UiDep) -> Session:
     """The caller's session from its cookie; with auth disabled, the ``dev`` admin."""
-    if ui.auth_disabled:
-        session = ui.dev_session
-    else:
-        cookie = request.cookies.get(COOKIE_NAME)
-        found = await run_in_threadpool(load_session, services.engine, ui.signer, cookie)
-        if found is None:
-            raise LoginRequired()
-        session = found
+    session = await session_of(services, ui, request.cookies)
     request.state.ui_session = session
     return session
 

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
+from starlette.websockets import WebSocketDisconnect
 
 from api.ui.context import CONTENT_SECURITY_POLICY
 from api.ui.session import COOKIE_NAME
@@ -484,3 +485,26 @@ def test_auth_disabled__no_login_everyone_is_the_dev_admin(
         assert created.status_code == 303
         assert client.post("/ui/submit", data={"tool": "echo", "input": "{}"}).status_code == 403
     assert count(engine, "SELECT count(*) FROM tool_runs WHERE tenant = 'dev'") == 1
+
+
+def terminal_close(client: TestClient, path: str, headers: dict[str, str]) -> tuple[int, str]:
+    """The close code and reason the dashboard's terminal answers with."""
+    with client.websocket_connect(path, headers=headers) as ws:
+        with pytest.raises(WebSocketDisconnect) as closed:
+            ws.receive_bytes()
+    return closed.value.code, closed.value.reason
+
+
+def test_sandbox_terminal__refuses_no_session_another_sites_page_and_a_missing_sandbox(
+    app_client: TestClient, engine: Engine
+):
+    # The refusals come before the engine is asked for anything.
+    app_client.app.state.sandbox_engine = object  # type: ignore[attr-defined]
+    path = f"/ui/sandboxes/{MISSING}/terminal"
+    own = {"origin": "http://testserver"}
+    assert terminal_close(app_client, path, own) == (4401, "The session ended: log in again.")
+    log_in(app_client, create_api_key(engine, "acme"))
+    for foreign in ({"origin": "https://evil.example"}, {}):
+        code, reason = terminal_close(app_client, path, foreign)
+        assert (code, "dashboard's pages" in reason) == (4403, True)
+    assert terminal_close(app_client, path, own)[0] == 4404
