@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
@@ -129,6 +130,7 @@ def test_shared_registry__api_metrics_show_every_part_moving(
     }
 
 
+@pytest.mark.slow  # starts the services as processes of their own
 def test_split_services__each_serves_its_own_series(
     database_url: str, engine: Engine, registry: ToolRegistry
 ):

@@ -134,6 +134,7 @@ def test_created_never_started__removed_and_requeued(
     assert runner.state(run_id, 1) is ContainerState.MISSING
 
 
+@pytest.mark.slow  # sits out an unreachable engine
 def test_docker_unreachable__decides_nothing():
     # urllib3 leaves the socket of a failed unix-socket connect to the garbage collector;
     # that is the client library's habit, not a leak of ours, so collect it here quietly.

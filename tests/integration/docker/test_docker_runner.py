@@ -120,6 +120,7 @@ def test_failure__exit_code_and_stderr(docker_runner: DockerRunner, registry: To
     assert result.stderr == "about to fail\n" and result.stdout == ""
 
 
+@pytest.mark.slow  # sits out a deadline
 def test_timeout__stops_the_container_at_the_deadline(
     docker_runner: DockerRunner, registry: ToolRegistry
 ):
@@ -199,6 +200,7 @@ def test_oom__flag_lost_by_the_engine__its_oom_event_still_counts(
     assert_oom_outcome(result, engine_logged_oom(docker_client, spec))
 
 
+@pytest.mark.slow  # a container run to its end: seconds
 def test_sigkill_by_the_tool_itself__is_no_oom(docker_runner: DockerRunner, registry: ToolRegistry):
     spec = shell(registry, "kill -9 $$", memory_mb=16)
     result = docker_runner.run(spec, AttemptControl())

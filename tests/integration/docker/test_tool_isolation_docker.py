@@ -197,6 +197,7 @@ def _secret_spec(registry: ToolRegistry, secret_file: Path) -> Any:
     return spec_for(registry, "echo", {}, command=["sh", "-c", LEAKY], secrets=secrets)
 
 
+@pytest.mark.slow  # a container that writes for seconds
 def test_secrets__reach_the_tool_and_are_masked_in_logs_chunks_and_result(
     docker_client: docker.DockerClient, registry: ToolRegistry, secret_file: Path
 ):
@@ -241,6 +242,7 @@ def test_secrets__an_unreadable_file_fails_the_attempt_clearly(
     assert result.error == f"secret CERT: cannot read {tmp_path}/missing: No such file or directory"
 
 
+@pytest.mark.slow  # a container run and adopted: seconds
 def test_secrets__an_adopter_without_them_masks_what_the_container_has(
     docker_client: docker.DockerClient, registry: ToolRegistry, secret_file: Path
 ):

@@ -16,6 +16,7 @@ from tests.integration.sandboxes.conftest import Stack
 pytestmark = pytest.mark.docker
 
 
+@pytest.mark.slow  # a sandbox held for seconds
 def test_files__binary_round_trip_and_a_directory_as_tar(stack: Stack):
     sid = stack.create()["id"]
     payload = os.urandom(3 * 1_048_576 + 17)

@@ -121,6 +121,7 @@ def test_mcp_sandbox__create_exec_write_read_and_close_on_a_real_worker(stack: S
     assert stack.wait_status(sid, "ended")["end_reason"] == "deleted"
 
 
+@pytest.mark.slow  # a sandbox held for seconds
 def test_mcp_sandbox__another_tenant_gets_not_found_and_bad_paths_and_big_reads_are_refused(
     stack: Stack,
 ):

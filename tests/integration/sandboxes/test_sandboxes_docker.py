@@ -74,6 +74,7 @@ def test_execs__run_concurrently_up_to_the_sandbox_limit(stack: Stack):
     assert [f["stdout"] for f in finished] == ["start\n"] * 3
 
 
+@pytest.mark.slow  # a sandbox held for seconds
 def test_exec_events__stream_the_output_then_the_exit_and_resume(stack: Stack):
     sid = stack.create()["id"]
     exec_id = stack.client.post(
@@ -112,6 +113,7 @@ def read_events(stack: Stack, path: str, last_event_id: str | None = None) -> li
     return events
 
 
+@pytest.mark.slow  # a sandbox held for seconds
 def test_delete__ends_the_sandbox_and_keeps_its_record(stack: Stack):
     sid = stack.create()["id"]
 
