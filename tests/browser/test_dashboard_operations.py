@@ -103,10 +103,16 @@ def test_run_page__logs_with_times_a_download_and_rerun(browser: Browser, dashbo
     expect(page.locator("#run-status")).to_have_attribute("data-status", "succeeded", timeout=LIVE)
     stdout = page.locator("#stdout")
     expect(stdout).to_contain_text("sleeping 1")
-    # The logs come before the details, and a line carries its time.
-    stdout_top = stdout.bounding_box()
-    timeline_top = page.locator("#timeline").bounding_box()
-    assert stdout_top is not None and timeline_top is not None
+
+    # The logs come before the details, and a line carries its time. When the run ends the
+    # page swaps the live panes for the stored logs: a box read mid-swap is none, so read
+    # both once the page shows them.
+    def boxes() -> tuple[Any, Any] | None:
+        stdout_box = stdout.bounding_box()
+        timeline_box = page.locator("#timeline").bounding_box()
+        return (stdout_box, timeline_box) if stdout_box and timeline_box else None
+
+    stdout_top, timeline_top = wait_until(boxes, timeout=10)
     assert stdout_top["y"] < timeline_top["y"]
     expect(stdout.locator(".chunk[data-time]").first).to_have_attribute(
         "data-time", re.compile(r"^\d\d:\d\d:\d\d$")
