@@ -51,6 +51,14 @@ class OneAtATime:
                 return None
             return time.monotonic() - self._started
 
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the running call; True once none runs."""
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        return thread is None or not thread.is_alive()
+
     def overdue(self, limit: float) -> bool:
         """True once per call, when it has run longer than ``limit``."""
         ran = self.busy_for()

@@ -62,13 +62,26 @@ class LeaseSupervisor:
         self._rounds = OneAtATime("runyard-heartbeat-round")
         self._releases = OneAtATime("runyard-heartbeat-release")
         self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        # Set to cut the loop's pause short (``join``).
+        self._wake = threading.Event()
         # Attempts handed over for want of renewals whose release the database has not answered.
         self._to_release: dict[int, Flight] = {}
 
     def start(self) -> None:
         """Start the supervising thread."""
-        thread = threading.Thread(target=self._loop, name="runyard-heartbeat", daemon=True)
-        thread.start()
+        self._thread = threading.Thread(target=self._loop, name="runyard-heartbeat", daemon=True)
+        self._thread.start()
+
+    def join(self, timeout: float) -> bool:
+        """Once stopped with nothing in flight: wait up to ``timeout`` seconds each for the
+        loop and its last round and release, so none holds a connection past its worker.
+        True if all ended."""
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        ended = self._thread is None or not self._thread.is_alive()
+        return all([ended, self._rounds.join(timeout), self._releases.join(timeout)])
 
     def _live(self) -> list[Flight]:
         """The flights whose leases are still renewed: neither settled nor abandoned."""
@@ -229,7 +242,8 @@ class LeaseSupervisor:
                 self._metrics.loop_errors.labels(loop="heartbeat").inc()
                 logger.exception("heartbeat supervisor failed; carrying on")
                 pause = min(self._config.heartbeat_seconds, 1.0)
-            time.sleep(pause)
+            self._wake.wait(pause)
+            self._wake.clear()
 
     def _until_next_check(self, next_round: float) -> float:
         """Until the next round, the first lease to run out or a call's deadline (<= 1 s)."""

@@ -345,6 +345,11 @@ class Worker:
         if self._builds is not None:
             self._builds.stop()
         self._pool.shutdown(wait=True, cancel_futures=True)
+        if not self._supervisor.join(self._config.heartbeat_timeout):
+            logger.warning(
+                "a heartbeat round was still running at close",
+                extra={"worker_id": self.worker_id},
+            )
         self._cleaner.close()
         if stopped and self._registry is not None:
             try:

@@ -178,6 +178,19 @@ def _status_of(row: ExecRow) -> tuple[str, str | None]:
     return row.status, row.error
 
 
+def _read_chunks(
+    store: SandboxStore, exec_id: uuid.UUID, out: dict[str, bytearray], ends: dict[str, int]
+) -> None:
+    """Append the command's output stored past ``ends`` to ``out``, moving ``ends``."""
+    while True:
+        chunks = store.chunks_from(exec_id, ends["stdout"], ends["stderr"], CHUNK_PAGE)
+        for chunk in chunks:
+            out[chunk.stream] += chunk.data
+            ends[chunk.stream] = chunk.offset + chunk.length
+        if len(chunks) < CHUNK_PAGE:
+            return
+
+
 def read_exec(
     services: Services, principal: Principal, sandbox_id: uuid.UUID, exec_id: uuid.UUID
 ) -> ExecOut:
@@ -187,15 +200,14 @@ def read_exec(
     out = {"stdout": bytearray(), "stderr": bytearray()}
     ends = {"stdout": 0, "stderr": 0}
     while True:
-        chunks = store.chunks_from(exec_id, ends["stdout"], ends["stderr"], CHUNK_PAGE)
-        for chunk in chunks:
-            out[chunk.stream] += chunk.data
-            ends[chunk.stream] = chunk.offset + chunk.length
-        if len(chunks) < CHUNK_PAGE:
+        _read_chunks(store, exec_id, out, ends)
+        if row.status == "finished":
             break
-    if row.status != "finished":
-        # Read after the output: a command seen finished has every byte in ``out``.
+        # The row vouches only for output read after it: one seen finished now has its last
+        # chunk stored, so one more read completes ``out``.
         row = load_exec(services, principal, sandbox_id, exec_id)
+        if row.status != "finished":
+            break
     status, error = _status_of(row)
     return ExecOut(
         id=row.id,

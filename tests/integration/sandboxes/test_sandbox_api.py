@@ -14,6 +14,7 @@ from sqlalchemy import Engine, text
 from runyard.domain.sandboxes import MAX_EXECS_TOTAL
 from runyard.registry.tools import ToolRegistry
 from runyard.runners.fake import FakeRunner
+from runyard.sandboxes.store import SandboxStore
 from tests.integration.api.test_api_helpers import bearer, make_app
 
 
@@ -183,3 +184,35 @@ def test_dashboard__lists_the_tenants_sandboxes_and_shows_one_with_its_commands(
     assert listing.status_code == 200 and sid in listing.text and theirs not in listing.text
     assert one.status_code == 200 and "ls -l" in one.text and "pending" in one.text
     assert hidden.status_code == 404
+
+
+def test_exec_read__a_command_that_finishes_mid_read__answers_every_byte_or_running(
+    client: TestClient, engine: Engine, monkeypatch: pytest.MonkeyPatch
+):
+    acme = bearer(engine, "acme")
+    sid = create(client, acme)["id"]
+    exec_id = client.post(
+        f"/v1/sandboxes/{sid}/exec", json={"command": ["true"]}, headers=acme
+    ).json()["id"]
+    store = SandboxStore(engine)
+    command = uuid.UUID(exec_id)
+    assert store.mark_running(command) is not None
+    assert store.append(command, "stdout", 0, 6, b"first\n")
+    read = SandboxStore.chunks_from
+    owner_steps = iter([True])
+
+    def owner_stores_the_last_chunk_and_ends(self: SandboxStore, *args: Any) -> Any:
+        # The owner stores its last bytes and ends the command after a read of the output
+        # and before the reader looks at the command's row again.
+        chunks = read(self, *args)
+        if next(owner_steps, False):
+            assert store.append(command, "stdout", 6, 5, b"last\n")
+            assert store.finish(command, 0, truncated=False, error=None)
+        return chunks
+
+    monkeypatch.setattr(SandboxStore, "chunks_from", owner_stores_the_last_chunk_and_ends)
+
+    found = client.get(f"/v1/sandboxes/{sid}/execs/{exec_id}", headers=acme).json()
+
+    assert (found["status"], found["exit_code"]) == ("finished", 0)
+    assert found["stdout"] == "first\nlast\n"
