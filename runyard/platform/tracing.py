@@ -129,6 +129,10 @@ class Tracing(Protocol):
         """Link the span open in this thread to ``context`` (e.g. a dead owner's span)."""
         ...
 
+    def note(self, name: str, attributes: Attributes | None = None) -> None:
+        """An event of the span open in this thread: a moment worth less than a span."""
+        ...
+
     def shutdown(self) -> None:
         """Export what is left and stop."""
         ...
@@ -192,6 +196,10 @@ class NoTracing:
 
     def link(self, context: TraceContext) -> None:
         """Nothing to link."""
+        return None
+
+    def note(self, name: str, attributes: Attributes | None = None) -> None:
+        """Nothing to note."""
         return None
 
     def shutdown(self) -> None:
@@ -359,6 +367,10 @@ class OtelTracing:
         span = self._trace.get_current_span()
         if span.get_span_context().is_valid:
             span.add_link(self._span_context_of(context))
+
+    def note(self, name: str, attributes: Attributes | None = None) -> None:
+        """An event of the span open in this thread (none open: nothing)."""
+        self._trace.get_current_span().add_event(name, attributes=attributes)
 
     def shutdown(self) -> None:
         """Export the spans still batched, then stop the exporter."""
