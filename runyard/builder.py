@@ -61,8 +61,8 @@ class BuildMeter(Protocol):
         """The parent cgroup's counters (``sampled`` where it is not seen)."""
         ...
 
-    def forget(self, name: str) -> None:
-        """Remove the parent cgroup."""
+    def forget(self, name: str, *, quiet: bool = False) -> bool:
+        """Remove the parent cgroup; False while a process in it is still dying."""
         ...
 
 

@@ -10,6 +10,7 @@ import logging
 import socket
 import tarfile
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,8 @@ from runyard.domain.usage import BuildUsage, Counters, build_usage_of
 logger = logging.getLogger(__name__)
 
 LABEL_BUILD = "io.runyard.build"
+# How long a build's parent cgroup may stay busy (its last step dying) before it is left.
+FORGET_SECONDS = 10.0
 LABEL_BUILD_TOOL = "io.runyard.build.tool"
 LABEL_BUILD_DIGEST = "io.runyard.build.digest"
 
@@ -78,9 +81,16 @@ class DockerBuilder:
         return build_usage_of(self._meter.read(meter_name, Counters()))
 
     def forget_usage(self, meter_name: str) -> None:
-        """Remove the build's parent cgroup."""
-        if self._meter is not None and meter_name:
-            self._meter.forget(meter_name)
+        """Remove the build's parent cgroup: a build cut at its deadline or stopped leaves
+        its step container dying in it for a moment, so this waits a little for it."""
+        if self._meter is None or not meter_name:
+            return
+        give_up_at = time.monotonic() + FORGET_SECONDS
+        while not self._meter.forget(meter_name, quiet=True):
+            if time.monotonic() >= give_up_at:
+                self._meter.forget(meter_name)  # logs what keeps it
+                return
+            time.sleep(0.2)
 
     def image_id(self, tag: str) -> str | None:
         """The id of the image tagged ``tag``, or None."""

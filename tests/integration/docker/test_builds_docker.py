@@ -223,3 +223,7 @@ def test_build_timeout__fails_the_waiting_runs(tmp_path, engine, queue, names, m
     done = run(engine, run_id)
     assert done["error_code"] == "build_failed"
     assert "build timed out after 2 s" in done["error"] and "sleeping now" in done["error"]
+    # Its parent cgroup goes once the cut step is gone (the engine kills it after the cut).
+    with engine.connect() as conn:
+        build_id = conn.execute(text("SELECT id FROM tool_builds")).scalar_one()
+    assert not list(Path("/sys/fs/cgroup").glob(f"*/runyard/build-{build_id}"))
