@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import date
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -22,6 +23,11 @@ class UsageLineOut(BaseModel):
     disk_bytes: int = Field(description="Bytes the attempts left under /runyard, summed")
     net_rx_bytes: int = Field(description="Received over the network (networked tools only)")
     net_tx_bytes: int = Field(description="Sent over the network (networked tools only)")
+    kind: Literal["run", "build", "all"] = Field(
+        "run",
+        description="run: attempts of runs; build: image builds (each an attempt of no run, "
+        "CPU and peak of its steps where the engine lets them be read); all: the total",
+    )
 
 
 class UsageReportOut(BaseModel):

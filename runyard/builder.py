@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from runyard.domain.usage import BuildUsage, Counters
+
 
 @dataclass(frozen=True)
 class BuildRequest:
@@ -20,6 +22,9 @@ class BuildRequest:
     args: Mapping[str, str] = field(default_factory=dict)
     network: str = "none"
     timeout_seconds: float = 600.0
+    # What the build's steps consume is kept under this name (its parent cgroup), across
+    # the workers that take it over, until ``forget_usage``; "": not metered.
+    meter_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,23 @@ class BuilderUnavailable(Exception):
 LogWriter = Callable[[str], bool]
 
 
+class BuildMeter(Protocol):
+    """Where a build's step containers are placed so that what they consume can be read
+    after they are gone (the Docker runner's ``UsageMeter``, injected by the worker)."""
+
+    def cgroup_parent(self, name: str) -> str | None:
+        """The parent cgroup to place the steps under, if the engine places them by path."""
+        ...
+
+    def read(self, name: str, sampled: Counters) -> Counters:
+        """The parent cgroup's counters (``sampled`` where it is not seen)."""
+        ...
+
+    def forget(self, name: str, *, quiet: bool = False) -> bool:
+        """Remove the parent cgroup; False while a process in it is still dying."""
+        ...
+
+
 class Builder(Protocol):
     """Builds images on one engine (the Docker adapter is ``runyard.builders.docker``)."""
 
@@ -54,4 +76,12 @@ class Builder(Protocol):
     def build(self, request: BuildRequest, log: LogWriter, stop: threading.Event) -> BuildResult:
         """Build and tag the image; the output goes to ``log``; ``stop`` aborts it.
         Raises ``BuilderUnavailable`` when the engine does not answer."""
+        ...
+
+    def usage(self, meter_name: str) -> BuildUsage:
+        """What the steps of every build under ``meter_name`` consumed (None: not measured)."""
+        ...
+
+    def forget_usage(self, meter_name: str) -> None:
+        """Drop what ``usage`` reads (once the build's usage is recorded)."""
         ...

@@ -113,3 +113,21 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def traced_to_receiver(service: str = "runyard-test") -> Iterator[tuple[OtlpReceiver, Any]]:
+    """Tracing on in this process, every span exported to a receiver on loopback; off again
+    after. Yields the receiver and the ``OtelTracing`` (its ``shutdown`` exports the rest)."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    from runyard.platform.tracing import NO_TRACING, OtelTracing, install
+
+    with otlp_receiver() as receiver:
+        tracing = OtelTracing(service, OTLPSpanExporter(endpoint=f"{receiver.url}/v1/traces"))
+        install(tracing)
+        try:
+            yield receiver, tracing
+        finally:
+            install(NO_TRACING)
+            tracing.shutdown()

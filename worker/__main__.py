@@ -35,9 +35,11 @@ from runyard.registry.tools import RegistryError, ToolRegistry, load_registry
 from runyard.runner import RunnerUnavailable
 from runyard.runners.docker.runner import DockerRunner
 from runyard.runners.docker.sandbox_engine import DockerSandboxEngine
+from runyard.runners.docker.usage_meter import UsageMeter
 from runyard.sandboxes.body import SandboxRunner
 from runyard.sandboxes.store import SandboxStore
 from runyard.sandboxes.wakeups import ExecWakeups
+from runyard.usage.ledger import UsageLedger
 from worker.builds import BuildAgent, BuildConfig
 from worker.service import Worker, WorkerConfig
 from worker.wakeup import Wakeups
@@ -197,6 +199,8 @@ def build_worker(
         DockerBuilder.from_env(
             timeout_seconds=settings.docker_timeout_seconds,
             memory_mb=settings.build_memory_mb,
+            # The builds' steps are metered as attempts are: under a parent cgroup of each.
+            meter=UsageMeter,
         ),
         BuildConfig(
             worker_id=config.worker_id,
@@ -205,6 +209,7 @@ def build_worker(
             heartbeat_seconds=settings.heartbeat_interval,
             min_round_seconds=BUILD_ROUND_SECONDS,
         ),
+        UsageLedger(engine),
     )
     # The worker's row is renewed in the heartbeat round: on the heartbeat's connection, so a
     # busy pool cannot hold a round up.

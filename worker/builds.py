@@ -21,7 +21,9 @@ from runyard.builds.rules import (
     on_claim,
     timeout_reason,
 )
+from runyard.platform.tracing import Attributes, tracing
 from runyard.queue.builds import BuildQueue, ClaimedBuild
+from runyard.usage.ledger import Recorded, UsageLedger
 
 logger = logging.getLogger(__name__)
 
@@ -86,10 +88,19 @@ class _LogPipe:
 class BuildAgent:
     """Requests, claims and runs this worker's builds (one at a time, on its own thread)."""
 
-    def __init__(self, builds: BuildQueue, builder: Builder, config: BuildConfig) -> None:
+    def __init__(
+        self,
+        builds: BuildQueue,
+        builder: Builder,
+        config: BuildConfig,
+        usage: UsageLedger | None = None,
+    ) -> None:
         self._builds = builds
         self._builder = builder
         self._config = config
+        # Each build's usage is recorded under its lease before it is ready or failed (None:
+        # builds are not metered).
+        self._usage = usage
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -165,7 +176,18 @@ class BuildAgent:
         }
 
     def _execute(self, held: ClaimedBuild) -> None:
-        """Decide, build, record; nothing escapes the thread."""
+        """Decide, build, record (a ``build`` span when tracing is on); nothing escapes the
+        thread."""
+        attributes: Attributes = {
+            "runyard.build.tag": held.request.tag,
+            "runyard.build.id": str(held.build_id),
+            "runyard.build.attempt": held.attempt,
+            "runyard.worker_id": self._config.worker_id,
+        }
+        with tracing().span("build", attributes=attributes):
+            self._held(held)
+
+    def _held(self, held: ClaimedBuild) -> None:
         try:
             self._decide(held)
         except BuilderUnavailable as exc:
@@ -198,14 +220,42 @@ class BuildAgent:
         if action is BuildAction.ADOPT:
             assert image is not None
             logger.info("build adopted: the engine has the image", extra=self._log(held))
-            if self._builds.ready(held.build_id, held.lease_token, image):
-                self._on_ready()
+            # A build taken over from a dead worker was built (its steps' figures are in
+            # its parent cgroup); one whose image was simply there was not.
+            if self._metered(held, built=held.recovered):
+                self._ready(held, image)
             return
         if action is BuildAction.GIVE_UP:
             message = failure_message(tag, lost_reason(held.attempt), "")
-            self._builds.failed(held.build_id, held.lease_token, message)
+            if self._metered(held, built=True):
+                self._builds.failed(held.build_id, held.lease_token, message)
+                self._builder.forget_usage(held.request.meter_name)
             return
         self._build(held)
+
+    def _metered(self, held: ClaimedBuild, *, built: bool) -> bool:
+        """Record what the build consumed (once, under its lease, charged to the oldest run
+        waiting for it); False when the lease is gone. Not ``built`` here and nothing
+        measured: nothing to record."""
+        if self._usage is None:
+            return True
+        usage = self._builder.usage(held.request.meter_name)
+        if not built and usage.cpu_seconds is None:
+            return True
+        recorded = self._usage.record_build(held.build_id, held.lease_token, usage)
+        if recorded is Recorded.LEASE_LOST:
+            logger.warning("build lease lost before its usage", extra=self._log(held))
+            return False
+        return True
+
+    def _ready(self, held: ClaimedBuild, image: str) -> None:
+        """Record the image (and this build's span for the waits that link to it)."""
+        trace = tracing().current()
+        traceparent = trace.traceparent if trace is not None else None
+        if self._builds.ready(held.build_id, held.lease_token, image, traceparent=traceparent):
+            logger.info("build ready", extra=self._log(held, image_id=image))
+            self._on_ready()
+        self._builder.forget_usage(held.request.meter_name)
 
     def _build(self, held: ClaimedBuild) -> None:
         logger.info("build started", extra=self._log(held, recovered=held.recovered))
@@ -233,11 +283,11 @@ class BuildAgent:
 
     def _record(self, held: ClaimedBuild, result: BuildResult, log: str) -> None:
         tag = held.request.tag
+        if not self._metered(held, built=True):
+            return
         if result.ok:
             assert result.image_id is not None
-            if self._builds.ready(held.build_id, held.lease_token, result.image_id):
-                logger.info("build ready", extra=self._log(held, image_id=result.image_id))
-                self._on_ready()
+            self._ready(held, result.image_id)
             return
         reason = (
             timeout_reason(int(held.request.timeout_seconds))
@@ -247,6 +297,7 @@ class BuildAgent:
         owned, failed_runs = self._builds.failed(
             held.build_id, held.lease_token, failure_message(tag, reason, log)
         )
+        self._builder.forget_usage(held.request.meter_name)
         logger.warning(
             "build failed",
             extra=self._log(held, error=reason, owned=owned, failed_runs=failed_runs),

@@ -42,6 +42,7 @@ class UsageReport:
             disk_bytes=sum(line.disk_bytes for line in lines),
             net_rx_bytes=sum(line.net_rx_bytes for line in lines),
             net_tx_bytes=sum(line.net_tx_bytes for line in lines),
+            kind="all",
         )
 
 

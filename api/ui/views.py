@@ -392,7 +392,9 @@ def tools_page(
         "title": "Tools",
         "tools": tools,
         "figures": figures,
-        "usage": {line.key: line for line in month.lines},
+        # A tool's line of its runs, and one of its image builds (charged to this tenant).
+        "usage": {line.key: line for line in month.lines if line.kind == "run"},
+        "builds": {line.key: line for line in month.lines if line.kind == "build"},
         "usage_since": month.first,
         "window_hours": TOOL_WINDOW_SECONDS // 3600,
     }

@@ -29,7 +29,7 @@ from runyard.attempts.flight import FencedLogSink, Flight, LeaseClock, counting,
 from runyard.attempts.held import QueueLogSink
 from runyard.attempts.metering import UsageRecorder
 from runyard.attempts.policy import OwnerPolicy
-from runyard.attempts.traced import traced_attempt
+from runyard.attempts.traced import trace_build_wait, traced_attempt
 from runyard.domain.adoption import Action, AdoptionFacts, Verdict, decide
 from runyard.domain.attempt import AttemptResult, AttemptSpec
 from runyard.domain.errors import describe
@@ -39,6 +39,7 @@ from runyard.platform.db_errors import Failure, classify
 from runyard.platform.faults import BEFORE_CREATE, BEFORE_FINALIZE, crash_point, pause_point
 from runyard.platform.tracing import tracing
 from runyard.queue import ClaimedJob, JobQueue
+from runyard.queue.builds import BuildQueue
 from runyard.reads.metrics import Metrics
 from runyard.runner import AttemptAbandoned, Runner, RunnerUnavailable
 from runyard.usage.ledger import UsageLedger
@@ -108,6 +109,8 @@ class AttemptOwner:
         self._usage = UsageRecorder(
             usage or UsageLedger(queue.engine), metrics, policy.retry_budget_seconds, owner_id
         )
+        # Read only for a traced attempt's build wait.
+        self._builds = BuildQueue(queue.engine)
         self._lock = threading.Lock()
         self.finalized = 0
 
@@ -131,6 +134,7 @@ class AttemptOwner:
         try:
             self.arm(flight)
             with traced_attempt(flight.job, self.owner_id):
+                trace_build_wait(flight.job, self._runner.engine_id, self._builds)
                 self._attempt(flight)
         except Exception as exc:
             self._crashed(flight, exc)
@@ -461,8 +465,9 @@ class AttemptOwner:
 
     def finalize(self, flight: Flight, outcome: AttemptResult) -> None:
         """Commit the outcome (or what can be stored instead), then clean up."""
-        with tracing().span("finalize", attributes={"runyard.status": outcome.status.value}):
-            self._finalize(flight, outcome)
+        # An event of the attempt's span, not a span: half the tracing cost of a short run.
+        tracing().note("finalize", {"runyard.status": outcome.status.value})
+        self._finalize(flight, outcome)
 
     def _finalize(self, flight: Flight, outcome: AttemptResult) -> None:
         job = flight.job

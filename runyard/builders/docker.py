@@ -10,6 +10,8 @@ import logging
 import socket
 import tarfile
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import docker
@@ -19,15 +21,19 @@ import urllib3.exceptions
 
 from runyard.builder import (
     BuilderUnavailable,
+    BuildMeter,
     BuildRequest,
     BuildResult,
     LogWriter,
 )
 from runyard.builds.bases import BaseProblem, base_images, dockerfile_of, missing_base_message
+from runyard.domain.usage import BuildUsage, Counters, build_usage_of
 
 logger = logging.getLogger(__name__)
 
 LABEL_BUILD = "io.runyard.build"
+# How long a build's parent cgroup may stay busy (its last step dying) before it is left.
+FORGET_SECONDS = 10.0
 LABEL_BUILD_TOOL = "io.runyard.build.tool"
 LABEL_BUILD_DIGEST = "io.runyard.build.digest"
 
@@ -43,18 +49,48 @@ _TRANSPORT_ERRORS = (
 class DockerBuilder:
     """Builds tool images on the engine ``api`` talks to."""
 
-    def __init__(self, api: docker.APIClient, *, memory_mb: int = 1024) -> None:
+    def __init__(
+        self, api: docker.APIClient, *, memory_mb: int = 1024, meter: BuildMeter | None = None
+    ) -> None:
         self._api = api
         self._memory = memory_mb * 1024 * 1024
+        self._meter = meter
 
     @classmethod
-    def from_env(cls, *, timeout_seconds: float, memory_mb: int) -> DockerBuilder:
-        """Connect the standard way (``DOCKER_HOST`` or the local socket)."""
+    def from_env(
+        cls,
+        *,
+        timeout_seconds: float,
+        memory_mb: int,
+        meter: Callable[[docker.APIClient], BuildMeter] | None = None,
+    ) -> DockerBuilder:
+        """Connect the standard way (``DOCKER_HOST`` or the local socket); ``meter`` makes
+        the meter of the builds' steps on that connection."""
         try:
             api = docker.APIClient(timeout=int(timeout_seconds), **docker.utils.kwargs_from_env())
         except docker.errors.DockerException as exc:
             raise BuilderUnavailable(f"cannot reach the Docker engine: {exc}") from exc
-        return cls(api, memory_mb=memory_mb)
+        return cls(api, memory_mb=memory_mb, meter=None if meter is None else meter(api))
+
+    def usage(self, meter_name: str) -> BuildUsage:
+        """The CPU time and memory peak of the build's ``RUN`` steps, from the parent cgroup
+        they ran under (this engine's classic builder honours ``cgroupparent``); the engine's
+        own work (the context, the layers) is not in it. None where it cannot be read."""
+        if self._meter is None or not meter_name:
+            return BuildUsage()
+        return build_usage_of(self._meter.read(meter_name, Counters()))
+
+    def forget_usage(self, meter_name: str) -> None:
+        """Remove the build's parent cgroup: a build cut at its deadline or stopped leaves
+        its step container dying in it for a moment, so this waits a little for it."""
+        if self._meter is None or not meter_name:
+            return
+        give_up_at = time.monotonic() + FORGET_SECONDS
+        while not self._meter.forget(meter_name, quiet=True):
+            if time.monotonic() >= give_up_at:
+                self._meter.forget(meter_name)  # logs what keeps it
+                return
+            time.sleep(0.2)
 
     def image_id(self, tag: str) -> str | None:
         """The id of the image tagged ``tag``, or None."""
@@ -68,8 +104,12 @@ class DockerBuilder:
     def _params(self, request: BuildRequest) -> dict[str, Any]:
         """The build API's query: no forced pull (a missing base never gets this far:
         ``missing_bases``), intermediate containers always removed, the build's own
-        network, memory without swap, the platform's labels."""
-        return {
+        network, memory without swap, the platform's labels, and the steps under the
+        build's parent cgroup where it is metered."""
+        parent = None
+        if self._meter is not None and request.meter_name:
+            parent = self._meter.cgroup_parent(request.meter_name)
+        params: dict[str, Any] = {
             "t": request.tag,
             "dockerfile": request.dockerfile,
             "rm": True,
@@ -87,6 +127,9 @@ class DockerBuilder:
                 }
             ),
         }
+        if parent is not None:
+            params["cgroupparent"] = parent
+        return params
 
     def missing_bases(self, request: BuildRequest) -> str | None:
         """Why the build cannot start without a pull (a base image the engine lacks, or one

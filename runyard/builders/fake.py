@@ -6,17 +6,40 @@ import threading
 import time
 
 from runyard.builder import BuildRequest, BuildResult, LogWriter
+from runyard.domain.usage import BuildUsage
 
 
 class FakeBuilder:
-    """Records each build; ``fail`` names tags that fail, ``seconds`` how long one takes."""
+    """Records each build; ``fail`` names tags that fail, ``seconds`` how long one takes,
+    ``cpu_seconds`` what each build's steps are said to have used."""
 
-    def __init__(self, *, seconds: float = 0.0, fail: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        *,
+        seconds: float = 0.0,
+        fail: frozenset[str] = frozenset(),
+        cpu_seconds: float | None = None,
+    ) -> None:
         self._seconds = seconds
         self._fail = fail
+        self._cpu_seconds = cpu_seconds
         self._lock = threading.Lock()
         self.images: dict[str, str] = {}
         self.built: list[str] = []
+        self.forgotten: list[str] = []
+        self._runs: dict[str, int] = {}
+
+    def usage(self, meter_name: str) -> BuildUsage:
+        """``cpu_seconds`` of the builds under that name, no memory peak."""
+        if self._cpu_seconds is None:
+            return BuildUsage()
+        with self._lock:
+            return BuildUsage(cpu_seconds=self._cpu_seconds * self._runs.get(meter_name, 0))
+
+    def forget_usage(self, meter_name: str) -> None:
+        """Noted."""
+        with self._lock:
+            self.forgotten.append(meter_name)
 
     def image_id(self, tag: str) -> str | None:
         """The fake image of a tag it built."""
@@ -27,6 +50,7 @@ class FakeBuilder:
         """Write a line of log, wait ``seconds`` (or until stopped), then succeed or fail."""
         with self._lock:
             self.built.append(request.tag)
+            self._runs[request.meter_name] = self._runs.get(request.meter_name, 0) + 1
         log(f"Step 1/1 : building {request.tag}\n")
         deadline = time.monotonic() + self._seconds
         while time.monotonic() < deadline:

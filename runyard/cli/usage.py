@@ -19,14 +19,16 @@ def _mib(value: float) -> str:
 
 
 def usage_table(report: UsageReport) -> str:
-    """The report as aligned text: one line per key, then the total."""
+    """The report as aligned text: one line per key and kind (runs, builds), then the
+    total."""
     rows = [
-        f"{report.group_by.upper():24}  {'RUNS':>6}  {'ATTEMPTS':>8}  {'CPU S':>10}  "
+        f"{report.group_by.upper():24}  {'KIND':5}  {'RUNS':>6}  {'ATTEMPTS':>8}  {'CPU S':>10}  "
         f"{'WALL S':>10}  {'PEAK MIB':>9}  {'DISK MIB':>9}  {'NET MIB':>8}"
     ]
     for line in (*report.lines, report.total):
         rows.append(
-            f"{line.key[:24]:24}  {line.runs:>6}  {line.attempts:>8}  {line.cpu_seconds:>10.2f}  "
+            f"{line.key[:24]:24}  {line.kind[:5]:5}  {line.runs:>6}  {line.attempts:>8}  "
+            f"{line.cpu_seconds:>10.2f}  "
             f"{line.wall_seconds:>10.1f}  {_mib(line.memory_peak_bytes):>9}  "
             f"{_mib(line.disk_bytes):>9}  {_mib(line.net_rx_bytes + line.net_tx_bytes):>8}"
         )

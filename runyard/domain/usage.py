@@ -92,6 +92,24 @@ def usage_of(
     )
 
 
+@dataclass(frozen=True)
+class BuildUsage:
+    """What the steps of one image build consumed, as far as its engine lets it be read:
+    None where it could not be (only the wall time, from the database, is always known)."""
+
+    cpu_seconds: float | None = None
+    memory_peak_bytes: int | None = None
+
+
+def build_usage_of(counters: Counters) -> BuildUsage:
+    """A build's usage from its parent cgroup's counters (None: not measured)."""
+    cpu, peak = counters.cpu_ns, counters.memory_peak_bytes
+    return BuildUsage(
+        cpu_seconds=None if cpu is None else _whole(cpu) / 1e9,
+        memory_peak_bytes=None if peak is None else _whole(peak),
+    )
+
+
 class WindowError(ValueError):
     """A report window a person asked for that cannot be answered."""
 

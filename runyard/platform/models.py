@@ -559,12 +559,16 @@ class ToolBuild(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The first claim of this round of the build (a rebuild clears it): its wall time's start.
+    first_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # The tail of the build's output (capped) and how many characters were ever appended.
     log: Mapped[str] = mapped_column(Text, server_default="")
     log_size: Mapped[int] = mapped_column(BigInteger, server_default="0")
     error: Mapped[str | None] = mapped_column(Text)
     image_id: Mapped[str | None] = mapped_column(Text)
+    # The W3C traceparent of the build's span when it was traced: waits for it link to it.
+    traceparent: Mapped[str | None] = mapped_column(Text)
 
 
 class Schedule(Base):
@@ -721,6 +725,33 @@ class AttemptUsageRecord(Base):
     disk_bytes: Mapped[int] = mapped_column(BigInteger)
     net_rx_bytes: Mapped[int | None] = mapped_column(BigInteger)
     net_tx_bytes: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class BuildUsage(Base):
+    """What one build of an image consumed: written once, under the build's lease, before it
+    is recorded ready or failed (``runyard.usage``); charged to the tenant of the oldest run
+    waiting for it (none: a platform-level build)."""
+
+    __tablename__ = "build_usage"
+    __table_args__ = (
+        Index("ix_build_usage_tenant_recorded", "tenant", "recorded_at"),
+        Index("ix_build_usage_recorded", "recorded_at"),
+    )
+
+    build_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    # The first claim of the build's round: an admin's rebuild of the same row is another.
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    tag: Mapped[str] = mapped_column(Text)
+    tool: Mapped[str] = mapped_column(Text)
+    engine_id: Mapped[str] = mapped_column(Text)
+    tenant: Mapped[str | None] = mapped_column(Text)
+    recorded_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+    wall_seconds: Mapped[float] = mapped_column(Float)
+    # None: the engine did not let it be measured (see docs/operations.md).
+    cpu_seconds: Mapped[float | None] = mapped_column(Float)
+    memory_peak_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class TenantUsageTotals(Base):

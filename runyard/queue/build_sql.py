@@ -88,6 +88,7 @@ CLAIM_BUILD = _sql(
         locked_until = {NOW} + make_interval(secs => CAST(:lease AS double precision)),
         lease_token = gen_random_uuid(),
         started_at = {NOW},
+        first_started_at = coalesce(b.first_started_at, {NOW}),
         deadline_at = {NOW} + make_interval(secs => c.timeout_seconds),
         updated_at = {NOW}
     FROM pick, tool_build_contexts c
@@ -128,7 +129,8 @@ BUILD_READY = _sql(
     WITH done AS (
         UPDATE tool_builds
         SET status = 'ready', image_id = :image_id, error = NULL, finished_at = {NOW},
-            updated_at = {NOW}, locked_by = NULL, locked_until = NULL, lease_token = NULL
+            updated_at = {NOW}, locked_by = NULL, locked_until = NULL, lease_token = NULL,
+            traceparent = CAST(:traceparent AS text)
         WHERE id = :build_id AND lease_token = :token AND status = 'building'
         RETURNING tag
     ), woken AS MATERIALIZED (
@@ -241,7 +243,8 @@ REBUILD = _sql(
     ), again AS (
         UPDATE tool_builds
         SET status = 'queued', attempts = 0, error = NULL, image_id = NULL,
-            finished_at = NULL, available_at = {NOW}, updated_at = {NOW}
+            finished_at = NULL, first_started_at = NULL, available_at = {NOW},
+            updated_at = {NOW}
         WHERE tag = :tag AND (status = 'failed' OR (:force AND status = 'ready'))
         RETURNING id
     ), made AS (
@@ -255,6 +258,18 @@ REBUILD = _sql(
     )
     SELECT (SELECT count(*) FROM again) AS again, (SELECT count(*) FROM made) AS made,
            pg_notify('runyard_jobs', CAST(:queue AS text)) AS woken
+    """
+)
+
+
+# What an attempt's build-wait span needs (tracing on only; a run of a built tool only):
+# when its run was submitted, when the build it waited for on this engine was ready, and
+# that build's span.
+BUILD_WAIT = _sql(
+    """
+    SELECT r.requested_at AS queued_at, b.finished_at, b.traceparent
+    FROM tool_runs r, tool_builds b
+    WHERE r.id = :run_id AND b.tag = :tag AND b.engine_id = :engine_id AND b.status = 'ready'
     """
 )
 

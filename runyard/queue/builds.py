@@ -19,6 +19,7 @@ from runyard.queue.build_sql import (
     APPEND_BUILD_LOG,
     BUILD_FAILED,
     BUILD_READY,
+    BUILD_WAIT,
     CLAIM_BUILD,
     FAIL_WAITING,
     HEARTBEAT_BUILD,
@@ -43,6 +44,16 @@ class ClaimedBuild:
     recovered: bool
     deadline_at: datetime
     request: BuildRequest
+
+
+@dataclass(frozen=True)
+class BuildWait:
+    """A run's wait for its image: from its submit until its build was ready on the engine
+    (``traceparent``: the build's span, if it was traced)."""
+
+    queued_at: datetime
+    ready_at: datetime
+    traceparent: str | None
 
 
 @dataclass(frozen=True)
@@ -130,6 +141,7 @@ class BuildQueue:
                 args=dict(row.args),
                 network=row.network,
                 timeout_seconds=float(row.timeout_seconds),
+                meter_name=f"build-{row.id}",
             ),
         )
 
@@ -164,11 +176,29 @@ class BuildQueue:
         token: uuid.UUID,
         image_id: str,
         *,
+        traceparent: str | None = None,
         now: datetime | None = None,
     ) -> bool:
-        """Record the image; the waiting runs' workers are woken. False: lease lost."""
-        params = {"build_id": build_id, "token": token, "image_id": image_id, "now": now}
+        """Record the image (and the build's span, for the waits that link to it); the
+        waiting runs' workers are woken. False: lease lost."""
+        params = {
+            "build_id": build_id,
+            "token": token,
+            "image_id": image_id,
+            "traceparent": traceparent,
+            "now": now,
+        }
         return bool(self._run(BUILD_READY, params)[0].done)
+
+    def wait_of(self, run_id: uuid.UUID, tag: str, engine_id: str) -> BuildWait | None:
+        """When the run was submitted and its build was ready on ``engine_id`` (None: no
+        ready build of that tag there)."""
+        params = {"run_id": run_id, "tag": tag, "engine_id": engine_id}
+        rows = self._run(BUILD_WAIT, params)
+        if not rows or rows[0].finished_at is None:
+            return None
+        row = rows[0]
+        return BuildWait(row.queued_at, row.finished_at, row.traceparent)
 
     def failed(
         self, build_id: uuid.UUID, token: uuid.UUID, error: str, *, now: datetime | None = None

@@ -19,6 +19,7 @@ from typing import Any
 from runyard.domain.attempt import AttemptResult, AttemptSpec, ManagedAttempt
 from runyard.domain.sandboxes import EndFacts, end_of, idle_passed
 from runyard.domain.states import ContainerState
+from runyard.platform.tracing import tracing
 from runyard.registry.redact import Redactor
 from runyard.runner import AttemptControl, Runner
 from runyard.sandbox_engine import SandboxEngine, SandboxNotRunning
@@ -136,7 +137,8 @@ class _Session:
         holder.start()
         server = ExecServer(
             self._parts.engine,
-            store,
+            # Each command a span of this attempt's (this thread holds it open).
+            store.traced(tracing(), tracing().current()),
             spec.run_id,
             spec.container_name,
             user=str(spec.tool.get("user", "65534:65534")),
@@ -221,6 +223,8 @@ class _Session:
             error_code=end.error_code,
             error=end.error or outcome.error,
             image_digest=outcome.image_digest,
+            # What the sandbox's container consumed, metered like any run's attempt.
+            usage=outcome.usage,
         )
 
     def _log(self, **more: object) -> dict[str, object]:

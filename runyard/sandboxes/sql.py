@@ -144,7 +144,8 @@ FINISH_EXEC = text(
     SET status = 'finished', exit_code = :exit_code, error = :error, truncated = :truncated,
         finished_at = now()
     WHERE id = :exec_id AND status <> 'finished'
-    RETURNING id, pg_notify('runyard_events', CAST(run_id AS text))
+    RETURNING id, pg_notify('runyard_events', CAST(run_id AS text)), created_at, started_at,
+              finished_at, timed_out
     """
 )
 

@@ -14,6 +14,7 @@ from runyard.domain.attempt import container_name
 from runyard.domain.sandboxes import MAX_EXECS_TOTAL
 from runyard.domain.states import RunStatus
 from runyard.platform.db import autocommit
+from runyard.platform.tracing import TraceContext, Tracing
 from runyard.sandboxes import sql
 
 STREAMS = ("stdout", "stderr")
@@ -278,11 +279,55 @@ class SandboxStore:
             sql.FINISH_EXEC,
             {"exec_id": exec_id, "exit_code": exit_code, "truncated": truncated, "error": error},
         )
+        if rows:
+            self._finished(exec_id, exit_code, error, rows[0])
         return bool(rows)
+
+    def _finished(
+        self, exec_id: uuid.UUID, exit_code: int | None, error: str | None, row: Any
+    ) -> None:
+        """What else happens once a command is ended (nothing here)."""
+
+    def traced(self, tracing: Tracing, parent: TraceContext | None) -> SandboxStore:
+        """This store, each command it finishes a span of ``parent`` (the sandbox's attempt)
+        when tracing is on."""
+        if not tracing.enabled or parent is None:
+            return self
+        return TracedSandboxStore(self.engine, tracing, parent)
 
     def end_open(self, run_id: uuid.UUID, error: str) -> None:
         """The sandbox ended: its unfinished commands end with ``error``."""
         self._rows(sql.END_OPEN_EXECS, {"run_id": run_id, "error": error})
+
+
+class TracedSandboxStore(SandboxStore):
+    """A store whose ``finish`` also records the command as a ``sandbox.exec`` span: made
+    when the command is seen finished (once, by whichever owner ends it), its times the
+    database's, so a command an earlier owner started is one span too."""
+
+    def __init__(self, engine: Engine, tracing: Tracing, parent: TraceContext) -> None:
+        super().__init__(engine)
+        self._tracing = tracing
+        self._parent = parent
+
+    def _finished(
+        self, exec_id: uuid.UUID, exit_code: int | None, error: str | None, row: Any
+    ) -> None:
+        """The command's span, from its row's times."""
+        attributes: dict[str, str | int | float | bool] = {
+            "runyard.exec_id": str(exec_id),
+            "runyard.timed_out": row.timed_out,
+        }
+        if exit_code is not None:
+            attributes["process.exit.code"] = exit_code
+        self._tracing.record(
+            "sandbox.exec",
+            start=row.started_at or row.created_at,
+            end=row.finished_at,
+            parent=self._parent,
+            attributes=attributes,
+            failed=error or (f"exit code {exit_code}" if exit_code else None),
+        )
 
 
 def _exec_row(row: Any) -> ExecRow:

@@ -10,10 +10,11 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from runyard.domain.usage import AttemptUsage, GroupBy, Window
+from runyard.domain.usage import AttemptUsage, BuildUsage, GroupBy, Window
 from runyard.platform.db import autocommit
 from runyard.usage.sql import (
     CPU_SPENT_TODAY,
+    RECORD_BUILD_USAGE,
     RECORD_USAGE,
     RUN_USAGE,
     TENANT_TOTALS,
@@ -45,6 +46,9 @@ class UsageLine:
     disk_bytes: int
     net_rx_bytes: int
     net_tx_bytes: int
+    # ``run``: attempts of runs; ``build``: image builds (each counted as an attempt of no
+    # run); ``all``: a report's total of both.
+    kind: str = "run"
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,7 @@ def usage_params(usage: AttemptUsage) -> dict[str, Any]:
 
 
 class UsageLedger:
-    """Reads and writes ``attempt_usage`` and ``tenant_usage_totals``."""
+    """Reads and writes ``attempt_usage``, ``build_usage`` and ``tenant_usage_totals``."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
@@ -90,6 +94,27 @@ class UsageLedger:
         """Record the usage of the job's current attempt under its lease (once per attempt)."""
         params = {"job_id": job_id, "token": token, "now": now, **usage_params(usage)}
         row = autocommit(self._engine, RECORD_USAGE, params)[0]
+        if not row.owned:
+            return Recorded.LEASE_LOST
+        return Recorded.RECORDED if row.recorded else Recorded.ALREADY
+
+    def record_build(
+        self,
+        build_id: uuid.UUID,
+        token: uuid.UUID,
+        usage: BuildUsage,
+        *,
+        now: datetime | None = None,
+    ) -> Recorded:
+        """Record an image build's usage under its lease (once per build and round)."""
+        params = {
+            "build_id": build_id,
+            "token": token,
+            "now": now,
+            "cpu_seconds": usage.cpu_seconds,
+            "memory_peak_bytes": usage.memory_peak_bytes,
+        }
+        row = autocommit(self._engine, RECORD_BUILD_USAGE, params)[0]
         if not row.owned:
             return Recorded.LEASE_LOST
         return Recorded.RECORDED if row.recorded else Recorded.ALREADY
@@ -114,6 +139,7 @@ class UsageLedger:
                 disk_bytes=int(row.disk_bytes),
                 net_rx_bytes=int(row.net_rx_bytes or 0),
                 net_tx_bytes=int(row.net_tx_bytes or 0),
+                kind=row.kind,
             )
             for row in autocommit(self._engine, USAGE_REPORT, params)
         ]

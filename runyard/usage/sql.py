@@ -61,26 +61,74 @@ RECORD_USAGE = _sql(
 )
 
 
+# An image build's usage, fenced by the build's lease as BUILD_READY and BUILD_FAILED are
+# (written right before them), once per build and round (the primary key: the build row and
+# the round's first claim, which a rebuild clears). Charged to the tenant of the oldest run
+# waiting for the image; none waiting (an admin's rebuild): a platform-level row (NULL).
+# Wall time runs from the round's first claim, so a build taken over after its worker died
+# counts the dead one's time too, as its parent cgroup counts its CPU.
+RECORD_BUILD_USAGE = _sql(
+    """
+    WITH build AS (
+        SELECT id, tag, tool, engine_id, coalesce(first_started_at, started_at) AS started_at
+        FROM tool_builds
+        WHERE id = :build_id AND lease_token = :token AND status = 'building'
+    ), asker AS (
+        SELECT j.tenant FROM tool_run_jobs j, build b
+        WHERE j.status = 'queued' AND j.build_tag <> '' AND j.build_tag = b.tag
+        ORDER BY j.created_at, j.id
+        LIMIT 1
+    ), added AS (
+        INSERT INTO build_usage (build_id, started_at, tag, tool, engine_id, tenant,
+                                 recorded_at, wall_seconds, cpu_seconds, memory_peak_bytes)
+        SELECT id, started_at, tag, tool, engine_id, (SELECT tenant FROM asker), {NOW},
+               greatest(extract(epoch FROM {NOW} - started_at), 0), :cpu_seconds,
+               :memory_peak_bytes
+        FROM build
+        ON CONFLICT (build_id, started_at) DO NOTHING
+        RETURNING build_id
+    )
+    SELECT (SELECT count(*) FROM build) AS owned, (SELECT count(*) FROM added) AS recorded
+    """
+)
+
+
 # A report: the records of a window (a tenant's, or every tenant's when :tenant is NULL)
-# summed by tool, by UTC day or by tenant.
+# summed by kind (a run's attempts, or image builds) and tool, UTC day or tenant. A build
+# counts as an attempt of no run; what it could not measure counts as nothing; a
+# platform-level build (no tenant) is in an admin's report of every tenant only.
 USAGE_REPORT = _sql(
     """
-    SELECT CASE CAST(:group_by AS text)
+    WITH records AS (
+        SELECT 'run' AS kind, tenant, tool, recorded_at, run_id, cpu_seconds, wall_seconds,
+               memory_peak_bytes,
+               CAST(memory_avg_bytes AS double precision) * wall_seconds AS memory_byte_seconds,
+               disk_bytes, net_rx_bytes, net_tx_bytes
+        FROM attempt_usage
+        WHERE recorded_at >= :start AND recorded_at < :end
+          AND (CAST(:tenant AS text) IS NULL OR tenant = CAST(:tenant AS text))
+        UNION ALL
+        SELECT 'build', coalesce(tenant, '(platform)'), tool, recorded_at, NULL,
+               coalesce(cpu_seconds, 0), wall_seconds, coalesce(memory_peak_bytes, 0), 0, 0,
+               NULL, NULL
+        FROM build_usage
+        WHERE recorded_at >= :start AND recorded_at < :end
+          AND (CAST(:tenant AS text) IS NULL OR tenant = CAST(:tenant AS text))
+    )
+    SELECT kind,
+           CASE CAST(:group_by AS text)
                WHEN 'tool' THEN tool
                WHEN 'tenant' THEN tenant
                ELSE to_char(recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') END AS key,
            count(DISTINCT run_id) AS runs, count(*) AS attempts,
            sum(cpu_seconds) AS cpu_seconds, sum(wall_seconds) AS wall_seconds,
            max(memory_peak_bytes) AS memory_peak_bytes,
-           sum(CAST(memory_avg_bytes AS double precision) * wall_seconds)
-               AS memory_byte_seconds,
+           sum(memory_byte_seconds) AS memory_byte_seconds,
            sum(disk_bytes) AS disk_bytes, sum(net_rx_bytes) AS net_rx_bytes,
            sum(net_tx_bytes) AS net_tx_bytes
-    FROM attempt_usage
-    WHERE recorded_at >= :start AND recorded_at < :end
-      AND (CAST(:tenant AS text) IS NULL OR tenant = CAST(:tenant AS text))
-    GROUP BY 1
-    ORDER BY 1
+    FROM records
+    GROUP BY 2, 1
+    ORDER BY 2, 1 DESC
     """
 )
 

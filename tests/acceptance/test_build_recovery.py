@@ -1,5 +1,6 @@
 """kill -9 of the worker in the middle of a build: another worker of the engine takes the
-build over once its lease runs out, builds it again, and the waiting run succeeds once."""
+build over once its lease runs out, builds it again, and the waiting run succeeds once; the
+build's usage is recorded once."""
 
 from __future__ import annotations
 
@@ -48,5 +49,10 @@ def test_kill9_mid_build__recovered_by_another_worker_and_the_run_succeeds_once(
         assert row["locked_by"] is None
         assert "build done" in str(row["log"])
         assert cluster.run_row(run_id).stdout.startswith("built")
+        # Metered once, by w2, from w1's first claim: both workers' time (and, in the
+        # build's parent cgroup, both workers' steps' CPU) in one record.
+        with cluster.engine.connect() as conn:
+            usage = conn.execute(text("SELECT tenant, wall_seconds FROM build_usage")).all()
+        assert [u.tenant for u in usage] == ["acceptance"] and usage[0].wall_seconds >= 6
     finally:
         remove_images(cluster.docker_client, tool)

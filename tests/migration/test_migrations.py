@@ -36,6 +36,7 @@ TABLES = {
     "schedules",
     "flow_counters",
     "attempt_usage",
+    "build_usage",
     "tenant_usage_totals",
     "tenant_usage_days",
 }

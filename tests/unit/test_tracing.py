@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from runyard.platform.tracing import (
     NO_SPAN,
     NO_TRACING,
+    OtelTracing,
     TraceContext,
     from_env,
     parse_context,
@@ -114,3 +116,39 @@ def test_with_trace__the_snapshot_carries_the_context_back():
     context = TraceContext(VALID, "k=v")
     spec = with_trace({"name": "echo"}, context)
     assert spec["name"] == "echo" and trace_of(spec) == context
+
+
+def test_otel_tracing__parents_links_and_recorded_spans_keep_their_ids_and_times():
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exported = InMemorySpanExporter()
+    traced = OtelTracing("runyard-test", exported)
+    parent = TraceContext(VALID, "vendor=1")
+    other = TraceContext("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+    start = datetime(2030, 1, 1, tzinfo=UTC)
+    with traced.span("outer", parent=parent, links=(other,)) as outer:
+        recorded = traced.record(
+            "waited", start=start, end=start + timedelta(seconds=2), failed="too long"
+        )
+        assert traced.current() == outer.context()
+        traced.note("moment", {"n": 1})
+    with pytest.raises(ValueError, match="boom"), traced.span("broken"):
+        raise ValueError("boom")
+    traced.shutdown()
+    by_name = {span.name: span for span in exported.get_finished_spans()}
+    outer_span, waited = by_name["outer"], by_name["waited"]
+    assert outer_span.parent is not None and f"{outer_span.parent.span_id:016x}" == VALID[36:52]
+    assert outer_span.context.trace_id == int(parent.trace_id, 16)
+    assert outer_span.context.trace_state.to_header() == "vendor=1"
+    assert [f"{link.context.span_id:016x}" for link in outer_span.links] == [other.span_id]
+    # A recorded span: a child of the span open then, with the times it was given.
+    assert waited.parent is not None and waited.parent.span_id == outer_span.context.span_id
+    assert (waited.start_time, waited.end_time) == (
+        int(start.timestamp() * 1e9),
+        int(start.timestamp() * 1e9) + 2_000_000_000,
+    )
+    assert waited.status.description == "too long"
+    assert recorded is not None and recorded.span_id == f"{waited.context.span_id:016x}"
+    assert by_name["broken"].status.description == "ValueError: boom"
+    assert [event.name for event in outer_span.events] == ["moment"]
+    assert NO_TRACING.record("x", start=start, end=start) is None

@@ -103,16 +103,23 @@ class CgroupFigures:
             return _read_int(self._dir("memory") / "memory.peak")
         return _read_int(self._dir("memory") / "memory.max_usage_in_bytes")
 
-    def remove(self) -> None:
-        """Remove the (empty) cgroup from every hierarchy it was made in."""
+    def remove(self, *, quiet: bool = False) -> bool:
+        """Remove the (empty) cgroup from every hierarchy it was made in; False if one is
+        still there (busy: a process in it is still dying), logged unless ``quiet``."""
         dirs = [self._root / self._relative] if self._v2 else self._root.glob(f"*/{self._relative}")
+        removed = True
         for path in dirs:
             try:
                 path.rmdir()
             except FileNotFoundError:
                 continue
             except OSError as exc:
-                logger.warning("cgroup not removed", extra={"path": str(path), "error": str(exc)})
+                removed = False
+                if not quiet:
+                    logger.warning(
+                        "cgroup not removed", extra={"path": str(path), "error": str(exc)}
+                    )
+        return removed
 
 
 class Sampling:
@@ -262,7 +269,7 @@ class UsageMeter:
             memory_peak_bytes=max(cgroup.memory_peak() or 0, sampled.memory_peak_bytes or 0),
         )
 
-    def forget(self, name: str) -> None:
+    def forget(self, name: str, *, quiet: bool = False) -> bool:
         """Remove the attempt's parent cgroup, if this process sees one (with its container;
-        the engine is not asked)."""
-        CgroupFigures(self._root, f"/runyard/{name}").remove()
+        the engine is not asked); False if it is still busy."""
+        return CgroupFigures(self._root, f"/runyard/{name}").remove(quiet=quiet)

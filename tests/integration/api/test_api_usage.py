@@ -90,6 +90,43 @@ def test_usage__totals_are_the_sum_of_the_tenants_runs_and_no_one_elses(
     assert one["tenant"] == "globex" and one["total"]["cpu_seconds"] == 40.0
 
 
+def test_usage__builds_are_lines_of_kind_build_their_tenant_sees_and_no_one_else(
+    client: TestClient, engine: Engine, queue: JobQueue
+):
+    acme, globex = bearer(engine, "acme"), bearer(engine, "globex")
+    admin = bearer(engine, "ops", admin=True)
+    submit(client, acme, 1.5)
+    run_all(queue)
+    with engine.begin() as conn:
+        for tenant, cpu in (("acme", 4.0), ("globex", 9.0), (None, 2.0)):
+            conn.execute(
+                text(
+                    "INSERT INTO build_usage (build_id, started_at, tag, tool, engine_id, "
+                    "tenant, wall_seconds, cpu_seconds, memory_peak_bytes) VALUES "
+                    "(gen_random_uuid(), now(), 't', 'echo', 'e', :tenant, 5, :cpu, 64)"
+                ),
+                {"tenant": tenant, "cpu": cpu},
+            )
+
+    report = client.get("/v1/usage", headers=acme).json()
+    kinds = {line["kind"]: line for line in report["lines"]}
+    assert set(kinds) == {"run", "build"} and kinds["build"]["cpu_seconds"] == 4.0
+    assert (kinds["build"]["runs"], kinds["build"]["attempts"]) == (0, 1)
+    assert report["total"]["kind"] == "all"
+    assert report["total"]["cpu_seconds"] == pytest.approx(5.5)  # the lines summed
+    as_csv = client.get("/v1/usage", params={"format": "csv"}, headers=acme).text
+    assert [row["kind"] for row in csv.DictReader(io.StringIO(as_csv))] == ["run", "build"]
+    [theirs] = client.get("/v1/usage", headers=globex).json()["lines"]
+    assert (theirs["kind"], theirs["cpu_seconds"]) == ("build", 9.0)  # never acme's
+    everyone = client.get("/v1/usage", params={"group_by": "tenant"}, headers=admin).json()
+    assert sorted((line["key"], line["kind"]) for line in everyone["lines"]) == [
+        ("(platform)", "build"),
+        ("acme", "build"),
+        ("acme", "run"),
+        ("globex", "build"),
+    ]
+
+
 def test_usage__csv_by_format_or_accept(client: TestClient, engine: Engine, queue: JobQueue):
     acme = bearer(engine, "acme")
     submit(client, acme, 1.0)

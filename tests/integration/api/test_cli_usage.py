@@ -33,13 +33,14 @@ def test_cli_usage__table_csv_and_json_agree(api: Api):
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0].startswith("usage of acme, ")
-    assert lines[2].split()[:4] == ["echo", "2", "2", "1.75"]
-    assert lines[3].split()[:2] == ["total", "2"]
+    assert lines[2].split()[:5] == ["echo", "run", "2", "2", "1.75"]
+    assert lines[3].split()[:3] == ["total", "all", "2"]
 
     as_csv = api.run("usage", "--by", "day", "--csv")
     [row] = list(csv.DictReader(io.StringIO(as_csv.stdout)))
     assert row["day"] == datetime.now(UTC).date().isoformat()
     assert (float(row["cpu_seconds"]), row["memory_peak_bytes"]) == (1.75, str(3 << 20))
+    assert row["kind"] == "run"
 
     as_json = json.loads(api.run("usage", "--json").stdout)
     assert as_json["tenant"] == "acme" and as_json["total"]["cpu_seconds"] == 1.75

@@ -23,7 +23,9 @@ from runyard.queue import JobQueue
 from runyard.queue.builds import BuildQueue
 from runyard.registry.tools import ToolRegistry, load_registry
 from runyard.runners.docker.runner import DockerRunner
+from runyard.runners.docker.usage_meter import UsageMeter
 from runyard.submission.request import prepare_run
+from runyard.usage.ledger import UsageLedger
 from worker.builds import BuildAgent, BuildConfig
 from worker.service import Worker, WorkerConfig
 
@@ -94,10 +96,12 @@ def make_worker(
     made: list[Worker] = []
 
     def make(worker_id: str) -> Worker:
+        api = docker.APIClient(timeout=60)
         agent = BuildAgent(
             BuildQueue(engine),
-            DockerBuilder(docker.APIClient(timeout=60), memory_mb=256),
+            DockerBuilder(api, memory_mb=256, meter=UsageMeter(api)),
             BuildConfig(worker_id=worker_id, heartbeat_seconds=1),
+            UsageLedger(engine),
         )
         w = Worker(queue, docker_runner, WorkerConfig(worker_id=worker_id), builds=agent)
         made.append(w)
@@ -197,6 +201,17 @@ def test_failing_dockerfile__fails_waiting_runs_with_the_log_tail_and_later_ones
     assert BuildQueue(engine).fail_waiting(run(engine, later)["image"]) == 1
     assert run(engine, later)["error"] == run(engine, waiting[0])["error"]
     assert [b["status"] for b in builds(engine)] == ["failed"]
+    # The failed build consumed: metered once, charged to the tenant whose runs waited; its
+    # RUN step's CPU and peak read from its parent cgroup where this engine places it by path.
+    with engine.connect() as conn:
+        [usage] = conn.execute(
+            text("SELECT tenant, wall_seconds, cpu_seconds, memory_peak_bytes FROM build_usage")
+        ).all()
+    assert usage.tenant == "acme" and usage.wall_seconds > 0
+    if UsageMeter(docker.APIClient()).cgroup_parent("probe") is not None:
+        assert usage.cpu_seconds > 0 and usage.memory_peak_bytes > 0
+    else:
+        assert usage.cpu_seconds is None
 
 
 @pytest.mark.slow  # sits out a build's timeout
@@ -208,3 +223,7 @@ def test_build_timeout__fails_the_waiting_runs(tmp_path, engine, queue, names, m
     done = run(engine, run_id)
     assert done["error_code"] == "build_failed"
     assert "build timed out after 2 s" in done["error"] and "sleeping now" in done["error"]
+    # Its parent cgroup goes once the cut step is gone (the engine kills it after the cut).
+    with engine.connect() as conn:
+        build_id = conn.execute(text("SELECT id FROM tool_builds")).scalar_one()
+    assert not list(Path("/sys/fs/cgroup").glob(f"*/runyard/build-{build_id}"))

@@ -19,6 +19,8 @@ from runyard.queue.builds import BuildQueue
 from runyard.registry.tools import ToolRegistry, load_registry
 from runyard.runners.fake import FakeRunner
 from runyard.submission.request import prepare_run
+from runyard.usage.ledger import UsageLedger
+from tests.otlp_receiver import traced_to_receiver
 from worker.builds import BuildAgent, BuildConfig
 from worker.service import Worker, WorkerConfig
 
@@ -40,7 +42,10 @@ def registry(tmp_path: Path, engine: Engine) -> ToolRegistry:
 
 def worker(queue: JobQueue, engine: Engine, builder: FakeBuilder, worker_id: str) -> Worker:
     agent = BuildAgent(
-        BuildQueue(engine), builder, BuildConfig(worker_id=worker_id, heartbeat_seconds=0.5)
+        BuildQueue(engine),
+        builder,
+        BuildConfig(worker_id=worker_id, heartbeat_seconds=0.5),
+        UsageLedger(engine),
     )
     config = WorkerConfig(worker_id=worker_id, concurrency=5)
     return Worker(queue, FakeRunner(engine_id="engine-a"), config, builds=agent)
@@ -71,7 +76,7 @@ def test_ten_runs_on_two_workers_of_one_engine__one_build_then_all_succeed(
                 prepare_run(tools, tenant="acme", tool_name="stats", input_value={"i": i})
             ).run_id
         )
-    builder = FakeBuilder(seconds=0.5)
+    builder = FakeBuilder(seconds=0.5, cpu_seconds=0.25)
     workers = [worker(queue, engine, builder, "w1"), worker(queue, engine, builder, "w2")]
     until(lambda: statuses(engine) == ["succeeded"] * 10, workers)
     for w in workers:
@@ -79,8 +84,18 @@ def test_ten_runs_on_two_workers_of_one_engine__one_build_then_all_succeed(
         w.close()
     assert len(builder.built) == 1
     with engine.connect() as conn:
-        rows = conn.execute(text("SELECT status, attempts FROM tool_builds")).all()
-    assert [tuple(r) for r in rows] == [("ready", 1)]
+        rows = conn.execute(text("SELECT id, status, attempts FROM tool_builds")).all()
+    assert [tuple(r)[1:] for r in rows] == [("ready", 1)]
+    # Metered once, charged to the tenant whose runs waited; its parent cgroup then dropped.
+    [(tenant, cpu, wall)] = build_usage(engine)
+    assert (tenant, cpu) == ("acme", 0.25) and wall >= 0.5
+    assert builder.forgotten == [f"build-{rows[0].id}"]
+
+
+def build_usage(engine: Engine) -> list[tuple[str | None, float | None, float]]:
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT tenant, cpu_seconds, wall_seconds FROM build_usage"))
+        return [(row.tenant, row.cpu_seconds, row.wall_seconds) for row in rows]
 
 
 def test_failed_build__fails_the_waiting_runs_with_the_log_tail(
@@ -99,6 +114,28 @@ def test_failed_build__fails_the_waiting_runs_with_the_log_tail(
         ).one()
     assert code == "build_failed"
     assert "fake failure" in error and "ERROR: the fake build failed" in error
+    # A failed build consumed too: metered before it failed (nothing measured by this fake).
+    assert [usage[:2] for usage in build_usage(engine)] == [("acme", None)]
+
+
+def test_traced__a_run_that_waited_for_its_build_has_a_wait_span_linked_to_the_build(
+    tmp_path: Path, engine: Engine, queue: JobQueue
+):
+    tools = registry(tmp_path, engine)
+    run_id = queue.enqueue(prepare_run(tools, tenant="acme", tool_name="stats", input_value={}))
+    with traced_to_receiver() as (receiver, tracing):
+        workers = [worker(queue, engine, FakeBuilder(seconds=0.2), "w1")]
+        until(lambda: statuses(engine) == ["succeeded"], workers)
+        assert workers[0].wait_idle(10)
+        workers[0].close()
+        tracing.shutdown()
+    [build] = receiver.named("build")
+    [attempt] = receiver.named("attempt")
+    [wait] = receiver.named("build.wait")
+    assert attempt.attributes["runyard.run_id"] == str(run_id.run_id)
+    assert (wait.trace_id, wait.parent_span_id) == (attempt.trace_id, attempt.span_id)
+    assert wait.links == ((build.trace_id, build.span_id),)
+    assert build.attributes["runyard.build.tag"] == wait.attributes["runyard.build.tag"]
 
 
 class CountingBuildQueue(BuildQueue):

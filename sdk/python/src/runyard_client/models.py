@@ -320,6 +320,8 @@ class UsageLine(Model):
     disk_bytes: int
     net_rx_bytes: int
     net_tx_bytes: int
+    # "run": attempts of runs; "build": image builds; "all": a report's total.
+    kind: str = "run"
 
 
 class UsageReport(Model):
