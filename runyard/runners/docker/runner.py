@@ -49,6 +49,7 @@ from runyard.runners.docker.launch import (
 from runyard.runners.docker.leftovers import AttemptLeftovers
 from runyard.runners.docker.live_logs import AttemptLogs
 from runyard.runners.docker.outputs import ContainerLogs
+from runyard.runners.docker.socket_api import socket_api
 from runyard.runners.docker.usage_meter import UsageMeter
 from runyard.runners.docker.waiting import AttemptWaiter
 
@@ -78,7 +79,9 @@ class DockerRunner:
         egress: EgressGate | None = None,
         meter: UsageMeter | None = None,
     ) -> None:
-        self._api = client.api
+        # Every attempt's calls go straight over the engine's unix socket (socket_api.py).
+        api = socket_api(client.api)
+        self._api: Any = api
         # The networks and proxies of tools with an egress allow-list (egress.py).
         egress = egress or EgressGate(client.api)
         # What each attempt's container consumes (docs/operations.md, "Usage").
@@ -87,14 +90,14 @@ class DockerRunner:
         self._marker = marker or EngineMarker(client)
         # With ``workdirs`` the input is written on the host, not uploaded (host_workdirs.py).
         self._dirs = AttemptDirs(workdirs)
-        self._leftovers = AttemptLeftovers(client.api, self._dirs, egress, meter)
+        self._leftovers = AttemptLeftovers(api, self._dirs, egress, meter)
         # Values of the tools' secrets come from this process (docs/tools.md, "Secrets").
         self._launcher = ContainerLauncher(
-            client, self._dirs, secrets or SecretSource(), egress, meter, self._leftovers
+            client, api, self._dirs, secrets or SecretSource(), egress, meter, self._leftovers
         )
-        self._waiter = AttemptWaiter(client.api, self._dirs, meter, self._limits.stop_grace_seconds)
+        self._waiter = AttemptWaiter(api, self._dirs, meter, self._limits.stop_grace_seconds)
         self._collector = AttemptCollector(
-            client.api,
+            api,
             self._dirs,
             egress,
             meter,
