@@ -230,10 +230,9 @@ class DockerRunner:
         sampling = self._waiter.sample(container_id, spec)
         try:
             with tracing().span("container.wait", attributes={"runyard.adopted": not started_here}):
-                stopped_for = self._waiter.wait(container_id, spec, control, live, watch)
+                stopped_for = self._waiter.wait(container_id, spec, control, live, watch, sampling)
         except BaseException:
             live.stop()
-            sampling.stop()
             raise
         live.join()
         sampled = sampling.stop()

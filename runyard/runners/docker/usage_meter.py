@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -116,26 +117,29 @@ class CgroupFigures:
 
 
 class Sampling:
-    """A thread that samples one running container's memory (and network) until stopped."""
+    """One running container's memory (and network) samples, taken by ``poll`` from the
+    loop that waits on it: one every ``interval`` seconds, no thread of its own."""
 
     def __init__(
-        self, read: Callable[[], tuple[Counters, int | None]], interval: float = SAMPLE_SECONDS
+        self,
+        read: Callable[[], tuple[Counters, int | None]],
+        interval: float = SAMPLE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._read = read
         self._interval = interval
-        self._stop = threading.Event()
+        self._clock = clock
+        self._next = clock() + interval
         self._lock = threading.Lock()
         self._counters = Counters()
-        self._thread = threading.Thread(target=self._loop, name="usage-sampling", daemon=True)
 
-    def start(self) -> Sampling:
-        """Begin sampling; returns ``self``."""
-        self._thread.start()
-        return self
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._interval):
-            self.sample_once()
+    def poll(self) -> None:
+        """Take a sample if one is due."""
+        now = self._clock()
+        if now < self._next:
+            return
+        self._next = now + self._interval
+        self.sample_once()
 
     def sample_once(self) -> None:
         """Take one sample (errors leave the previous one standing)."""
@@ -161,10 +165,7 @@ class Sampling:
             )
 
     def stop(self) -> Counters:
-        """Stop sampling: the latest counters, the memory samples summed."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=self._interval * 2)
+        """The latest counters, the memory samples summed."""
         with self._lock:
             return self._counters
 
@@ -226,7 +227,8 @@ class UsageMeter:
         return figures if figures.exists() else None
 
     def follow(self, container_id: str, name: str, pid: int | None, networked: bool) -> Sampling:
-        """Start sampling the running container (its cgroup if seen here, else the engine)."""
+        """Sample the running container (its cgroup if seen here, else the engine) as the
+        loop waiting on it polls."""
         cgroup = self._cgroup(name)
 
         def from_cgroup() -> tuple[Counters, int | None]:
@@ -248,7 +250,7 @@ class UsageMeter:
                 answer = self._api.stats(container_id, stream=False)
             return stats_counters(answer)
 
-        return Sampling(from_cgroup if cgroup is not None else from_engine, self._interval).start()
+        return Sampling(from_cgroup if cgroup is not None else from_engine, self._interval)
 
     def read(self, name: str, sampled: Counters) -> Counters:
         """The exited attempt's counters: its parent cgroup's where it is kept, the samples'
