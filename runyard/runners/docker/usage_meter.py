@@ -12,6 +12,7 @@ engine's stats are sampled while the container runs, and the last sample stands.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -106,14 +107,25 @@ class CgroupFigures:
 
     def remove(self) -> None:
         """Remove the (empty) cgroup from every hierarchy it was made in."""
-        dirs = [self._root / self._relative] if self._v2 else self._root.glob(f"*/{self._relative}")
-        for path in dirs:
+        for path in self._made_in():
             try:
-                path.rmdir()
-            except FileNotFoundError:
+                os.rmdir(path)
+            except (FileNotFoundError, NotADirectoryError):
                 continue
             except OSError as exc:
-                logger.warning("cgroup not removed", extra={"path": str(path), "error": str(exc)})
+                logger.warning("cgroup not removed", extra={"path": path, "error": str(exc)})
+
+    def _made_in(self) -> list[str]:
+        """Where the cgroup may be: under the root (version 2), or under each hierarchy of
+        version 1, once each (``cpu`` and ``cpuacct`` are links to ``cpu,cpuacct``)."""
+        if self._v2:
+            return [os.path.join(self._root, self._relative)]
+        try:
+            with os.scandir(self._root) as entries:
+                found = [e.path for e in entries if e.is_dir() and not e.is_symlink()]
+        except FileNotFoundError:
+            return []
+        return [os.path.join(path, self._relative) for path in found]
 
 
 class Sampling:
