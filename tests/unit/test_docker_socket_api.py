@@ -16,7 +16,9 @@ import docker.errors
 import pytest
 import requests.exceptions
 
+from runyard.runners.docker import runner as runner_module
 from runyard.runners.docker.outputs import stored_logs
+from runyard.runners.docker.runner import DockerRunner
 from runyard.runners.docker.socket_api import MAX_ANSWER_BYTES, SocketApi, socket_api
 
 # (status, body, chunked) for a request line such as "GET /v1.41/containers/x/json".
@@ -199,4 +201,33 @@ def test_no_engine__a_connection_error(tmp_path: Path):
     client = docker.APIClient(base_url=f"unix://{tmp_path}/none.sock", version="1.41")
     with pytest.raises(requests.exceptions.ConnectionError):
         socket_api(client).ping()
+    client.close()
+
+
+def test_answered_within__the_head_of_a_fresh_answer_counts_for_a_while(engine: Engine):
+    now = [10.0]
+    client = docker.APIClient(base_url=f"unix://{engine.path}", version="1.41", timeout=5)
+    api = SocketApi(client, str(engine.path), clock=lambda: now[0])
+    assert not api.answered_within(0.5)
+    engine.reply = lambda method, target: (404, b'{"message": "No such container"}', False)
+    with pytest.raises(docker.errors.NotFound):
+        api.inspect_container("c")  # a refusal is an answer too
+    now[0] += 0.4
+    assert api.answered_within(0.5)
+    now[0] += 0.2
+    assert not api.answered_within(0.5)
+    client.close()
+
+
+def test_runner_ping__skipped_right_after_an_answer_asked_otherwise(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+):
+    client = docker.DockerClient(base_url=f"unix://{engine.path}", version="1.41")
+    runner = DockerRunner(client)
+    engine.reply = lambda method, target: (200, b"OK", False)
+    runner.ping()
+    runner.ping()  # the first one's answer is fresh
+    monkeypatch.setattr(runner_module, "FRESH_ANSWER_SECONDS", 0.0)
+    runner.ping()
+    assert [target for _, target, _ in engine.requests] == ["/_ping", "/_ping"]
     client.close()

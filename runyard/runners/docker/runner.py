@@ -49,11 +49,14 @@ from runyard.runners.docker.launch import (
 from runyard.runners.docker.leftovers import AttemptLeftovers
 from runyard.runners.docker.live_logs import AttemptLogs
 from runyard.runners.docker.outputs import ContainerLogs
-from runyard.runners.docker.socket_api import socket_api
+from runyard.runners.docker.socket_api import SocketApi, socket_api
 from runyard.runners.docker.usage_meter import UsageMeter
 from runyard.runners.docker.waiting import AttemptWaiter
 
 logger = logging.getLogger(__name__)
+
+# An engine that answered a request sent this recently needs no ping before a claim.
+FRESH_ANSWER_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -158,7 +161,10 @@ class DockerRunner:
             raise RunnerUnavailable(f"cannot ask the engine about runtimes: {exc}") from exc
 
     def ping(self) -> None:
-        """Ask the engine for ``/_ping``: the cheapest call that proves it answers."""
+        """Ask the engine for ``/_ping``, the cheapest call that proves it answers, unless
+        it answered a new request of this runner's just now: that proves it as well."""
+        if isinstance(self._api, SocketApi) and self._api.answered_within(FRESH_ANSWER_SECONDS):
+            return
         try:
             self._api.ping()
         except TRANSPORT_ERRORS as exc:

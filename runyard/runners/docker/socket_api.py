@@ -18,6 +18,8 @@ runner must see it gone.
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import quote, urlencode
@@ -86,10 +88,25 @@ class Answer:
 class SocketApi:
     """docker-py's ``APIClient`` with its hot calls sent over the unix socket directly."""
 
-    def __init__(self, client: docker.APIClient, socket_path: str) -> None:
+    def __init__(
+        self,
+        client: docker.APIClient,
+        socket_path: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._client = client
         self._socket_path = socket_path
         self._prefix = f"/v{client._version}"
+        self._clock = clock
+        # When the engine last answered a new connection (monotonic), if ever.
+        self._answered_at: float | None = None
+
+    def answered_within(self, seconds: float) -> bool:
+        """Whether the engine answered a request sent less than ``seconds`` ago: the head
+        of an answer only (a wait's exit, which an engine that stops sends on old
+        connections, counts for nothing)."""
+        answered = self._answered_at
+        return answered is not None and self._clock() - answered < seconds
 
     def __getattr__(self, name: str) -> Any:
         # Every call not written out here is docker-py's own.
@@ -186,6 +203,7 @@ class SocketApi:
             )
         except OSError as exc:
             raise _transport_error(exc) from exc
+        self._answered_at = self._clock()
         answer = Answer(exchange)
         if exchange.status >= 400:
             try:
