@@ -362,16 +362,20 @@ class NullSink:
 
 
 def _call_key(request: Any) -> str:
+    return _request_key(request.method, request.path_url)
+
+
+def _request_key(method: str, path_url: str) -> str:
     import re
 
-    path = request.path_url.split("?", 1)[0]
+    path = path_url.split("?", 1)[0]
     path = re.sub(r"^/v[0-9.]+", "", path)
     path = re.sub(r"/images/.+/json$", "/images/{x}/json", path)
     path = re.sub(r"/(containers|volumes|images)/[^/]+", r"/\1/{x}", path)
-    query = request.path_url.partition("?")[2]
+    query = path_url.partition("?")[2]
     if "follow=1" in query:
         path += " (follow)"
-    return f"{request.method} {path}"
+    return f"{method} {path}"
 
 
 def docker_breakdown(
@@ -383,6 +387,7 @@ def docker_breakdown(
 
     from runyard.domain.attempt import AttemptSpec
     from runyard.runner import AttemptControl, RunnerUnavailable
+    from runyard.runners.docker.socket_api import SocketApi
 
     lost = 0
     calls: dict[str, dict[str, list[float]]] = {
@@ -406,6 +411,21 @@ def docker_breakdown(
 
     runner = bench_runner(client, setting)
     client.api.send = send
+    # The runner sends an attempt's hot calls over the socket directly (socket_api.py).
+    lean = runner._api if isinstance(runner._api, SocketApi) else None
+    if lean is not None:
+        open_request = lean.open
+
+        def timed_open(call: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return open_request(call)
+            finally:
+                query = "?" + "&".join(f"{k}={v}" for k, v in (call.params or {}).items())
+                key = _request_key(call.method, call.path + query)
+                current[key].append(time.perf_counter() - t0)
+
+        lean.open = timed_open  # type: ignore[method-assign]
     walls: dict[str, list[float]] = {"runyard": [], "raw": []}
     terminal: dict[str, list[float]] = {"runyard": [], "raw": []}
     try:
@@ -451,6 +471,8 @@ def docker_breakdown(
             terminal["raw"].append(t1 - t0)
     finally:
         client.api.send = original
+        if lean is not None:
+            del lean.open
     keys = sorted(
         set(calls["runyard"]) | set(calls["raw"]), key=lambda k: -sum(calls["runyard"].get(k, []))
     )

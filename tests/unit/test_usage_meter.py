@@ -169,3 +169,19 @@ def test_usage_meter__without_a_cgroup_samples_the_engine_once_at_a_time(v1: Pat
     counters = sampling.stop()
     assert api.asked == [{"stream": False, "one_shot": True}]
     assert (counters.cpu_ns, counters.memory_sum, counters.memory_samples) == (9, 4, 1)
+
+
+def test_sampling__polled_takes_a_sample_once_per_interval():
+    now = [100.0]
+    reads: list[float] = []
+
+    def read() -> tuple[Counters, int | None]:
+        reads.append(now[0])
+        return Counters(cpu_ns=int(now[0])), 10
+
+    sampling = Sampling(read, interval=1.0, clock=lambda: now[0])
+    for step in (0.0, 0.5, 0.5, 0.2, 0.9, 0.3):  # polled as the wait loop goes round
+        now[0] += step
+        sampling.poll()
+    assert reads == pytest.approx([101.0, 102.1])
+    assert sampling.stop().memory_samples == 2

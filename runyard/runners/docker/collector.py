@@ -73,6 +73,7 @@ class AttemptCollector:
     ) -> AttemptResult:
         """The exited attempt's outcome, with its outputs and (if kept) its artifact set."""
         attrs = self._exited_attrs(container_id, stopped_for)
+        watch.inspected(attrs)
         if wants_egress(spec.tool):
             self._egress.report(spec.container_name, control.note)
         state = attrs["State"]

@@ -56,6 +56,7 @@ class ContainerLauncher:
     def __init__(
         self,
         client: docker.DockerClient,
+        api: Any,
         dirs: AttemptDirs,
         secrets: SecretSource,
         egress: EgressGate,
@@ -63,7 +64,8 @@ class ContainerLauncher:
         leftovers: AttemptLeftovers,
     ) -> None:
         self._client = client
-        self._api = client.api
+        # The client's API, or the same with its hot calls sent over the socket directly.
+        self._api = api
         self._dirs = dirs
         self._secrets = secrets
         self._egress = egress

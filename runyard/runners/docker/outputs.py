@@ -16,6 +16,7 @@ from docker.types import CancellableStream
 from runyard.domain.tool_json import DEFAULT_MAX_DEPTH, decode_result
 from runyard.platform.capture import HeadTailBuffer
 from runyard.registry.redact import Redactor, StreamRedactor
+from runyard.runners.docker.socket_api import SocketApi
 
 STDOUT_FRAME = 1
 STDERR_FRAME = 2
@@ -104,11 +105,9 @@ def stored_logs(
         STDERR_FRAME: StreamRedactor(redactor or Redactor(())),
     }
     buffers = {STDOUT_FRAME: out, STDERR_FRAME: err}
-    url = api._url("/containers/{0}/logs", container_id)
     params = _log_params(stdout=True, stderr=True, follow=False, timestamps=False, since=None)
-    response = api._get(url, params=params, stream=True)
+    response = _open_logs(api, container_id, params)
     try:
-        api._raise_for_status(response)
         for stream_id, piece in frames(response.raw):
             if stream_id in buffers:
                 buffers[stream_id].write(masks[stream_id].feed(piece))
@@ -117,6 +116,19 @@ def stored_logs(
     for stream_id, buffer in buffers.items():
         buffer.write(masks[stream_id].finish())
     return out, err
+
+
+def _open_logs(api: Any, container_id: str, params: dict[str, Any]) -> Any:
+    """The log endpoint's answer, its body in ``.raw`` (closed by the caller)."""
+    if isinstance(api, SocketApi):
+        return api.open_logs(container_id, params)
+    response = api._get(api._url("/containers/{0}/logs", container_id), params=params, stream=True)
+    try:
+        api._raise_for_status(response)
+    except BaseException:
+        response.close()
+        raise
+    return response
 
 
 # Go's ``os.ModeSymlink``: the bit of a path stat's ``mode`` that marks a link.

@@ -49,10 +49,14 @@ from runyard.runners.docker.launch import (
 from runyard.runners.docker.leftovers import AttemptLeftovers
 from runyard.runners.docker.live_logs import AttemptLogs
 from runyard.runners.docker.outputs import ContainerLogs
+from runyard.runners.docker.socket_api import SocketApi, socket_api
 from runyard.runners.docker.usage_meter import UsageMeter
 from runyard.runners.docker.waiting import AttemptWaiter
 
 logger = logging.getLogger(__name__)
+
+# An engine that answered a request sent this recently needs no ping before a claim.
+FRESH_ANSWER_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,9 @@ class DockerRunner:
         egress: EgressGate | None = None,
         meter: UsageMeter | None = None,
     ) -> None:
-        self._api = client.api
+        # Every attempt's calls go straight over the engine's unix socket (socket_api.py).
+        api = socket_api(client.api)
+        self._api: Any = api
         # The networks and proxies of tools with an egress allow-list (egress.py).
         egress = egress or EgressGate(client.api)
         # What each attempt's container consumes (docs/operations.md, "Usage").
@@ -87,14 +93,14 @@ class DockerRunner:
         self._marker = marker or EngineMarker(client)
         # With ``workdirs`` the input is written on the host, not uploaded (host_workdirs.py).
         self._dirs = AttemptDirs(workdirs)
-        self._leftovers = AttemptLeftovers(client.api, self._dirs, egress, meter)
+        self._leftovers = AttemptLeftovers(api, self._dirs, egress, meter)
         # Values of the tools' secrets come from this process (docs/tools.md, "Secrets").
         self._launcher = ContainerLauncher(
-            client, self._dirs, secrets or SecretSource(), egress, meter, self._leftovers
+            client, api, self._dirs, secrets or SecretSource(), egress, meter, self._leftovers
         )
-        self._waiter = AttemptWaiter(client.api, self._dirs, meter, self._limits.stop_grace_seconds)
+        self._waiter = AttemptWaiter(api, self._dirs, meter, self._limits.stop_grace_seconds)
         self._collector = AttemptCollector(
-            client.api,
+            api,
             self._dirs,
             egress,
             meter,
@@ -155,7 +161,10 @@ class DockerRunner:
             raise RunnerUnavailable(f"cannot ask the engine about runtimes: {exc}") from exc
 
     def ping(self) -> None:
-        """Ask the engine for ``/_ping``: the cheapest call that proves it answers."""
+        """Ask the engine for ``/_ping``, the cheapest call that proves it answers, unless
+        it answered a new request of this runner's just now: that proves it as well."""
+        if isinstance(self._api, SocketApi) and self._api.answered_within(FRESH_ANSWER_SECONDS):
+            return
         try:
             self._api.ping()
         except TRANSPORT_ERRORS as exc:
@@ -227,10 +236,9 @@ class DockerRunner:
         sampling = self._waiter.sample(container_id, spec)
         try:
             with tracing().span("container.wait", attributes={"runyard.adopted": not started_here}):
-                stopped_for = self._waiter.wait(container_id, spec, control, live, watch)
+                stopped_for = self._waiter.wait(container_id, spec, control, live, watch, sampling)
         except BaseException:
             live.stop()
-            sampling.stop()
             raise
         live.join()
         sampled = sampling.stop()

@@ -12,7 +12,9 @@ engine's stats are sampled while the container runs, and the last sample stands.
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -106,43 +108,55 @@ class CgroupFigures:
     def remove(self, *, quiet: bool = False) -> bool:
         """Remove the (empty) cgroup from every hierarchy it was made in; False if one is
         still there (busy: a process in it is still dying), logged unless ``quiet``."""
-        dirs = [self._root / self._relative] if self._v2 else self._root.glob(f"*/{self._relative}")
         removed = True
-        for path in dirs:
+        for path in self._made_in():
             try:
-                path.rmdir()
-            except FileNotFoundError:
+                os.rmdir(path)
+            except (FileNotFoundError, NotADirectoryError):
                 continue
             except OSError as exc:
                 removed = False
                 if not quiet:
-                    logger.warning(
-                        "cgroup not removed", extra={"path": str(path), "error": str(exc)}
-                    )
+                    logger.warning("cgroup not removed", extra={"path": path, "error": str(exc)})
         return removed
+
+    def _made_in(self) -> list[str]:
+        """Where the cgroup may be: under the root (version 2), or under each hierarchy of
+        version 1, once each (``cpu`` and ``cpuacct`` are links to ``cpu,cpuacct``)."""
+        if self._v2:
+            return [os.path.join(self._root, self._relative)]
+        try:
+            with os.scandir(self._root) as entries:
+                found = [e.path for e in entries if e.is_dir() and not e.is_symlink()]
+        except FileNotFoundError:
+            return []
+        return [os.path.join(path, self._relative) for path in found]
 
 
 class Sampling:
-    """A thread that samples one running container's memory (and network) until stopped."""
+    """One running container's memory (and network) samples, taken by ``poll`` from the
+    loop that waits on it: one every ``interval`` seconds, no thread of its own."""
 
     def __init__(
-        self, read: Callable[[], tuple[Counters, int | None]], interval: float = SAMPLE_SECONDS
+        self,
+        read: Callable[[], tuple[Counters, int | None]],
+        interval: float = SAMPLE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._read = read
         self._interval = interval
-        self._stop = threading.Event()
+        self._clock = clock
+        self._next = clock() + interval
         self._lock = threading.Lock()
         self._counters = Counters()
-        self._thread = threading.Thread(target=self._loop, name="usage-sampling", daemon=True)
 
-    def start(self) -> Sampling:
-        """Begin sampling; returns ``self``."""
-        self._thread.start()
-        return self
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._interval):
-            self.sample_once()
+    def poll(self) -> None:
+        """Take a sample if one is due."""
+        now = self._clock()
+        if now < self._next:
+            return
+        self._next = now + self._interval
+        self.sample_once()
 
     def sample_once(self) -> None:
         """Take one sample (errors leave the previous one standing)."""
@@ -168,10 +182,7 @@ class Sampling:
             )
 
     def stop(self) -> Counters:
-        """Stop sampling: the latest counters, the memory samples summed."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=self._interval * 2)
+        """The latest counters, the memory samples summed."""
         with self._lock:
             return self._counters
 
@@ -233,7 +244,8 @@ class UsageMeter:
         return figures if figures.exists() else None
 
     def follow(self, container_id: str, name: str, pid: int | None, networked: bool) -> Sampling:
-        """Start sampling the running container (its cgroup if seen here, else the engine)."""
+        """Sample the running container (its cgroup if seen here, else the engine) as the
+        loop waiting on it polls."""
         cgroup = self._cgroup(name)
 
         def from_cgroup() -> tuple[Counters, int | None]:
@@ -255,7 +267,7 @@ class UsageMeter:
                 answer = self._api.stats(container_id, stream=False)
             return stats_counters(answer)
 
-        return Sampling(from_cgroup if cgroup is not None else from_engine, self._interval).start()
+        return Sampling(from_cgroup if cgroup is not None else from_engine, self._interval)
 
     def read(self, name: str, sampled: Counters) -> Counters:
         """The exited attempt's counters: its parent cgroup's where it is kept, the samples'

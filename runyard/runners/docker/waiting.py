@@ -57,17 +57,21 @@ class AttemptWaiter:
         control: AttemptControl,
         live: AttemptLogs,
         watch: AttemptWatch,
+        sampling: Sampling,
     ) -> StopReason | None:
-        """Wait for exit; stop the container on cancel, at the deadline, when it goes quiet
-        for its idle limit, or kill it when it writes past its disk limit."""
+        """Wait for exit, sampling its usage meanwhile; stop the container on cancel, at the
+        deadline, when it goes quiet for its idle limit, or kill it when it writes past its
+        disk limit."""
         stopped_for: StopReason | None = None
         follow_at = time.monotonic() + LIVE_LOGS_AFTER_SECONDS
         first = True
         while True:
             if control.abandon.is_set():
                 raise AttemptAbandoned(spec.container_name)
-            if stopped_for is None and not first:
-                stopped_for = self._check_running(container_id, spec, control, watch)
+            if not first:
+                sampling.poll()
+                if stopped_for is None:
+                    stopped_for = self._check_running(container_id, spec, control, watch)
             first = False
             now = time.monotonic()
             if now >= follow_at:
@@ -125,6 +129,11 @@ class AttemptWaiter:
                 found.update(inspect_container(self._api, container_id) or {"Config": {}})
             return found
 
+        def inspected(seen: dict[str, Any]) -> None:
+            # Labels and log path stay as created: any inspect document answers for them.
+            if not found:
+                found.update(seen)
+
         def workdir() -> Path | None:
             labels = attrs().get("Config", {}).get("Labels") or {}
             return self.workdir_path(spec.container_name, labels)
@@ -139,6 +148,7 @@ class AttemptWaiter:
             note=control.note,
             log_extra={"run_id": str(spec.run_id), "attempt": spec.attempt},
             deps_room=lambda: _deps_room(spec, control.artifacts),
+            inspected=inspected,
         )
 
     def sample(self, container_id: str, spec: AttemptSpec) -> Sampling:

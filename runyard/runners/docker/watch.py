@@ -138,7 +138,8 @@ class AttemptWatch:
     ``workdir`` says where this host sees the attempt's /runyard (None: the engine is
     elsewhere, and only the per-file cap holds); ``output_marker`` returns something that
     changes whenever the tool prints; ``deps_room`` what the dependencies' artifacts in
-    /runyard take, which is not charged to the tool.
+    /runyard take, which is not charged to the tool; ``inspected`` hands those the
+    container's inspect document read by the owner, so they need not ask for one.
     """
 
     def __init__(
@@ -151,8 +152,11 @@ class AttemptWatch:
         log_extra: dict[str, Any],
         clock: Callable[[], float] = time.monotonic,
         deps_room: Callable[[], DepsRoom] = DepsRoom,
+        inspected: Callable[[dict[str, Any]], None] = lambda attrs: None,
     ) -> None:
         self.limits = limits
+        # Told the container's inspect document when its owner reads one anyway.
+        self.inspected = inspected
         self._find_workdir = workdir
         self._find_deps_room = deps_room
         self._deps_room: DepsRoom | None = None

@@ -20,6 +20,7 @@ from runyard.registry.tools import ToolRegistry
 from runyard.runner import AttemptAbandoned, AttemptControl, RunnerUnavailable
 from runyard.runners.docker.host_workdirs import HostWorkdirs
 from runyard.runners.docker.runner import DockerLimits, DockerRunner
+from runyard.runners.docker.socket_api import SocketApi
 
 pytestmark = pytest.mark.docker
 
@@ -187,14 +188,15 @@ def test_oom__flag_lost_by_the_engine__its_oom_event_still_counts(
     docker_client: docker.DockerClient, registry: ToolRegistry, monkeypatch: pytest.MonkeyPatch
 ):
     # The engine clears OOMKilled when the kernel's note arrives after the exit.
-    inspect = docker.api.client.APIClient.inspect_container
+    inspect = SocketApi.inspect_container
 
     def flag_lost(self: Any, container: str) -> Any:
         attrs = inspect(self, container)
         attrs["State"]["OOMKilled"] = False
         return attrs
 
-    monkeypatch.setattr(docker.api.client.APIClient, "inspect_container", flag_lost)
+    # The runner inspects over the engine's socket directly (socket_api.py).
+    monkeypatch.setattr(SocketApi, "inspect_container", flag_lost)
     spec = shell(registry, FILL_TMPFS, memory_mb=16, tmpfs_mb=512)
     result = DockerRunner(docker_client).run(spec, AttemptControl())
     assert_oom_outcome(result, engine_logged_oom(docker_client, spec))
