@@ -379,12 +379,11 @@ def admission_cost(url: str, backlogs: list[int]) -> list[tuple[object, ...]]:
     """In-process: the cost of one ``ApiQueue.submit`` (default caps; the tenant's admission is
     in its statement) and of the queue-depth count, as the queued backlog of one tenant grows.
     Runs are written with runyard's own ENQUEUE statement; the database is the benchmark's own."""
-    import json as json_module
-
     import psycopg
     from sqlalchemy import create_engine
 
     from runyard.queue import AdmissionCaps, ApiQueue, NewRun
+    from runyard.queue.values import enqueue_params
     from runyard.registry.tools import ToolSpec
 
     enqueue_sql = psycopg_sql(queue_statement("ENQUEUE"))
@@ -402,29 +401,8 @@ def admission_cost(url: str, backlogs: list[int]) -> list[tuple[object, ...]]:
             for backlog in backlogs:
                 with conn.pipeline():
                     for _ in range(backlog - have):
-                        conn.execute(
-                            enqueue_sql,
-                            {
-                                "run_id": uuid.uuid4(),
-                                "job_id": uuid.uuid4(),
-                                "tenant": tenant,
-                                "tool": "noop",
-                                "spec": json_module.dumps(spec),
-                                "input": "{}",
-                                "max_attempts": 1,
-                                "timeout_seconds": 30,
-                                "queue": "default",
-                                "priority": 0,
-                                "idempotency_key": None,
-                                "request_hash": None,
-                                "callback_url": None,
-                                "rerun_of": None,
-                                "owner": None,  # queue mode: not claimed at the insert
-                                "engine_id": None,
-                                "lease": None,
-                                "now": None,
-                            },
-                        )
+                        params = enqueue_params(run, uuid.uuid4(), uuid.uuid4(), None)
+                        conn.execute(enqueue_sql, params)
                 have = max(have, backlog)
                 conn.execute("ANALYZE tool_runs, tool_run_jobs")
                 n = 30
