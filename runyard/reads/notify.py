@@ -89,6 +89,8 @@ class RunNotifier:
     def dispatch(self, payload: str) -> None:
         """Wake the subscribers of the runs the payload names (one run id, or several
         comma-separated: a statement's events); other payloads are ignored."""
+        if not self._listeners and not self._subscriptions:
+            return  # nobody to wake: a batch's 1,000 ids are not parsed on the event loop
         for name in payload.split(","):
             try:
                 run_id = uuid.UUID(name)
