@@ -431,16 +431,17 @@ def round_trips_per_submit(
     url: str, tools_file: str, token: str | None, n: int = 200
 ) -> list[tuple[object, ...]]:
     """In-process (ASGI, no socket): database round trips of one ``POST /v1/runs``, counted
-    with SQLAlchemy events: pool pre-pings (one per checkout), BEGIN, statements,
-    COMMIT/ROLLBACK; and statements sent on the psycopg cursor directly (autocommit)."""
+    with SQLAlchemy events: BEGIN, statements, COMMIT/ROLLBACK; the pool's pings (the dialect's
+    ``do_ping``: at checkout when pre-ping is on, or after an idle spell); and statements
+    sent on the psycopg cursor directly (autocommit)."""
     import threading
     from collections import defaultdict
 
     import psycopg
     from fastapi.testclient import TestClient
     from sqlalchemy import event
+    from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
     from sqlalchemy.engine import Engine
-    from sqlalchemy.pool import Pool
 
     from api.main import create_app
     from runyard.platform.settings import Settings
@@ -466,10 +467,16 @@ def round_trips_per_submit(
         in_sqlalchemy.active = False
 
     # Statements sent on a pooled connection's psycopg cursor directly
-    # (runyard.platform.db.autocommit) bypass SQLAlchemy's events; the pool's own pre-ping is
-    # counted with its checkout.
+    # (runyard.platform.db.autocommit) bypass SQLAlchemy's events; a ping is counted where
+    # the dialect sends it.
     pings = ("SELECT 1", ";")
     original_execute = psycopg.Cursor.execute
+    original_ping: Any = PGDialect_psycopg.do_ping
+
+    def counted_ping(self: Any, dbapi_connection: Any) -> Any:
+        if counting[0]:
+            counts["ping (SELECT 1)"] += 1
+        return original_ping(self, dbapi_connection)
 
     def psycopg_execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         text_ = query if isinstance(query, str) else str(query)
@@ -478,7 +485,6 @@ def round_trips_per_submit(
         return original_execute(self, query, *args, **kwargs)
 
     hooks = [
-        (Pool, "checkout", bump("pool checkout (pre-ping SELECT 1)")),
         (Engine, "begin", bump("BEGIN")),
         (Engine, "commit", bump("COMMIT")),
         (Engine, "rollback", bump("ROLLBACK (end of a read)")),
@@ -495,6 +501,7 @@ def round_trips_per_submit(
     for target, name, fn in hooks:
         event.listen(target, name, fn)
     psycopg.Cursor.execute = psycopg_execute  # type: ignore[method-assign]
+    PGDialect_psycopg.do_ping = counted_ping  # type: ignore[method-assign]
     try:
         with TestClient(create_app(settings)) as client:
             for _ in range(5):
@@ -508,6 +515,7 @@ def round_trips_per_submit(
             counting[0] = False
     finally:
         psycopg.Cursor.execute = original_execute  # type: ignore[method-assign]
+        PGDialect_psycopg.do_ping = original_ping  # type: ignore[method-assign]
         for target, name, fn in hooks:
             event.remove(target, name, fn)
     rows: list[tuple[object, ...]] = [
