@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import secrets
@@ -25,12 +26,21 @@ logger = logging.getLogger(__name__)
 GRACEFUL_SHUTDOWN_SECONDS = 10
 
 
+def frozen(app: FastAPI) -> FastAPI:
+    """``app``, with every object made so far (the modules, the app and its routes and
+    schemas: some 200,000) moved out of the garbage collector's sight. They live as long as
+    the process, and each full collection walked them all: about half the CPU of a batch of
+    1,000 runs went to collections."""
+    gc.freeze()
+    return app
+
+
 def app_from_env() -> FastAPI:
     """The app of one worker process, from the environment (uvicorn's factory)."""
     settings = Settings()
     configure(settings.log_level, settings.log_format)
     set_up("runyard-api")
-    return create_app(settings)
+    return frozen(create_app(settings))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -62,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     if workers == 1:
         traced = set_up("runyard-api")
-        uvicorn.run(create_app(settings), **served)
+        uvicorn.run(frozen(create_app(settings)), **served)
         traced.shutdown()
         return 0
     if not settings.queue_enabled:

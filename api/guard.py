@@ -69,14 +69,30 @@ def _check_text(value: str, path: str) -> None:
         ) from exc
 
 
-def check_json(document: Any, max_depth: int) -> None:
-    """Walk the parsed document without recursion: depth, NUL and surrogate checks."""
+def may_hold_bad_text(body: bytes) -> bool:
+    """Whether a body that parsed may hold a NUL or a lone surrogate in a string. In UTF-8
+    only an escape (``\\u0000``, ``\\udfff``) or the encoded form of a surrogate (its lead
+    byte 0xED, which Hangul syllables share) can bring one in; a body with a NUL byte is not
+    UTF-8 JSON (the parser also takes UTF-16 and UTF-32)."""
+    return b"\\u" in body or b"\xed" in body or b"\x00" in body
+
+
+def check_json(document: Any, max_depth: int, *, texts: bool = True) -> None:
+    """Walk the parsed document without recursion: depth, and (``texts``) NUL and surrogate
+    checks of every key and string."""
     stack: list[tuple[Any, str, int]] = [(document, "", 1)]
     while stack:
         value, path, depth = stack.pop()
         if isinstance(value, dict):
             if depth > max_depth:
                 raise BadJson(400, "json_too_deep", f"JSON nested deeper than {max_depth}", path)
+            if not texts:  # the depth alone: only containers go on the stack
+                stack.extend(
+                    (item, path, depth + 1)
+                    for item in value.values()
+                    if isinstance(item, dict | list)
+                )
+                continue
             for key, item in value.items():
                 child = f"{path}.{key}" if path else key
                 _check_text(key, child)
@@ -84,7 +100,11 @@ def check_json(document: Any, max_depth: int) -> None:
         elif isinstance(value, list):
             if depth > max_depth:
                 raise BadJson(400, "json_too_deep", f"JSON nested deeper than {max_depth}", path)
-            stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value))
+            stack.extend(
+                (item, f"{path}[{i}]" if texts else path, depth + 1)
+                for i, item in enumerate(value)
+                if texts or isinstance(item, dict | list)
+            )
         elif isinstance(value, str):
             _check_text(value, path)
 
@@ -102,7 +122,13 @@ def parse_json(body: bytes, max_depth: int) -> Any:
         raise BadJson(400, "json_too_deep", f"JSON nested deeper than {max_depth}") from exc
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, out-of-range numbers
         raise BadJson(400, "invalid_json", f"the body is not valid JSON: {exc}"[:300]) from exc
-    check_json(document, max_depth)
+    if may_hold_bad_text(body):
+        check_json(document, max_depth)
+    else:
+        try:
+            check_json(document, max_depth, texts=False)
+        except BadJson:
+            check_json(document, max_depth)  # again with paths, for the problem's field
     return document
 
 

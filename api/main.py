@@ -49,6 +49,7 @@ from runyard.maintenance.retention import retention_seconds
 from runyard.maintenance.sweep import Sweeper
 from runyard.maintenance.upkeep import Upkeep
 from runyard.platform.db import DbTimeouts, make_engine
+from runyard.platform.idle_ping import ping_when_idle
 from runyard.platform.pooling import connection_plan, log_plan
 from runyard.platform.schema_version import script_heads
 from runyard.platform.settings import Settings, libpq_url
@@ -88,6 +89,24 @@ tenant's run answers 404. Every error is an `application/problem+json` document 
 def _listen_url(engine: Engine) -> str:
     """The engine's database as a plain libpq URL, for the LISTEN connection."""
     return engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+# A pooled connection given back longer ago than this is pinged before use; a hot pool's are
+# not (runyard.platform.idle_ping): a ping was a round trip of every request.
+IDLE_PING_SECONDS = 5.0
+
+
+def _api_engine(settings: Settings, timeouts: DbTimeouts) -> Engine:
+    """The pool requests share."""
+    engine = make_engine(
+        settings.database_url,
+        pool_size=settings.api_db_pool_size,
+        pre_ping=False,
+        timeouts=timeouts,
+        plan=settings.connection_plan(),
+    )
+    ping_when_idle(engine, IDLE_PING_SECONDS)
+    return engine
 
 
 def _start_sync_mode(
@@ -203,16 +222,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own_engine = engine is None
-        db = (
-            engine
-            if engine is not None
-            else make_engine(
-                settings.database_url,
-                pool_size=settings.api_db_pool_size,
-                timeouts=timeouts,
-                plan=settings.connection_plan(),
-            )
-        )
+        db = engine if engine is not None else _api_engine(settings, timeouts)
         engines = [db] if own_engine else []
         app_metrics.watch_queue(db)
         chores: list[Chore] = []

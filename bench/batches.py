@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,7 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--same-tenant", action="store_true", help="batches and singles with one key"
     )
-    parser.add_argument("--api-workers", type=int, default=0, help="RUNYARD_API_WORKERS (unset)")
+    parser.add_argument(
+        "--api-workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="RUNYARD_API_WORKERS: API processes (one a core: each uses one at most)",
+    )
     parser.add_argument("--timeout", type=float, default=30.0, help="per-request timeout (30 s)")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds at a fifth of the rate")
     parser.add_argument(
@@ -223,8 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             "RUNYARD_TENANT_MAX_CREATED_PER_WINDOW": UNCAPPED,
             "RUNYARD_TENANT_MAX_STORED_RUNS": UNCAPPED,
         }
-        if args.api_workers:
-            env["RUNYARD_API_WORKERS"] = str(args.api_workers)
+        env["RUNYARD_API_WORKERS"] = str(max(1, args.api_workers))
         tokens: tuple[str | None, str | None] = (None, None)
         if args.auth == "disabled":
             env["RUNYARD_AUTH_DISABLED"] = "true"
@@ -247,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             f"batches of {args.batch_size} ({args.shape}) at {args.rate:.0f} runs/s and "
             f"POST /v1/runs at {args.single_rate:.0f}/s for {args.duration:.0f} s; tenant and "
             f"queue caps {UNCAPPED}; no worker (runs stay queued); "
-            f"API workers: {args.api_workers or 'default'}"
+            f"API processes: {max(1, args.api_workers)}"
         )
         if args.warmup > 0:
             warm = argparse_copy(args, rate=args.rate / 5, single_rate=20.0)

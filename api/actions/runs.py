@@ -150,14 +150,18 @@ async def submit(
 ) -> Submitted:
     """The submit use case, watching for the client to leave (which cancels its inline run
     and ends its wait); a refusal comes out as its problem document."""
-    await run_in_threadpool(require_submit_rate, services, run_request.tenant)
+    if services.submit_rates.limit.per_second is not None:  # else no bucket to read
+        await run_in_threadpool(require_submit_rate, services, run_request.tenant)
     caller = Caller()
+
+    def work() -> Awaitable[Submitted]:
+        return services.submissions.submit(run_request, wait=wait, caller=caller)
+
     try:
-        return await watching_disconnect(
-            request,
-            caller.leave,
-            lambda: services.submissions.submit(run_request, wait=wait, caller=caller),
-        )
+        if services.sync is None and services.waits.capped(wait) <= 0:
+            # Queued and answered at once: nothing a client that leaves would stop.
+            return await work()
+        return await watching_disconnect(request, caller.leave, work)
     except Exception as exc:
         problem_ = submit_problem(services, exc)
         if problem_ is None:

@@ -33,7 +33,7 @@ from api.ui.session import COOKIE_NAME, COOKIE_PATH, Session, key_prefix
 from runyard.domain.states import TERMINAL_STATUSES, RunStatus
 from runyard.domain.usage import GroupBy
 from runyard.platform.models import ToolRun
-from runyard.queue.values import SYNC_QUEUE
+from runyard.queue.values import SYNC_QUEUE, WORKER_LIVE_SECONDS
 from runyard.reads.dashboard import (
     queue_activity,
     queue_overview,
@@ -43,7 +43,7 @@ from runyard.reads.dashboard import (
 )
 from runyard.reads.dashboard_workflows import dependencies, scheduled_runs
 from runyard.reads.pools import live_workers_by_queue
-from runyard.reads.runs import WORKER_LIVE_SECONDS, RunReader
+from runyard.reads.runs import RunReader
 from runyard.reads.tool_figures import TOOL_WINDOW_SECONDS, tool_figures
 from runyard.tenancy.auth import authenticate, may_run
 

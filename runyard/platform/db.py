@@ -5,6 +5,7 @@ Nothing is connected at import.
 
 from __future__ import annotations
 
+import re
 from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -125,7 +126,44 @@ def make_engine(
     )
 
 
-_COMPILED: dict[TextClause, str] = {}
+@dataclass(frozen=True)
+class _Positional:
+    """A statement as sent: ``$n`` placeholders, and the parameter each number stands for."""
+
+    sql: str
+    names: tuple[str, ...]
+
+    def values(self, params: Mapping[str, Any]) -> list[Any]:
+        """The parameters in the statement's order."""
+        try:
+            return [params[name] for name in self.names]
+        except KeyError as exc:
+            raise psycopg.ProgrammingError(f"query parameter missing: {exc.args[0]}") from None
+
+
+_PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s")
+
+
+def positional(pyformat: str) -> _Positional:
+    """A compiled statement's ``%(name)s`` placeholders as ``$n`` (a name used twice keeps
+    its number) and its ``%%`` as ``%``.
+
+    Sent through a raw cursor this way, the statement is not parsed again on each execute:
+    psycopg caches the parse of a named statement only up to 4 KiB, and the queue's larger
+    statements (``SUBMIT``, the claim) are longer.
+    """
+    numbers: dict[str, int] = {}
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            return "%"
+        return f"${numbers.setdefault(name, len(numbers) + 1)}"
+
+    return _Positional(_PLACEHOLDER.sub(number, pyformat), tuple(numbers))
+
+
+_COMPILED: dict[TextClause, _Positional] = {}
 _ROW_TYPES: dict[str, Callable[[Sequence[Any]], Any]] = {}
 _CURSOR = "runyard.cursor"
 
@@ -145,16 +183,20 @@ def _rows(sql: str, cursor: psycopg.Cursor[Any]) -> list[Any]:
 def autocommit(engine: Engine, statement: TextClause, params: Mapping[str, Any]) -> list[Any]:
     """Run one statement as its own transaction on a pooled connection; its rows.
 
-    One round trip: no BEGIN/COMMIT, no SQLAlchemy execution layer. Errors are raised as
+    One round trip: no BEGIN/COMMIT, no SQLAlchemy execution layer, no parse of the
+    statement's text after its first use (``positional``). Errors are raised as
     SQLAlchemy's ``DBAPIError`` family (``OperationalError`` for a lost connection, and for a
     pool that had no connection to give within its timeout, so callers that retry database
     errors retry that too), and a broken connection invalidates the pool as SQLAlchemy
     itself would.
     """
-    sql = _COMPILED.get(statement)
-    if sql is None:
-        sql = _COMPILED[statement] = str(statement.compile(dialect=engine.dialect))
+    compiled = _COMPILED.get(statement)
+    if compiled is None:
+        pyformat = str(statement.compile(dialect=engine.dialect))
+        compiled = _COMPILED[statement] = positional(pyformat)
+    sql = compiled.sql
     try:
+        values = compiled.values(params)
         fairy = engine.raw_connection()
     except psycopg.Error as exc:
         raise DBAPIError.instance(sql, dict(params), exc, psycopg.Error) from exc
@@ -167,8 +209,8 @@ def autocommit(engine: Engine, statement: TextClause, params: Mapping[str, Any])
             # One cursor per connection, kept in the pool record's info (dropped with it).
             cursor = fairy.info.get(_CURSOR)
             if cursor is None or cursor.closed or cursor.connection is not conn:
-                cursor = fairy.info[_CURSOR] = conn.cursor()
-            cursor.execute(sql, params)
+                cursor = fairy.info[_CURSOR] = psycopg.RawCursor(conn)
+            cursor.execute(sql, values)
             rows = _rows(sql, cursor)
         finally:
             if not (conn.closed or conn.broken):

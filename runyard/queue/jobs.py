@@ -57,6 +57,7 @@ from runyard.queue.sql import (
     SUBMIT,
 )
 from runyard.queue.values import (
+    WORKER_LIVE_SECONDS,
     AdmissionCaps,
     AdmissionRefused,
     CancelResult,
@@ -68,6 +69,7 @@ from runyard.queue.values import (
     InlineClaim,
     NewRun,
     OrphanedJob,
+    QueuedRun,
     RequeueResult,
     claimed_job,
     enqueue_params,
@@ -560,12 +562,13 @@ class ApiQueue(JobQueue):
         if inline is None and self.queue_full(caps.max_queue_depth):
             return self.replay_or_refuse(run, AdmissionRefused("queue_full", caps.max_queue_depth))
         params = enqueue_params(run, uuid.uuid4(), uuid.uuid4(), now, inline)
-        row = self._first(SUBMIT, {**params, **caps.tenant_params()})
+        row = self._first(SUBMIT, {**params, **caps.tenant_params(), "live": WORKER_LIVE_SECONDS})
         assert row is not None
         if row.run_id is not None:
             if inline is None:
                 self._depth.admitted()
-                return EnqueueResult(run_id=row.run_id, created=True)
+                queued = QueuedRun(row.run_requested_at, row.input, row.waiting_for)
+                return EnqueueResult(run_id=row.run_id, created=True, queued=queued)
             return EnqueueResult(run_id=row.run_id, created=True, job=claimed_job(row))
         if row.refused is not None and not row.replayed:
             raise caps.refusal(row.refused, row.window_retry_after)

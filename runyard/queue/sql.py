@@ -38,7 +38,7 @@ _ENQUEUE_CTES: LiteralString = """
                CAST(:rerun_of AS uuid), CAST(:concurrency_key AS text)
         FROM admitted, claim
         ON CONFLICT (tenant, idempotency_key) DO NOTHING
-        RETURNING id, status, attempts, max_attempts
+        RETURNING id, status, attempts, max_attempts, requested_at, tool, run_at, concurrency_key
     ), job AS (
         INSERT INTO tool_run_jobs (id, run_id, status, queue, tenant, priority, attempts,
                                    max_attempts, timeout_seconds, available_at, created_at,
@@ -62,7 +62,8 @@ _ENQUEUE_CTES: LiteralString = """
                CAST(:flow_scopes AS text[])
         FROM run, claim
         RETURNING id, run_id, attempts, max_attempts, lease_token, locked_until, deadline_at,
-                  started_at, container_requested_at
+                  started_at, container_requested_at, waiting_on, available_at, flow_scopes,
+                  queue
     ), event AS (
         INSERT INTO tool_run_events (run_id, at, type, data)
         SELECT job.run_id, {NOW}, e.type, e.data FROM job, claim
@@ -167,9 +168,30 @@ _ADMISSION_CTES: LiteralString = (
 """
 )
 
+# Why a queued job ``j`` of the run ``r`` may wait long, as a run shows it (``waiting_for``):
+# its dependencies, its flow limits, its start time, or no live worker of its queue (one seen
+# within ``:live`` seconds); NULL when none of these holds.
+WAITING_FOR: LiteralString = """CASE
+            WHEN j.waiting_on > 0 THEN format('%s of its dependencies to succeed', j.waiting_on)
+            WHEN j.available_at = 'infinity' AND j.flow_scopes IS NOT NULL THEN
+                'its flow limits: ' || (
+                    SELECT string_agg(CASE split_part(s, ':', 1)
+                                      WHEN 'key' THEN 'concurrency_key ' || r.concurrency_key
+                                      WHEN 'tool' THEN 'tool ' || r.tool
+                                      ELSE 'tenant' END, ', ' ORDER BY s)
+                    FROM unnest(j.flow_scopes) s)
+            WHEN j.available_at > now() AND r.run_at IS NOT NULL THEN 'its run_at time'
+            WHEN NOT EXISTS (
+                SELECT 1 FROM workers w
+                WHERE j.queue = ANY(w.queues) AND w.stopped_at IS NULL
+                  AND w.last_seen_at > now() - make_interval(secs => :live))
+            THEN 'no live worker serves queue ' || j.queue END"""
+
 # ENQUEUE with admission: ``run_id`` is the new run's; else ``replayed`` or ``refused`` says
 # why. A sync run (``:owner`` set) comes back claimed, its job's row shaped like CLAIM's; only
-# queued work wakes the workers.
+# queued work wakes the workers. A queued run comes back with what a read of it would show
+# that the caller does not know already (``run_requested_at``, its input as stored,
+# ``waiting_for``), so the answer of the submit needs no read.
 SUBMIT = _sql(
     "WITH "
     + _ADMISSION_CTES
@@ -183,6 +205,11 @@ SUBMIT = _sql(
            job.started_at AS requested_at, job.container_requested_at,
            CAST(NULL AS timestamptz) AS cancel_requested_at, false AS adopted,
            CAST(:spec AS jsonb) AS spec, CAST(:input AS jsonb) AS input,
+           (SELECT requested_at FROM run) AS run_requested_at,
+           CASE WHEN job.run_id IS NOT NULL AND NOT claim.by_api
+                THEN (SELECT """
+    + WAITING_FOR
+    + """ FROM job j, run r) END AS waiting_for,
            CASE WHEN job.run_id IS NOT NULL AND NOT claim.by_api
                 THEN pg_notify('runyard_jobs', CAST(:queue AS text)) END AS notified
     FROM decision d CROSS JOIN claim LEFT JOIN job ON true

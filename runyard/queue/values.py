@@ -77,14 +77,31 @@ class InlineClaim:
     queue: str = SYNC_QUEUE
 
 
+# A worker that has not been seen for this long serves no queue as far as runs are told.
+WORKER_LIVE_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class QueuedRun:
+    """What the submit of a queued run wrote that a read of it would show and its caller
+    does not know: when it was requested, its input as stored (jsonb's key order), and why
+    it may wait (``waiting_for``)."""
+
+    requested_at: datetime
+    input: Any
+    waiting_for: str | None
+
+
 @dataclass(frozen=True)
 class EnqueueResult:
     """The run id and whether this call created it (False: an idempotent replay); a sync
-    run created with an ``InlineClaim`` comes with its claimed job."""
+    run created with an ``InlineClaim`` comes with its claimed job, a queued run that
+    ``ApiQueue.submit`` created with what it wrote."""
 
     run_id: uuid.UUID
     created: bool
     job: ClaimedJob | None = None
+    queued: QueuedRun | None = None
 
 
 class IdempotencyConflict(Exception):

@@ -16,9 +16,8 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine, text
 
-from runyard.queue.values import SYNC_QUEUE
+from runyard.queue.values import SYNC_QUEUE, WORKER_LIVE_SECONDS
 from runyard.reads.pools import live_workers_by_queue
-from runyard.reads.runs import WORKER_LIVE_SECONDS
 from runyard.reads.usage_metrics import UsageCollector
 from runyard.usage.ledger import UsageLedger
 

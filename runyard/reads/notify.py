@@ -56,7 +56,8 @@ class RunNotifier:
     def __init__(self, database_url: str | None, channels: Sequence[str] = API_CHANNELS) -> None:
         self._url = database_url
         self._channels = tuple(channels)
-        self._subscriptions: dict[uuid.UUID, set[Subscription]] = {}
+        # By run id as text (``str(uuid)``, which is also how Postgres writes one).
+        self._subscriptions: dict[str, set[Subscription]] = {}
         self._listeners: list[Callable[[uuid.UUID], None]] = []
         self.connected = asyncio.Event()
 
@@ -65,17 +66,18 @@ class RunNotifier:
         """Register interest in ``run_ids`` (one wake-up for any of them) for the duration
         of the block."""
         subscription = Subscription(run_ids)
-        for run_id in subscription.run_ids:
-            self._subscriptions.setdefault(run_id, set()).add(subscription)
+        keys = {str(run_id) for run_id in subscription.run_ids}
+        for key in keys:
+            self._subscriptions.setdefault(key, set()).add(subscription)
         try:
             yield subscription
         finally:
-            for run_id in subscription.run_ids:
-                subs = self._subscriptions.get(run_id)
+            for key in keys:
+                subs = self._subscriptions.get(key)
                 if subs is not None:
                     subs.discard(subscription)
                     if not subs:
-                        del self._subscriptions[run_id]
+                        del self._subscriptions[key]
 
     def add_listener(self, callback: Callable[[uuid.UUID], None]) -> None:
         """Call ``callback(run_id)`` (in the event loop; it must not block) on every note."""
@@ -89,14 +91,19 @@ class RunNotifier:
     def dispatch(self, payload: str) -> None:
         """Wake the subscribers of the runs the payload names (one run id, or several
         comma-separated: a statement's events); other payloads are ignored."""
+        if not self._listeners:
+            # Waiters only: ids are matched as the text Postgres writes (a batch's 1,000 are
+            # not parsed on the event loop); nothing else matches.
+            for name in payload.split(","):
+                for subscription in list(self._subscriptions.get(name, ())):
+                    subscription.wake()
+            return
         for name in payload.split(","):
             try:
                 run_id = uuid.UUID(name)
             except ValueError:
                 return  # e.g. a queue name on the jobs channel
-            if not self._listeners and run_id not in self._subscriptions:
-                continue
-            for subscription in list(self._subscriptions.get(run_id, ())):
+            for subscription in list(self._subscriptions.get(str(run_id), ())):
                 subscription.wake()
             for callback in self._listeners:
                 try:

@@ -15,6 +15,8 @@ from sqlalchemy.orm import Session
 from runyard.domain.states import TERMINAL_STATUSES, RunStatus
 from runyard.platform.db import autocommit
 from runyard.platform.models import ToolRun, ToolRunEvent
+from runyard.queue.sql import WAITING_FOR
+from runyard.queue.values import WORKER_LIVE_SECONDS
 from runyard.reads.events_sql import EVENTS_AFTER
 
 LOG_STREAMS = ("stdout", "stderr")
@@ -75,10 +77,6 @@ class RunView:
         )
 
 
-# A worker that has not been seen for this long serves no queue as far as runs are told.
-WORKER_LIVE_SECONDS = 60.0
-
-
 # RunView's fields in one autocommit round trip (no ORM, no transaction); ``tenant`` NULL
 # means any tenant (admins).
 RUN_VIEW = text(
@@ -88,21 +86,9 @@ RUN_VIEW = text(
            finished_at, waiting_for, depends_on, waiting_on, batch_id, ref, rerun_of, run_at,
            schedule_id, schedule_slot, concurrency_key, trace_id
     FROM tool_runs r LEFT JOIN LATERAL (
-        SELECT CASE
-            WHEN j.waiting_on > 0 THEN format('%s of its dependencies to succeed', j.waiting_on)
-            WHEN j.available_at = 'infinity' AND j.flow_scopes IS NOT NULL THEN
-                'its flow limits: ' || (
-                    SELECT string_agg(CASE split_part(s, ':', 1)
-                                      WHEN 'key' THEN 'concurrency_key ' || r.concurrency_key
-                                      WHEN 'tool' THEN 'tool ' || r.tool
-                                      ELSE 'tenant' END, ', ' ORDER BY s)
-                    FROM unnest(j.flow_scopes) s)
-            WHEN j.available_at > now() AND r.run_at IS NOT NULL THEN 'its run_at time'
-            WHEN NOT EXISTS (
-                SELECT 1 FROM workers w
-                WHERE j.queue = ANY(w.queues) AND w.stopped_at IS NULL
-                  AND w.last_seen_at > now() - make_interval(secs => :live))
-            THEN 'no live worker serves queue ' || j.queue END AS waiting_for
+        SELECT """
+    + WAITING_FOR
+    + """ AS waiting_for
         FROM tool_run_jobs j
         WHERE j.run_id = r.id AND j.status = 'queued'
     ) notice ON true
@@ -134,7 +120,7 @@ DEPENDENCIES_OF = text(
 )
 
 
-def _trace_id(spec: Any) -> str | None:
+def trace_id_of(spec: Any) -> str | None:
     """The trace id a run's snapshot carries, as RUN_VIEW reads it."""
     carried = spec.get("trace_context") if isinstance(spec, dict) else None
     parent = carried.get("traceparent") if isinstance(carried, dict) else None
@@ -232,7 +218,7 @@ class RunReader:
                 RunView.of(run),
                 depends_on=tuple(depends.get(run.id, ())),
                 waiting_on=tuple(waiting.get(run.id, ())),
-                trace_id=_trace_id(run.spec),
+                trace_id=trace_id_of(run.spec),
             )
             for run in runs
         ]

@@ -14,16 +14,19 @@ import functools
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 
 from runyard.domain.graph import GraphProblem, Node
+from runyard.domain.states import RunMode, RunStatus
 from runyard.platform.tracing import TraceContext, tracing
 from runyard.queue import AdmissionCaps, AdmissionRefused, ApiQueue, EnqueueResult, NewRun
 from runyard.queue.builds import BuildQueue
 from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
+from runyard.queue.values import QueuedRun
 from runyard.reads.metrics import Metrics
-from runyard.reads.runs import RunReader, RunView
+from runyard.reads.runs import RunReader, RunView, trace_id_of
 from runyard.registry.tools import ToolRegistry
 from runyard.submission.quota import DailyQuota
 from runyard.submission.request import RunRequest
@@ -46,6 +49,31 @@ class Submitted:
 
     run: RunView
     created: bool
+
+
+def queued_view(run: NewRun, run_id: uuid.UUID, queued: QueuedRun) -> RunView:
+    """A run its submit just queued, as a read of it right after the commit shows it."""
+    # Nothing of it has run: no attempt, result, error or output yet.
+    not_run: dict[str, Any] = dict.fromkeys(
+        ("result", "exit_code", "error_code", "error", "started_at", "finished_at")
+    )
+    return RunView(
+        **not_run,
+        id=run_id,
+        tool=run.tool,
+        status=RunStatus.QUEUED,
+        mode=RunMode.QUEUE.value,
+        input=queued.input,
+        attempts=0,
+        max_attempts=run.max_attempts,
+        stdout_truncated=False,
+        stderr_truncated=False,
+        requested_at=queued.requested_at,
+        waiting_for=queued.waiting_for,
+        rerun_of=run.rerun_of,
+        concurrency_key=run.concurrency_key,
+        trace_id=trace_id_of(run.spec),
+    )
 
 
 def built_tag(run: NewRun) -> str | None:
@@ -130,7 +158,9 @@ class Submissions:
         if build_tag is not None and result.created and self._builds is not None:
             self._builds.fail_waiting(build_tag)
         view = None
-        if read_back and result.job is None:
+        if read_back and result.queued is not None:
+            view = queued_view(run, result.run_id, result.queued)
+        elif read_back and result.job is None:
             view = self._reader.view(result.run_id, request.tenant)
         return result, view
 

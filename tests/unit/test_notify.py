@@ -49,3 +49,18 @@ def test_subscribe__one_subscription_of_several_runs_wakes_for_any_and_leaves_no
         return woken, idle, inside, notifier.subscriber_count
 
     assert asyncio.run(scenario()) == (True, False, 2, 0)
+
+
+def test_dispatch__with_a_listener_subscribers_of_a_long_payload_still_wake():
+    async def scenario() -> tuple[bool, bool, list[uuid.UUID]]:
+        notifier = RunNotifier("postgresql://unused")
+        heard: list[uuid.UUID] = []
+        notifier.add_listener(heard.append)
+        others = [uuid.uuid4() for _ in range(199)]
+        with notifier.subscribe(C) as woken, notifier.subscribe(A) as idle:
+            notifier.dispatch(",".join(str(u) for u in [*others, C]))
+            return await woken.wait(1.0), await idle.wait(0.05), heard
+
+    woken, idle, heard = asyncio.run(scenario())
+    assert (woken, idle) == (True, False)
+    assert len(heard) == 200 and heard[-1] == C
