@@ -466,7 +466,7 @@ class AttemptOwner:
     def finalize(self, flight: Flight, outcome: AttemptResult) -> None:
         """Commit the outcome (or what can be stored instead), then clean up."""
         # An event of the attempt's span, not a span: half the tracing cost of a short run.
-        tracing().note("finalize", {"runyard.status": outcome.status.value})
+        tracing().span_event("finalize", {"runyard.status": outcome.status.value})
         self._finalize(flight, outcome)
 
     def _finalize(self, flight: Flight, outcome: AttemptResult) -> None:

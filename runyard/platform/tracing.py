@@ -129,7 +129,7 @@ class Tracing(Protocol):
         """Link the span open in this thread to ``context`` (e.g. a dead owner's span)."""
         ...
 
-    def note(self, name: str, attributes: Attributes | None = None) -> None:
+    def span_event(self, name: str, attributes: Attributes | None = None) -> None:
         """An event of the span open in this thread: a moment worth less than a span."""
         ...
 
@@ -198,7 +198,7 @@ class NoTracing:
         """Nothing to link."""
         return None
 
-    def note(self, name: str, attributes: Attributes | None = None) -> None:
+    def span_event(self, name: str, attributes: Attributes | None = None) -> None:
         """Nothing to note."""
         return None
 
@@ -368,7 +368,7 @@ class OtelTracing:
         if span.get_span_context().is_valid:
             span.add_link(self._span_context_of(context))
 
-    def note(self, name: str, attributes: Attributes | None = None) -> None:
+    def span_event(self, name: str, attributes: Attributes | None = None) -> None:
         """An event of the span open in this thread (none open: nothing)."""
         self._trace.get_current_span().add_event(name, attributes=attributes)
 

@@ -155,10 +155,12 @@ class Submissions:
             result = self._sync.claim_new(run, self._caps)
         else:
             result = self._queue.submit(run, self._caps)
+        ended_at_once = 0
         if build_tag is not None and result.created and self._builds is not None:
-            self._builds.fail_waiting(build_tag)
+            # A run of an image whose build failed ends here: its answer is read, not built.
+            ended_at_once = self._builds.fail_waiting(build_tag)
         view = None
-        if read_back and result.queued is not None:
+        if read_back and result.queued is not None and not ended_at_once:
             view = queued_view(run, result.run_id, result.queued)
         elif read_back and result.job is None:
             view = self._reader.view(result.run_id, request.tenant)

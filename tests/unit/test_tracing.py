@@ -131,7 +131,7 @@ def test_otel_tracing__parents_links_and_recorded_spans_keep_their_ids_and_times
             "waited", start=start, end=start + timedelta(seconds=2), failed="too long"
         )
         assert traced.current() == outer.context()
-        traced.note("moment", {"n": 1})
+        traced.span_event("moment", {"n": 1})
     with pytest.raises(ValueError, match="boom"), traced.span("broken"):
         raise ValueError("boom")
     traced.shutdown()
