@@ -36,6 +36,9 @@ IDLE_POLL_SECONDS = 1.0
 # Without notifications (a transaction pooler and no direct URL) an idle sandbox looks this
 # often: a new command waits at most this long, and an idle sandbox costs no more rounds.
 UNNOTIFIED_IDLE_POLL_SECONDS = 0.5
+# Until the container is ready (a stat through the engine's API, no process started in it):
+# the sandbox is ready this soon after its keeper made the workspace.
+READY_POLL_SECONDS = 0.02
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,8 @@ class _Session:
             target=self._hold_container, name=f"sandbox-{spec.run_id}", daemon=True
         )
         holder.start()
+        wakeups = self._parts.wakeups
+        woken = wakeups.event(spec.run_id)
         server = ExecServer(
             self._parts.engine,
             store,
@@ -142,16 +147,16 @@ class _Session:
             user=str(spec.tool.get("user", "65534:65534")),
             output_cap=int(self._session["output_cap_bytes"]),
             redactor=self._redactor,
+            wake=woken.set,  # a command the session started exited
         )
-        wakeups = self._parts.wakeups
-        woken = wakeups.event(spec.run_id)
         try:
             while holder.is_alive():
                 busy = True
                 if not control.abandon.is_set() and not control.cancel.is_set():
                     busy = self._round(server)
                 idle_wait = IDLE_POLL_SECONDS if wakeups.listening else UNNOTIFIED_IDLE_POLL_SECONDS
-                woken.wait(self._parts.poll_seconds if busy else idle_wait)
+                wait = self._parts.poll_seconds if busy else idle_wait
+                woken.wait(wait if server.ready else min(wait, READY_POLL_SECONDS))
                 woken.clear()
         finally:
             wakeups.forget(spec.run_id)
