@@ -36,9 +36,10 @@ IDLE_POLL_SECONDS = 1.0
 # Without notifications (a transaction pooler and no direct URL) an idle sandbox looks this
 # often: a new command waits at most this long, and an idle sandbox costs no more rounds.
 UNNOTIFIED_IDLE_POLL_SECONDS = 0.5
-# Until the container is ready (a stat through the engine's API, no process started in it):
-# the sandbox is ready this soon after its keeper made the workspace.
-READY_POLL_SECONDS = 0.02
+# Once the container is being started and until it is ready (a stat through the engine's
+# API, no process started in it): the sandbox is ready this soon after its keeper made the
+# workspace. An adopted container is found ready at the first round.
+READY_POLL_SECONDS = 0.01
 
 
 @dataclass(frozen=True)
@@ -133,12 +134,13 @@ class _Session:
             int(self._session["idle_timeout_seconds"]),
             int(self._session["max_execs"]),
         )
+        wakeups = self._parts.wakeups
+        woken = wakeups.event(spec.run_id)
+        starting = self._watch_start(woken)
         holder = threading.Thread(
             target=self._hold_container, name=f"sandbox-{spec.run_id}", daemon=True
         )
         holder.start()
-        wakeups = self._parts.wakeups
-        woken = wakeups.event(spec.run_id)
         server = ExecServer(
             self._parts.engine,
             store,
@@ -156,7 +158,9 @@ class _Session:
                     busy = self._round(server)
                 idle_wait = IDLE_POLL_SECONDS if wakeups.listening else UNNOTIFIED_IDLE_POLL_SECONDS
                 wait = self._parts.poll_seconds if busy else idle_wait
-                woken.wait(wait if server.ready else min(wait, READY_POLL_SECONDS))
+                if not server.ready and starting.is_set():
+                    wait = READY_POLL_SECONDS
+                woken.wait(wait)
                 woken.clear()
         finally:
             wakeups.forget(spec.run_id)
@@ -166,6 +170,24 @@ class _Session:
             raise self._error
         assert self._result is not None
         return self._end(self._result)
+
+    def _watch_start(self, woken: threading.Event) -> threading.Event:
+        """An event set when the runner is about to start the container (its second
+        ownership check: the first comes before the create), so readiness is looked for
+        often only from then on, not while the engine creates it."""
+        starting = threading.Event()
+        checks = [0]
+        owner_check = self._control.still_owner
+
+        def still_owner() -> bool:
+            checks[0] += 1
+            if checks[0] >= 2:
+                starting.set()
+                woken.set()
+            return owner_check()
+
+        self._control.still_owner = still_owner
+        return starting
 
     def _redactor(self) -> Redactor:
         names = sorted(self._spec.tool.get("secrets") or {})
