@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from runyard.sandbox_engine import ExecFiles, SandboxNotRunning
 from runyard.sandbox_session import SessionClient, decode_word
+from runyard.sandboxes.store import OpenExec
 
 
 @dataclass
@@ -160,3 +161,22 @@ class FakeSessionPeer:
     def close(self) -> None:
         """The owner hung up."""
         self.closed = True
+
+
+def pending_exec(
+    exec_id: uuid.UUID, command: list[str], env: dict[str, str] | None = None, cwd: str = "/"
+) -> OpenExec:
+    """A command as the owner reads it before it starts."""
+    return OpenExec(
+        id=exec_id,
+        status="pending",
+        command=command,
+        env=env or {},
+        cwd=cwd,
+        timeout_seconds=60,
+        started_at=None,
+        stdout_end=0,
+        stderr_end=0,
+        timed_out=False,
+        has_stdin=False,
+    )

@@ -21,8 +21,7 @@ from runyard.sandbox_session import (
     encode_word,
 )
 from runyard.sandboxes.channel import REOPEN_SECONDS, ExecChannel
-from runyard.sandboxes.fake import FakeExec, FakeSandboxEngine
-from runyard.sandboxes.store import OpenExec
+from runyard.sandboxes.fake import FakeExec, FakeSandboxEngine, pending_exec
 
 CONTAINER = "runyard-test-1"
 
@@ -34,22 +33,6 @@ def engine_with_output(
     exec_id = uuid.uuid4()
     fake.execs[exec_id] = FakeExec(["x"], {}, "/", b"", bytearray(data), exit_code=exit_code)
     return fake, exec_id
-
-
-def open_exec(exec_id: uuid.UUID, command: list[str], env: dict[str, str], cwd: str) -> OpenExec:
-    return OpenExec(
-        id=exec_id,
-        status="running",
-        command=command,
-        env=env,
-        cwd=cwd,
-        timeout_seconds=60,
-        started_at=None,
-        stdout_end=0,
-        stderr_end=0,
-        timed_out=False,
-        has_stdin=False,
-    )
 
 
 @pytest.mark.parametrize(
@@ -168,7 +151,7 @@ def test_channel__a_broken_start_is_made_again_once_without_rewriting_stdin():
     fake.sessions[0].injected = b"garbage\n"
     exec_id = uuid.uuid4()
 
-    channel.start(open_exec(exec_id, ["cat"], {"K": "v"}, "/w"), b"input", "65534:65534")
+    channel.start(pending_exec(exec_id, ["cat"], {"K": "v"}, "/w"), b"input", "65534:65534")
 
     # The session started it, the fallback's start found it started (the wrapper's mkdir).
     assert fake.execs[exec_id].stdin == b"input"
