@@ -59,6 +59,9 @@ SESSION = (
     '      sh -c "$w" runyard-exec "$id" "$cwd" "$@" </dev/null >/dev/null & )\n'
     '    echo "$n s" ;;\n'
     "  k)\n"
+    # Just started, the wrapper may not have noted the pid yet: wait for it (up to 1 s).
+    '    i=0; while [ ! -s "$e/pid" ] && [ ! -f "$e/exit" ] && [ $i -lt 20 ]; do\n'
+    "      sleep 0.05; i=$((i + 1)); done\n"
     '    p=; read -r p 2>/dev/null <"$e/pid"; kill -KILL "$p" 2>/dev/null; echo "$n k" ;;\n'
     '  *) echo "$n ?" ;;\n'
     "  esac\n"
