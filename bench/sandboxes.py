@@ -3,8 +3,8 @@ fast files move, through a real API process and a real worker process.
 
 - create: ``POST /v1/sandboxes`` until ``GET`` says ``running`` (its container up, the
   workspace made), against a raw ``docker run -d`` of the same image with the same keeper
-  until the engine says it runs; alternating, one at a time, each side given a moment to
-  settle (its follow-up engine calls) before the other's.
+  until the engine says it runs, both looked for every 10 ms; alternating, one at a time,
+  each side given a moment to settle (its follow-up engine calls) before the other's.
 - exec round trip: ``POST .../exec`` of ``true`` then ``GET .../execs/{id}?wait=`` until it
   finished, from 1 and from 4 client threads on one sandbox (``max_execs`` 4), with the
   worker's and the API's CPU per command.
@@ -58,6 +58,8 @@ RAW_LABEL = "io.runyard.bench-sandbox"
 # Between two creates: the owner opens its exec session after its sandbox is ready, the
 # engine follows a started container's logs; neither should land in the other side's time.
 SETTLE_SECONDS = 0.3
+# Both sides look for "running" this often.
+POLL_STEP = 0.01
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,7 +81,7 @@ def create_sandbox(api: Http) -> tuple[str, float]:
         _, found = api.request("GET", f"/v1/sandboxes/{made['id']}")
         return bool(found["status"] == "running")
 
-    wait_until(running, 120, "the sandbox to run", step=0.02)
+    wait_until(running, 120, "the sandbox to run", step=POLL_STEP)
     return str(made["id"]), time.perf_counter() - start
 
 
@@ -96,7 +98,7 @@ def raw_create(client: Any, session: str) -> float:
         network_mode="none",
     )
     while container.status != "running":
-        time.sleep(0.01)
+        time.sleep(POLL_STEP)
         container.reload()
     return time.perf_counter() - start
 

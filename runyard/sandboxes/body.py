@@ -39,7 +39,7 @@ UNNOTIFIED_IDLE_POLL_SECONDS = 0.5
 # Once the container is being started and until it is ready (a stat through the engine's
 # API, no process started in it): the sandbox is ready this soon after its keeper made the
 # workspace. An adopted container is found ready at the first round.
-READY_POLL_SECONDS = 0.01
+READY_POLL_SECONDS = 0.005
 
 
 @dataclass(frozen=True)
