@@ -53,6 +53,25 @@ class _Parts:
     poll_seconds: float
 
 
+def watch_start(control: AttemptControl, woken: threading.Event) -> threading.Event:
+    """An event set (and ``woken`` with it) when the runner is about to start the container:
+    its second ownership check, the first coming before the create. Readiness is looked for
+    often only from then on, not while the engine creates the container."""
+    starting = threading.Event()
+    checks = [0]
+    owner_check = control.still_owner
+
+    def still_owner() -> bool:
+        checks[0] += 1
+        if checks[0] >= 2:
+            starting.set()
+            woken.set()
+        return owner_check()
+
+    control.still_owner = still_owner
+    return starting
+
+
 class SandboxRunner:
     """The runner port, with sandboxes served beside their containers."""
 
@@ -136,7 +155,7 @@ class _Session:
         )
         wakeups = self._parts.wakeups
         woken = wakeups.event(spec.run_id)
-        starting = self._watch_start(woken)
+        starting = watch_start(control, woken)
         holder = threading.Thread(
             target=self._hold_container, name=f"sandbox-{spec.run_id}", daemon=True
         )
@@ -170,24 +189,6 @@ class _Session:
             raise self._error
         assert self._result is not None
         return self._end(self._result)
-
-    def _watch_start(self, woken: threading.Event) -> threading.Event:
-        """An event set when the runner is about to start the container (its second
-        ownership check: the first comes before the create), so readiness is looked for
-        often only from then on, not while the engine creates it."""
-        starting = threading.Event()
-        checks = [0]
-        owner_check = self._control.still_owner
-
-        def still_owner() -> bool:
-            checks[0] += 1
-            if checks[0] >= 2:
-                starting.set()
-                woken.set()
-            return owner_check()
-
-        self._control.still_owner = still_owner
-        return starting
 
     def _redactor(self) -> Redactor:
         names = sorted(self._spec.tool.get("secrets") or {})

@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 
+from runyard.runner import AttemptControl
 from runyard.runners.docker.sandbox_session import FrameSplitter
 from runyard.sandbox_engine import ExecFiles
 from runyard.sandbox_session import (
@@ -20,6 +21,7 @@ from runyard.sandbox_session import (
     decode_word,
     encode_word,
 )
+from runyard.sandboxes.body import watch_start
 from runyard.sandboxes.channel import REOPEN_SECONDS, ExecChannel
 from runyard.sandboxes.fake import FakeExec, FakeSandboxEngine, pending_exec
 
@@ -182,3 +184,14 @@ def test_frame_splitter__cuts_stdout_and_stderr_apart_across_any_chunking():
         for at in range(0, len(stream), size):
             splitter.feed(stream[at : at + size])
         assert (bytes(out), bytes(err)) == (b"hello \x01\x02", b"x\n")
+
+
+def test_watch_start__the_second_ownership_check_marks_the_start_and_wakes_the_round():
+    control = AttemptControl(still_owner=lambda: False)
+    woken = threading.Event()
+    starting = watch_start(control, woken)
+
+    assert control.still_owner() is False  # the owner's answer, passed through
+    assert not starting.is_set() and not woken.is_set()  # before the create
+    control.still_owner()  # before the start
+    assert starting.is_set() and woken.is_set()
