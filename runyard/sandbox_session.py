@@ -169,7 +169,6 @@ class SessionClient:
         self._ready = threading.Condition()
         self._buffer = bytearray()
         self._limit = MAX_LINE
-        self._notice_tail = 0
         self._closed = False
 
     # --- what the transport's reader feeds ---
