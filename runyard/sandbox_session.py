@@ -50,7 +50,8 @@ SESSION = (
     '    else echo "$n p missing"; fi ;;\n'
     "  r)\n"
     '    tail -c +$(($3 + 1)) "$e/$2" 2>/dev/null | head -c "$4" >"$t"\n'
-    '    c=$(wc -c <"$t"); echo "$n r $c"; head -c "$c" "$t"; echo "$n e" ;;\n'
+    # Emptied once sent: a session killed later leaves no copy of the bytes behind.
+    '    c=$(wc -c <"$t"); echo "$n r $c"; head -c "$c" "$t"; : >"$t"; echo "$n e" ;;\n'
     "  s)\n"
     "    id=$1; k=$2; shift 2\n"
     '    ( while [ "$k" -gt 0 ]; do dec "$1"; export "$v"; shift; k=$((k - 1)); done\n'
