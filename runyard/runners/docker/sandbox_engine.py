@@ -116,6 +116,8 @@ class DockerSandboxEngine:
             raise RunnerUnavailable(f"cannot look into {container}: {exc}") from exc
         if answer.status_code == 404:
             return False
+        if answer.status_code == 409:
+            raise SandboxNotRunning(f"container {container} is not running")
         if answer.status_code >= 400:
             raise RunnerUnavailable(f"cannot look into {container}: {answer.status_code}")
         return True
