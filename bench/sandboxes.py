@@ -3,9 +3,11 @@ fast files move, through a real API process and a real worker process.
 
 - create: ``POST /v1/sandboxes`` until ``GET`` says ``running`` (its container up, the
   workspace made), against a raw ``docker run -d`` of the same image with the same keeper
-  until the engine says it runs; alternating, one at a time.
+  until the engine says it runs, both looked for every 10 ms; alternating, one at a time,
+  each side given a moment to settle (its follow-up engine calls) before the other's.
 - exec round trip: ``POST .../exec`` of ``true`` then ``GET .../execs/{id}?wait=`` until it
-  finished, from 1 and from 4 client threads on one sandbox (``max_execs`` 4).
+  finished, from 1 and from 4 client threads on one sandbox (``max_execs`` 4), with the
+  worker's and the API's CPU per command.
 - files: one upload and one download of ``--file-mb`` MiB of random bytes.
 """
 
@@ -34,6 +36,7 @@ from bench.common import (
     out,
     percentile,
     print_machine,
+    process_cpu_seconds,
     remove_containers_of,
     table,
     wait_for_api,
@@ -52,6 +55,11 @@ SANDBOX_TOOL = {
     "disk_mb": 2048,
 }
 RAW_LABEL = "io.runyard.bench-sandbox"
+# Between two creates: the owner opens its exec session after its sandbox is ready, the
+# engine follows a started container's logs; neither should land in the other side's time.
+SETTLE_SECONDS = 0.3
+# Both sides look for "running" this often.
+POLL_STEP = 0.01
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,7 +81,7 @@ def create_sandbox(api: Http) -> tuple[str, float]:
         _, found = api.request("GET", f"/v1/sandboxes/{made['id']}")
         return bool(found["status"] == "running")
 
-    wait_until(running, 120, "the sandbox to run", step=0.02)
+    wait_until(running, 120, "the sandbox to run", step=POLL_STEP)
     return str(made["id"]), time.perf_counter() - start
 
 
@@ -90,7 +98,7 @@ def raw_create(client: Any, session: str) -> float:
         network_mode="none",
     )
     while container.status != "running":
-        time.sleep(0.01)
+        time.sleep(POLL_STEP)
         container.reload()
     return time.perf_counter() - start
 
@@ -176,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
             sandbox_id, seconds = create_sandbox(api)
             sandboxes.append(sandbox_id)
             ours.append(seconds)
+            time.sleep(SETTLE_SECONDS)
             raw.append(raw_create(client, session))
+            time.sleep(SETTLE_SECONDS)
         out(
             table(
                 ["create", "p50 s", "max s"],
@@ -189,16 +199,24 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for threads in (1, 4):
             deadline.check(f"execs at {threads}")
+            cpu_before = [process_cpu_seconds(procs.pid(name)) for name in ("worker", "api")]
             times = exec_round_trips(port, sandboxes[0], args.execs, threads)
+            cpu = [
+                (process_cpu_seconds(procs.pid(name)) - before) * 1000 / len(times)
+                for name, before in zip(("worker", "api"), cpu_before, strict=True)
+            ]
             rows.append(
                 [
                     str(threads),
                     f"{median(times) * 1000:.0f}",
                     f"{percentile(times, 99) * 1000:.0f}",
                     f"{len(times) / sum(times) * threads:.1f}",
+                    f"{cpu[0]:.1f}",
+                    f"{cpu[1]:.1f}",
                 ]
             )
-        out(table(["exec concurrency", "p50 ms", "p99 ms", "execs/s"], rows))
+        head = ["exec concurrency", "p50 ms", "p99 ms", "execs/s", "worker CPU ms", "API CPU ms"]
+        out(table(head, rows))
         up, down = move_file(port, sandboxes[0], args.file_mb)
         out(table(["files", "MiB/s"], [["upload", f"{up:.0f}"], ["download", f"{down:.0f}"]]))
         out(

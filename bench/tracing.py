@@ -58,7 +58,7 @@ def cpu_per_job(traced: Tracing, jobs: int, rate: float) -> float:
         with traced_attempt(job, "bench-worker"):
             trace_build_wait(job, _engine_id, builds)
             tracing().current()
-            tracing().note("finalize", {"runyard.status": "succeeded"})
+            tracing().span_event("finalize", {"runyard.status": "succeeded"})
 
     try:
         for _ in range(min(jobs, 500)):

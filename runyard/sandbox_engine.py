@@ -10,11 +10,14 @@ of the same command (an adopter unsure whether the last owner started it) does n
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runyard.domain.sandboxes import EXECS_DIR, WORKSPACE
+
+if TYPE_CHECKING:
+    from runyard.sandbox_session import ExecSession
 
 # The sandbox's main process: makes the workspace, then waits until it is stopped.
 KEEPER = (
@@ -34,6 +37,8 @@ EXEC_WRAPPER = (
     'echo $! >"$d/pid"\n'
     "wait $!\n"
     'echo $? >"$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"\n'
+    # A session that started it is told (only a wake-up; the exit file is the fact).
+    'echo "x ${d##*/}" >&2\n'
 )
 
 # sh -c EXEC_POLL runyard-poll <exec id>: "<exit or -> <stdout bytes> <stderr bytes>", or
@@ -128,6 +133,15 @@ class SandboxEngine(Protocol):
 
     def ready(self, container: str) -> bool:
         """Whether the keeper has made the workspace (the container runs)."""
+        ...
+
+    def open_session(self, container: str, wake: Callable[[], None]) -> ExecSession:
+        """A session in the container (``runyard.sandbox_session``); ``wake`` is called
+        when a command it started exits."""
+        ...
+
+    def put_stdin(self, container: str, exec_id: uuid.UUID, stdin: bytes, user: str) -> None:
+        """Put a command's stdin where the wrapper reads it, before it starts."""
         ...
 
     def poll_exec(self, container: str, exec_id: uuid.UUID) -> ExecFiles:

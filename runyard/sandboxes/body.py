@@ -37,6 +37,10 @@ IDLE_POLL_SECONDS = 1.0
 # Without notifications (a transaction pooler and no direct URL) an idle sandbox looks this
 # often: a new command waits at most this long, and an idle sandbox costs no more rounds.
 UNNOTIFIED_IDLE_POLL_SECONDS = 0.5
+# Once the container is being started and until it is ready (a stat through the engine's
+# API, no process started in it): the sandbox is ready this soon after its keeper made the
+# workspace. An adopted container is found ready at the first round.
+READY_POLL_SECONDS = 0.005
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,25 @@ class _Parts:
     store: SandboxStore
     wakeups: ExecWakeups
     poll_seconds: float
+
+
+def watch_start(control: AttemptControl, woken: threading.Event) -> threading.Event:
+    """An event set (and ``woken`` with it) when the runner is about to start the container:
+    its second ownership check, the first coming before the create. Readiness is looked for
+    often only from then on, not while the engine creates the container."""
+    starting = threading.Event()
+    checks = [0]
+    owner_check = control.still_owner
+
+    def still_owner() -> bool:
+        checks[0] += 1
+        if checks[0] >= 2:
+            starting.set()
+            woken.set()
+        return owner_check()
+
+    control.still_owner = still_owner
+    return starting
 
 
 class SandboxRunner:
@@ -131,6 +154,9 @@ class _Session:
             int(self._session["idle_timeout_seconds"]),
             int(self._session["max_execs"]),
         )
+        wakeups = self._parts.wakeups
+        woken = wakeups.event(spec.run_id)
+        starting = watch_start(control, woken)
         holder = threading.Thread(
             target=self._hold_container, name=f"sandbox-{spec.run_id}", daemon=True
         )
@@ -144,16 +170,18 @@ class _Session:
             user=str(spec.tool.get("user", "65534:65534")),
             output_cap=int(self._session["output_cap_bytes"]),
             redactor=self._redactor,
+            wake=woken.set,  # a command the session started exited
         )
-        wakeups = self._parts.wakeups
-        woken = wakeups.event(spec.run_id)
         try:
             while holder.is_alive():
                 busy = True
                 if not control.abandon.is_set() and not control.cancel.is_set():
                     busy = self._round(server)
                 idle_wait = IDLE_POLL_SECONDS if wakeups.listening else UNNOTIFIED_IDLE_POLL_SECONDS
-                woken.wait(self._parts.poll_seconds if busy else idle_wait)
+                wait = self._parts.poll_seconds if busy else idle_wait
+                if not server.ready and starting.is_set():
+                    wait = READY_POLL_SECONDS
+                woken.wait(wait)
                 woken.clear()
         finally:
             wakeups.forget(spec.run_id)

@@ -4,9 +4,12 @@ wrapper would have written, and the test writes its output and exit."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from runyard.sandbox_engine import ExecFiles, SandboxNotRunning
+from runyard.sandbox_session import SessionClient, decode_word
+from runyard.sandboxes.store import OpenExec
 
 
 @dataclass
@@ -31,6 +34,10 @@ class FakeSandboxEngine:
         self.start_calls = 0
         self.kills: list[uuid.UUID] = []
         self._secrets = secrets or []
+        # Sessions opened (their peers), and whether a new one is refused.
+        self.sessions: list[FakeSessionPeer] = []
+        self.refuse_sessions = False
+        self.stdins: dict[uuid.UUID, bytes] = {}
 
     def _check(self) -> None:
         if not self.running:
@@ -55,6 +62,21 @@ class FakeSandboxEngine:
         self._check()
         self.start_calls += 1
         self.execs.setdefault(exec_id, FakeExec(command, env, cwd, stdin or b""))
+
+    def open_session(self, container: str, wake: Callable[[], None]) -> SessionClient:
+        """A session answered by a ``FakeSessionPeer``."""
+        self._check()
+        if self.refuse_sessions:
+            raise SandboxNotRunning("the fake engine refuses sessions")
+        peer = FakeSessionPeer(self)
+        peer.client = SessionClient(peer, wake=wake, answer_seconds=0.5)
+        self.sessions.append(peer)
+        return peer.client
+
+    def put_stdin(self, container: str, exec_id: uuid.UUID, stdin: bytes, user: str) -> None:
+        """Kept until the command starts."""
+        self._check()
+        self.stdins[exec_id] = stdin
 
     def poll_exec(self, container: str, exec_id: uuid.UUID) -> ExecFiles:
         """What the wrapper's files say."""
@@ -81,3 +103,80 @@ class FakeSandboxEngine:
     def secret_values(self, container: str, names: list[str]) -> list[str]:
         """The secrets it was made with."""
         return list(self._secrets)
+
+
+class FakeSessionPeer:
+    """The session's ``sh`` loop in memory: answers each request line from the fake engine's
+    commands, framed as ``SESSION`` frames it; a test can make it misbehave."""
+
+    def __init__(self, engine: FakeSandboxEngine) -> None:
+        self.engine = engine
+        self.client: SessionClient | None = None
+        self.requests: list[str] = []
+        self.closed = False
+        # Bytes written before the next answer (a command posing as the session).
+        self.injected = b""
+        # A read's answer stops after this many of its bytes and the session dies.
+        self.die_after_bytes: int | None = None
+
+    def send(self, data: bytes) -> None:
+        """One request line: answered at once (into the client's buffer)."""
+        if self.closed:
+            raise OSError("the fake session is closed")
+        assert self.client is not None
+        op, nonce, exec_id, *words = data.decode("ascii").rstrip("\n").split(" ")
+        self.requests.append(op)
+        found = self.engine.execs.get(uuid.UUID(exec_id))
+        if op == "p":
+            files = self.engine.poll_exec("", uuid.UUID(exec_id))
+            sizes = f"{'-' if files.exit_code is None else files.exit_code} "
+            sizes += f"{files.stdout_size} {files.stderr_size}"
+            answer = f"{nonce} p {sizes if files.started else 'missing'}\n".encode()
+        elif op == "r":
+            stream, offset, size = words[0], int(words[1]), int(words[2])
+            data = bytes(getattr(found, stream)[offset : offset + size]) if found else b""
+            answer = f"{nonce} r {len(data)}\n".encode() + data + f"{nonce} e\n".encode()
+            if self.die_after_bytes is not None:
+                answer = answer[: answer.index(b"\n") + 1 + self.die_after_bytes]
+                self.client.feed_stdout(self.injected + answer)
+                self.closed = True
+                self.client.feed_end()
+                return
+        elif op == "s":
+            env_count = int(words[0])
+            pairs = [decode_word(w).partition("=") for w in words[1 : 1 + env_count]]
+            cwd, *command = (decode_word(w) for w in words[1 + env_count :])
+            stdin = self.engine.stdins.pop(uuid.UUID(exec_id), None)
+            env = {name: value for name, _, value in pairs}
+            self.engine.start_exec(
+                "", uuid.UUID(exec_id), command, env=env, cwd=cwd, stdin=stdin, user=""
+            )
+            answer = f"{nonce} s\n".encode()
+        else:
+            self.engine.kill_exec("", uuid.UUID(exec_id))
+            answer = f"{nonce} k\n".encode()
+        self.client.feed_stdout(self.injected + answer)
+        self.injected = b""
+
+    def close(self) -> None:
+        """The owner hung up."""
+        self.closed = True
+
+
+def pending_exec(
+    exec_id: uuid.UUID, command: list[str], env: dict[str, str] | None = None, cwd: str = "/"
+) -> OpenExec:
+    """A command as the owner reads it before it starts."""
+    return OpenExec(
+        id=exec_id,
+        status="pending",
+        command=command,
+        env=env or {},
+        cwd=cwd,
+        timeout_seconds=60,
+        started_at=None,
+        stdout_end=0,
+        stderr_end=0,
+        timed_out=False,
+        has_stdin=False,
+    )

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from runyard.domain.sandboxes import MAX_EXECS_CEILING, complete_utf8, exec_timed_out, startable
 from runyard.registry.redact import Redactor
 from runyard.sandbox_engine import ExecFiles, SandboxEngine
+from runyard.sandboxes.channel import ExecChannel
 from runyard.sandboxes.store import STREAMS, OpenExec, SandboxStore, Tick
 
 logger = logging.getLogger(__name__)
@@ -40,8 +41,10 @@ class ExecServer:
         user: str,
         output_cap: int,
         redactor: Callable[[], Redactor],
+        wake: Callable[[], None] = lambda: None,
     ) -> None:
         self._engine = engine
+        self._channel = ExecChannel(engine, container, wake=wake)
         self._store = store
         self._run_id = run_id
         self._container = container
@@ -60,8 +63,9 @@ class ExecServer:
         )
 
     def close(self) -> None:
-        """Stop the threads that follow commands (after the last round)."""
+        """Stop the threads that follow commands (after the last round), and the session."""
         self._pool.shutdown(wait=True)
+        self._channel.close()
 
     @property
     def ready(self) -> bool:
@@ -69,15 +73,17 @@ class ExecServer:
         return self._ready
 
     def serve_once(self) -> Tick | None:
-        """One round over the open commands; the tick it read (None without the row)."""
+        """One round over the open commands; the tick it read (None without the row, or
+        while the container is not ready: the engine is asked first, the database after)."""
+        if not self._ready:
+            if not self._engine.ready(self._container):
+                return None
+            self._store.mark_ready(self._run_id)
+            self._ready = True
         tick = self._store.tick(self._run_id, OPEN_LIMIT)
         if tick is None:
             return None
-        if not self._ready:
-            if not self._engine.ready(self._container):
-                return tick
-            self._store.mark_ready(self._run_id)
-            self._ready = True
+        self._channel.ensure_open()
         if self._redactor is None:
             self._redactor = self._make_redactor()
         running = [e for e in tick.execs if e.status == "running"]
@@ -99,15 +105,7 @@ class ExecServer:
 
     def _launch(self, open_exec: OpenExec) -> None:
         stdin = self._store.stdin(open_exec.id) if open_exec.has_stdin else None
-        self._engine.start_exec(
-            self._container,
-            open_exec.id,
-            list(open_exec.command),
-            env=dict(open_exec.env),
-            cwd=open_exec.cwd,
-            stdin=stdin,
-            user=self._user,
-        )
+        self._channel.start(open_exec, stdin, self._user)
         with self._seen_lock:
             self._seen.add(open_exec.id)
         logger.info(
@@ -117,7 +115,7 @@ class ExecServer:
 
     def _follow(self, open_exec: OpenExec, tick: Tick) -> None:
         """Store what a running command wrote since, and end it once it exited."""
-        files = self._engine.poll_exec(self._container, open_exec.id)
+        files = self._channel.poll(open_exec.id)
         if not files.started:
             with self._seen_lock:
                 seen = open_exec.id in self._seen
@@ -140,7 +138,7 @@ class ExecServer:
             tick.db_now, open_exec.started_at, open_exec.timeout_seconds
         ):
             self._store.mark_timed_out(open_exec.id)
-            self._engine.kill_exec(self._container, open_exec.id)
+            self._channel.kill(open_exec.id)
 
     def _pump(self, open_exec: OpenExec, stream: str, files: ExecFiles) -> bool:
         """Store ``stream`` up to what the container holds (and the cap); True once every
@@ -150,9 +148,7 @@ class ExecServer:
         final = files.exit_code is not None
         redactor = self._redactor or Redactor(())
         while end < target:
-            data = self._engine.read_exec(
-                self._container, open_exec.id, stream, end, min(READ_BYTES, target - end)
-            )
+            data = self._channel.read(open_exec.id, stream, end, min(READ_BYTES, target - end))
             if not data:
                 return False
             if not final or end + len(data) < target:

@@ -6,7 +6,7 @@ import io
 import tarfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import docker
@@ -18,6 +18,7 @@ from runyard.runner import RunnerUnavailable
 from runyard.runners.docker.connection import skip_environment_lookups
 from runyard.runners.docker.engine_marker import EngineMarker
 from runyard.runners.docker.outputs import tool_ids
+from runyard.runners.docker.sandbox_session import open_docker_session
 from runyard.runners.docker.terminal import DockerTerminal, DockerTerminals, exec_errors
 from runyard.sandbox_engine import (
     EXEC_KILL,
@@ -29,6 +30,7 @@ from runyard.sandbox_engine import (
     SandboxNotRunning,
     parse_poll,
 )
+from runyard.sandbox_session import SessionClient
 
 _TRANSPORT_ERRORS = (
     docker.errors.APIError,
@@ -84,11 +86,12 @@ class DockerSandboxEngine:
     ) -> None:
         """Put the command's stdin in its place, then start it detached under the wrapper."""
         if stdin:
-            self._put_stdin(container, exec_id, stdin, user)
+            self.put_stdin(container, exec_id, stdin, user)
         argv = ["/bin/sh", "-c", EXEC_WRAPPER, "runyard-exec", str(exec_id), cwd, *command]
         self._exec(container, argv, detach=True, env=env)
 
-    def _put_stdin(self, container: str, exec_id: uuid.UUID, stdin: bytes, user: str) -> None:
+    def put_stdin(self, container: str, exec_id: uuid.UUID, stdin: bytes, user: str) -> None:
+        """The stdin as a file of the tool's user, through the engine's archive API."""
         uid, gid = tool_ids(user)
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as tar:
@@ -104,9 +107,24 @@ class DockerSandboxEngine:
             raise RunnerUnavailable(f"cannot write stdin into {container}: {exc}") from exc
 
     def ready(self, container: str) -> bool:
-        """The keeper's directories are there."""
-        argv = ["/bin/sh", "-c", f"test -d {EXECS_DIR} && echo ok"]
-        return self._exec(container, argv).strip() == b"ok"
+        """The keeper's directories are there: a stat through the engine's archive API,
+        which starts no process in the container."""
+        url = self._api._url("/containers/{0}/archive", container)
+        try:
+            answer = self._api.head(url, params={"path": EXECS_DIR})
+        except _TRANSPORT_ERRORS as exc:
+            raise RunnerUnavailable(f"cannot look into {container}: {exc}") from exc
+        if answer.status_code == 404:
+            return False
+        if answer.status_code == 409:
+            raise SandboxNotRunning(f"container {container} is not running")
+        if answer.status_code >= 400:
+            raise RunnerUnavailable(f"cannot look into {container}: {answer.status_code}")
+        return True
+
+    def open_session(self, container: str, wake: Callable[[], None]) -> SessionClient:
+        """An attached session in the container (``runyard.runners.docker.sandbox_session``)."""
+        return open_docker_session(self._api, container, wake)
 
     def poll_exec(self, container: str, exec_id: uuid.UUID) -> ExecFiles:
         """The command's exit and output sizes, as the container has them."""

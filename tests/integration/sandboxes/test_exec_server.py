@@ -50,6 +50,17 @@ def server(
     )
 
 
+def sandbox_with_command(
+    engine: Engine, registry: ToolRegistry, command: list[str]
+) -> tuple[SandboxStore, FakeSandboxEngine, uuid.UUID, uuid.UUID]:
+    """A sandbox on a fake engine with one pending command."""
+    store = SandboxStore(engine)
+    run_id = new_sandbox(engine, registry)
+    exec_id = store.insert_exec(run_id, NewExec(command, b"", {}, "/", 60))
+    assert exec_id is not None
+    return store, FakeSandboxEngine(), run_id, exec_id
+
+
 def stored_text(store: SandboxStore, exec_id: uuid.UUID, stream: str = "stdout") -> bytes:
     chunks = store.chunks_from(exec_id, 0, 0, 10_000)
     return b"".join(c.data for c in chunks if c.stream == stream)
@@ -88,11 +99,7 @@ def test_append_chunk__stores_only_where_the_stored_bytes_end(
 def test_two_owners_at_once__every_byte_once_and_one_start(
     engine: Engine, registry: ToolRegistry, servers: list[ExecServer]
 ):
-    store = SandboxStore(engine)
-    fake = FakeSandboxEngine()
-    run_id = new_sandbox(engine, registry)
-    exec_id = store.insert_exec(run_id, NewExec(["yes"], b"", {}, "/", 60))
-    assert exec_id is not None
+    store, fake, run_id, exec_id = sandbox_with_command(engine, registry, ["yes"])
     old, new = server(store, fake, run_id), server(store, fake, run_id)
     servers += [old, new]
     old.serve_once()
@@ -169,6 +176,28 @@ def test_exec_server__caps_each_stream_and_kills_an_overdue_command(
     assert fake.kills == [overdue]
     killed = exec_row(store, run_id, overdue)
     assert (killed.status, killed.exit_code, killed.timed_out) == ("finished", 137, True)
+
+
+def test_exec_server__a_session_dying_mid_read_loses_and_repeats_no_byte(
+    engine: Engine, registry: ToolRegistry, servers: list[ExecServer]
+):
+    store, fake, run_id, exec_id = sandbox_with_command(engine, registry, ["yes"])
+    serving = server(store, fake, run_id, cap=4_000_000)
+    servers.append(serving)
+    serving.serve_once()  # started through the session
+    assert fake.sessions[0].requests == ["s"]
+    expected = b"".join(f"{i:07d}\n".encode() for i in range(300_000))  # 2.4 MB: 3 reads
+    fake.execs[exec_id].stdout += expected
+    fake.execs[exec_id].exit_code = 0
+    fake.sessions[0].die_after_bytes = 70_000
+
+    serving.serve_once()
+    serving.serve_once()
+
+    assert stored_text(store, exec_id) == expected
+    row = exec_row(store, run_id, exec_id)
+    assert (row.status, row.exit_code, row.stdout_end) == ("finished", 0, len(expected))
+    assert fake.sessions[0].closed  # the broken session is never asked again
 
 
 def test_exec_wakeups__a_new_command_wakes_its_sandbox_only(
