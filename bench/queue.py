@@ -280,6 +280,8 @@ def psycopg_floor_round(url: str, jobs: int, threads: int, deadline: Deadline) -
                     "owner": None,  # queue mode: not claimed at the insert
                     "engine_id": None,
                     "lease": None,
+                    "concurrency_key": None,
+                    "flow_scopes": None,
                     "now": None,
                 },
             )
@@ -766,6 +768,8 @@ def _profile_claim_vs_backlog(url: str, backlogs: list[int], deadline: Deadline)
                             "owner": None,  # queue mode: not claimed at the insert
                             "engine_id": None,
                             "lease": None,
+                            "concurrency_key": None,
+                            "flow_scopes": None,
                             "now": None,
                         },
                     )

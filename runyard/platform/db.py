@@ -5,6 +5,7 @@ Nothing is connected at import.
 
 from __future__ import annotations
 
+import re
 from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -125,12 +126,37 @@ def make_engine(
     )
 
 
-_COMPILED: dict[TextClause, str] = {}
+# Each statement compiled once to PostgreSQL's own ``$n`` placeholders with the names of
+# its parameters in order: sent through a raw cursor, psycopg never parses the text again
+# (it caches its own parse only for statements under 4 KiB, and the queue's are longer).
+_COMPILED: dict[TextClause, tuple[str, tuple[str, ...]]] = {}
 _ROW_TYPES: dict[str, Callable[[Sequence[Any]], Any]] = {}
 _CURSOR = "runyard.cursor"
+_PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s")
 
 
-def _rows(sql: str, cursor: psycopg.Cursor[Any]) -> list[Any]:
+def positional(pyformat_sql: str) -> tuple[str, tuple[str, ...]]:
+    """``%(name)s`` placeholders as ``$n`` (one number per name) and ``%%`` as ``%``; the
+    names in number order."""
+    names: dict[str, int] = {}
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            return "%"
+        return f"${names.setdefault(name, len(names) + 1)}"
+
+    return _PLACEHOLDER.sub(number, pyformat_sql), tuple(names)
+
+
+def _compiled(engine: Engine, statement: TextClause) -> tuple[str, tuple[str, ...]]:
+    found = _COMPILED.get(statement)
+    if found is None:
+        found = _COMPILED[statement] = positional(str(statement.compile(dialect=engine.dialect)))
+    return found
+
+
+def _rows(sql: str, cursor: psycopg.RawCursor[Any]) -> list[Any]:
     """The result as named tuples, their type made once per statement."""
     make = _ROW_TYPES.get(sql)
     if make is None:
@@ -142,6 +168,13 @@ def _rows(sql: str, cursor: psycopg.Cursor[Any]) -> list[Any]:
     return [make(row) for row in cursor.fetchall()]
 
 
+def _values(names: tuple[str, ...], params: Mapping[str, Any]) -> tuple[Any, ...]:
+    try:
+        return tuple([params[name] for name in names])
+    except KeyError as missing:
+        raise psycopg.ProgrammingError(f"query parameter missing: {missing.args[0]}") from None
+
+
 def autocommit(engine: Engine, statement: TextClause, params: Mapping[str, Any]) -> list[Any]:
     """Run one statement as its own transaction on a pooled connection; its rows.
 
@@ -151,10 +184,9 @@ def autocommit(engine: Engine, statement: TextClause, params: Mapping[str, Any])
     errors retry that too), and a broken connection invalidates the pool as SQLAlchemy
     itself would.
     """
-    sql = _COMPILED.get(statement)
-    if sql is None:
-        sql = _COMPILED[statement] = str(statement.compile(dialect=engine.dialect))
+    sql, names = _compiled(engine, statement)
     try:
+        values = _values(names, params)
         fairy = engine.raw_connection()
     except psycopg.Error as exc:
         raise DBAPIError.instance(sql, dict(params), exc, psycopg.Error) from exc
@@ -164,11 +196,11 @@ def autocommit(engine: Engine, statement: TextClause, params: Mapping[str, Any])
     try:
         conn.autocommit = True
         try:
-            # One cursor per connection, kept in the pool record's info (dropped with it).
+            # One raw cursor per connection, kept in the pool record's info (dropped with it).
             cursor = fairy.info.get(_CURSOR)
             if cursor is None or cursor.closed or cursor.connection is not conn:
-                cursor = fairy.info[_CURSOR] = conn.cursor()
-            cursor.execute(sql, params)
+                cursor = fairy.info[_CURSOR] = psycopg.RawCursor(conn)
+            cursor.execute(sql, values)
             rows = _rows(sql, cursor)
         finally:
             if not (conn.closed or conn.broken):
