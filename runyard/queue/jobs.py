@@ -36,6 +36,8 @@ from runyard.queue.sql import (
     ENQUEUE,
     FINALIZE,
     FINALIZE_AND_CLAIM,
+    FINALIZE_MANY,
+    FINALIZE_MANY_AND_CLAIM,
     FIND_IDEMPOTENT,
     HEARTBEAT,
     JOB_PRIORITY,
@@ -61,8 +63,10 @@ from runyard.queue.values import (
     AdmissionRefused,
     CancelResult,
     ClaimedJob,
+    ClaimFor,
     DepthEstimate,
     EnqueueResult,
+    Finalize,
     Heartbeat,
     IdempotencyConflict,
     InlineClaim,
@@ -71,6 +75,7 @@ from runyard.queue.values import (
     RequeueResult,
     claimed_job,
     enqueue_params,
+    many_outcome_params,
     outcome_params,
 )
 
@@ -274,6 +279,43 @@ class JobQueue:
             },
         )
         return bool(first.finalized), [claimed_job(row) for row in rows]
+
+    def finalize_many(
+        self,
+        finalizes: Sequence[Finalize],
+        *,
+        claim: ClaimFor | None = None,
+        now: datetime | None = None,
+    ) -> tuple[list[bool], list[ClaimedJob]]:
+        """Several ``finalize``s in one statement, each fenced by its own lease; with
+        ``claim``, one next job per request that wants one, claimed in the same statement.
+
+        Returns whether each request applied (in order) and the jobs claimed, in claim order.
+        """
+        for one in finalizes:
+            if not one.outcome.status.is_terminal:
+                raise ValueError(f"finalize needs a terminal status, not {one.outcome.status}")
+        if not finalizes:
+            return [], []
+        params: dict[str, Any] = {**many_outcome_params(finalizes), "now": now}
+        wanted = sum(1 for one in finalizes if one.next_job)
+        if claim is None or wanted == 0:
+            applied = {row.n for row in self._run(FINALIZE_MANY, params)}
+            return [n in applied for n in range(1, len(finalizes) + 1)], []
+        rows = self._run(
+            FINALIZE_MANY_AND_CLAIM,
+            {
+                **params,
+                "worker_id": claim.worker_id,
+                "engine_id": claim.engine_id,
+                "limit": wanted,
+                "lease": claim.lease_seconds,
+                "queue": claim.queue,
+            },
+        )
+        applied = {row.finalized for row in rows if row.part == 0}
+        claimed = [claimed_job(row) for row in rows if row.part == 1]
+        return [n in applied for n in range(1, len(finalizes) + 1)], claimed
 
     def requeue(
         self,
