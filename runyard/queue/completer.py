@@ -39,6 +39,8 @@ class _Ask(Generic[T, A]):
     answer: A | None = None
     error: BaseException | None = None
     done: bool = False
+    # Set when the request is answered, or when its slot is to lead the next batch.
+    woken: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass
@@ -46,7 +48,8 @@ class _Gatherer(Generic[T, A]):
     """Gathers the requests of busy slots into batches, led by the first slot to ask.
 
     ``send_many`` answers a batch, ``send_one`` a lone request; requests of different
-    ``key``s never share a batch (a key of None joins any).
+    ``key``s never share a batch (a key of None joins any). Each slot is woken once, when it
+    has its answer or is to lead: no slot wakes for another's.
     """
 
     send_many: Callable[[list[T]], list[A]]
@@ -55,59 +58,65 @@ class _Gatherer(Generic[T, A]):
     window: float
     key: Callable[[T], object] = lambda item: None
     batches: int = 0
-    _cond: threading.Condition = field(default_factory=threading.Condition)
+    # Only the leader waits on it, for the batch to fill.
+    _filled: threading.Condition = field(default_factory=threading.Condition)
     _pending: list[_Ask[T, A]] = field(default_factory=list)
     _leading: bool = False
 
     def ask(self, item: T) -> A:
         """Send ``item`` in the next batch; its own answer, or its own error raised."""
         ask: _Ask[T, A] = _Ask(item)
-        with self._cond:
+        with self._filled:
             self._pending.append(ask)
-            self._cond.notify_all()
-            while not ask.done and self._leading:
-                self._cond.wait()
-            batch = [] if ask.done else self._gather(ask)
-        if batch:
-            self._lead(batch)
+            leads = not self._leading
+            self._leading = True
+            if not leads and len(self._pending) >= self.busy():
+                self._filled.notify()
+        if not leads:
+            ask.woken.wait()
+        if not ask.done:
+            self._lead(self._gather(ask))
         if ask.error is not None:
             raise ask.error
         return ask.answer  # type: ignore[return-value]  # set with done, error None
 
     def _gather(self, leader: _Ask[T, A]) -> list[_Ask[T, A]]:
-        """Lead the next batch (the lock held): wait for the busy slots' requests, at most
-        the window, then take every pending one of the leader's key (or of none)."""
-        self._leading = True
+        """Wait for the busy slots' requests, at most the window, then take every pending
+        one of the leader's key (or of none)."""
         give_up = time.monotonic() + self.window
-        while len(self._pending) < self.busy():
-            left = give_up - time.monotonic()
-            if left <= 0:
-                break
-            self._cond.wait(left)
-        keys = [self.key(ask.item) for ask in self._pending]
-        key = self.key(leader.item)
-        if key is None:
-            key = next((k for k in keys if k is not None), None)
-        batch: list[_Ask[T, A]] = []
-        later: list[_Ask[T, A]] = []
-        for ask, its in zip(self._pending, keys, strict=True):
-            (batch if its is None or its == key else later).append(ask)
-        self._pending = later
+        with self._filled:
+            while len(self._pending) < self.busy():
+                left = give_up - time.monotonic()
+                if left <= 0:
+                    break
+                self._filled.wait(left)
+            keys = [self.key(ask.item) for ask in self._pending]
+            key = self.key(leader.item)
+            if key is None:
+                key = next((k for k in keys if k is not None), None)
+            batch: list[_Ask[T, A]] = []
+            later: list[_Ask[T, A]] = []
+            for ask, its in zip(self._pending, keys, strict=True):
+                (batch if its is None or its == key else later).append(ask)
+            self._pending = later
         return batch
 
     def _lead(self, batch: list[_Ask[T, A]]) -> None:
-        """Send the batch (the lock released) and answer each of its slots."""
+        """Send the batch and answer each of its slots; wake the next leader, if any."""
         try:
             self._answer(batch)
         finally:
-            with self._cond:
+            with self._filled:
+                self.batches += 1
                 for ask in batch:
-                    if ask.error is None and not ask.done and ask.answer is None:
+                    if ask.error is None and ask.answer is None:
                         ask.error = RuntimeError("the batch ended without an answer")
                     ask.done = True
-                self._leading = False
-                self.batches += 1
-                self._cond.notify_all()
+                    ask.woken.set()
+                if self._pending:
+                    self._pending[0].woken.set()  # asked meanwhile: it leads the next batch
+                else:
+                    self._leading = False
 
     def _answer(self, batch: list[_Ask[T, A]]) -> None:
         try:
