@@ -6,6 +6,7 @@ Nothing is connected at import.
 from __future__ import annotations
 
 import re
+import time
 from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -13,8 +14,8 @@ from pathlib import Path
 from typing import Any, cast
 
 import psycopg
-from sqlalchemy import Engine, TextClause, create_engine, make_url
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy import Engine, TextClause, create_engine, event, make_url
+from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from runyard.domain.tool_json import load_stored_json
@@ -96,12 +97,14 @@ def make_engine(
     timeouts: DbTimeouts | None = None,
     plan: ConnectionPlan | None = None,
 ) -> Engine:
-    """A pooled psycopg 3 engine; with ``pre_ping`` connections are checked before use.
+    """A pooled psycopg 3 engine; with ``pre_ping`` a connection idle for more than
+    ``PRE_PING_IDLE_SECONDS`` is checked before use (one used just now is not: on a hot pool
+    the ping would be a round trip per statement).
 
-    Without it a connection broken by a database restart fails once, invalidates the pool and
-    the caller's retry gets a fresh one (the worker retries every database error). Every
-    connection gets ``timeouts`` (by default a connect timeout and keepalives only), and
-    follows ``plan`` (by default a direct connection to Postgres).
+    A connection broken by a database restart that is not checked fails once, invalidates
+    the pool and the caller's retry gets a fresh one (the worker retries every database
+    error). Every connection gets ``timeouts`` (by default a connect timeout and keepalives
+    only), and follows ``plan`` (by default a direct connection to Postgres).
     """
     url = normalize_database_url(database_url)
     timeouts = timeouts or DbTimeouts()
@@ -113,17 +116,46 @@ def make_engine(
         session_timeouts=plan.session_timeouts,
     )
     connect_args["prepare_threshold"] = plan.prepare_threshold
-    return create_engine(
+    engine = create_engine(
         url,
         pool_size=pool_size,
         max_overflow=max_overflow,
-        pool_pre_ping=pre_ping,
         pool_recycle=1800,
         pool_timeout=timeouts.pool_seconds,
         connect_args=connect_args,
         # Every jsonb value read passes the read-side gate: a stored row is always servable.
         json_deserializer=load_stored_json,
     )
+    if pre_ping:
+        ping_when_idle(engine, PRE_PING_IDLE_SECONDS)
+    return engine
+
+
+# A pooled connection given back less than this long ago is used without a ping.
+PRE_PING_IDLE_SECONDS = 1.0
+_LAST_USED = "runyard.last_used"
+
+
+def ping_when_idle(engine: Engine, idle_seconds: float) -> None:
+    """Ping a pooled connection at checkout only when it has been idle for more than
+    ``idle_seconds``; one that fails the ping is replaced (SQLAlchemy's
+    ``DisconnectionError``: the pool retries with a fresh connection)."""
+
+    def used(dbapi_connection: Any, record: Any) -> None:
+        record.info[_LAST_USED] = time.monotonic()
+
+    def checkout(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        last = record.info.get(_LAST_USED)
+        if last is not None and time.monotonic() - last <= idle_seconds:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except psycopg.Error as exc:
+            raise DisconnectionError(f"a pooled connection failed its ping: {exc}") from exc
+
+    event.listen(engine, "connect", used)
+    event.listen(engine, "checkin", used)
+    event.listen(engine, "checkout", checkout)
 
 
 # Each statement compiled once to PostgreSQL's own ``$n`` placeholders with the names of
