@@ -97,20 +97,22 @@ def _timed_queue(engine: Any, latencies: list[float]) -> Any:
     """A ``JobQueue`` that times its claiming statements (those that returned a job)."""
     from runyard.queue import JobQueue
 
+    def timed(call: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        answer = call(*args, **kwargs)
+        if answer if isinstance(answer, list) else answer[1]:  # a job came back
+            latencies.append(time.perf_counter() - start)
+        return answer
+
     class TimedQueue(JobQueue):
         def claim(self, **kwargs: Any) -> Any:
-            start = time.perf_counter()
-            jobs = super().claim(**kwargs)
-            if jobs:
-                latencies.append(time.perf_counter() - start)
-            return jobs
+            return timed(super().claim, **kwargs)
 
         def finalize_and_claim(self, *args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
-            owned, jobs = super().finalize_and_claim(*args, **kwargs)
-            if jobs:
-                latencies.append(time.perf_counter() - start)
-            return owned, jobs
+            return timed(super().finalize_and_claim, *args, **kwargs)
+
+        def finalize_many(self, *args: Any, **kwargs: Any) -> Any:
+            return timed(super().finalize_many, *args, **kwargs)
 
     return TimedQueue(engine)
 
