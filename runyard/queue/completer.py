@@ -62,10 +62,13 @@ class _Gatherer(Generic[T, A]):
     _filled: threading.Condition = field(default_factory=threading.Condition)
     _pending: list[_Ask[T, A]] = field(default_factory=list)
     _leading: bool = False
+    # Each slot thread's one event: a thread asks one request at a time, and its event is set
+    # only for the request it waits on, so it is cleared and used again, not made anew.
+    _wakers: threading.local = field(default_factory=threading.local)
 
     def ask(self, item: T) -> A:
         """Send ``item`` in the next batch; its own answer, or its own error raised."""
-        ask: _Ask[T, A] = _Ask(item)
+        ask: _Ask[T, A] = _Ask(item, woken=self._waker())
         with self._filled:
             self._pending.append(ask)
             leads = not self._leading
@@ -79,6 +82,13 @@ class _Gatherer(Generic[T, A]):
         if ask.error is not None:
             raise ask.error
         return ask.answer  # type: ignore[return-value]  # set with done, error None
+
+    def _waker(self) -> threading.Event:
+        event: threading.Event | None = getattr(self._wakers, "event", None)
+        if event is None:
+            event = self._wakers.event = threading.Event()
+        event.clear()
+        return event
 
     def _gather(self, leader: _Ask[T, A]) -> list[_Ask[T, A]]:
         """Wait for the busy slots' requests, at most the window, then take every pending
