@@ -11,8 +11,9 @@ from this one once it has imported everything, so a level starts in a second.
 Measured per level, from the moment every process is ready:
 
 - claims/s: jobs / seconds until the last job is finalized (every job is claimed once);
-- claim latency: each claiming statement (``claim`` and ``finalize_and_claim`` calls that
-  returned a job), timed in the worker processes, pooler queueing included; p50 and p99;
+- claim latency: each claiming statement (``claim``, ``finalize_and_claim`` and
+  ``finalize_many`` calls that returned a job), timed in the worker processes, pooler
+  queueing included; p50 and p99;
 - server connections: the peak count of client backends on the database in
   ``pg_stat_activity``, sampled every 0.1 s (this benchmark's own sampler excluded);
 - pooler clients: the peak of ``cl_active + cl_waiting`` for the database in PgBouncer's
