@@ -590,8 +590,10 @@ def _profile_transaction_cost(url: str, n: int = 2000) -> None:
     params = {"channel": "bench_profile", "payload": "x"}
     sa_url = "postgresql+psycopg://" + url[len("postgresql://") :]
     engines = {
-        "runyard: engine.begin() + 1 statement (make_engine, pool_pre_ping)": make_engine(url),
-        "same without pool_pre_ping": create_engine(sa_url, pool_size=5),
+        "runyard: engine.begin() + 1 statement (make_engine: pings idle connections only)": (
+            make_engine(url)
+        ),
+        "plain SQLAlchemy engine, no pre-ping": create_engine(sa_url, pool_size=5),
         "SQLAlchemy AUTOCOMMIT engine, no pre-ping, 1 statement": create_engine(
             sa_url, pool_size=5, isolation_level="AUTOCOMMIT"
         ),
