@@ -508,6 +508,7 @@ def _profile_round_trips(url: str, jobs: int, concurrency: int, deadline: Deadli
     from sqlalchemy.engine import Engine
 
     import runyard.queue.jobs as queue_module
+    from runyard.queue import batch_sql
     from runyard.queue import sql as queue_sql
 
     counts: dict[str, int] = defaultdict(int)
@@ -535,7 +536,12 @@ def _profile_round_trips(url: str, jobs: int, concurrency: int, deadline: Deadli
 
         return handler
 
-    statement_names = {id(v): k for k, v in vars(queue_sql).items() if k.isupper()}
+    statement_names = {
+        id(v): k
+        for module in (queue_sql, batch_sql)
+        for k, v in vars(module).items()
+        if k.isupper()
+    }
     namespace = vars(queue_module)  # JobQueue calls the module's ``autocommit``
     real_autocommit = namespace["autocommit"]
 

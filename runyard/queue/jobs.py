@@ -24,6 +24,7 @@ from runyard.domain.attempt import AttemptResult
 from runyard.domain.run_events import TRANSITION_EVENT_TYPES
 from runyard.domain.states import ErrorCode, RunStatus
 from runyard.platform.db import autocommit
+from runyard.queue.batch_sql import FINALIZE_MANY, FINALIZE_MANY_AND_CLAIM
 from runyard.queue.flow import FlowGate
 from runyard.queue.sql import (
     ADOPT,
@@ -36,8 +37,6 @@ from runyard.queue.sql import (
     ENQUEUE,
     FINALIZE,
     FINALIZE_AND_CLAIM,
-    FINALIZE_MANY,
-    FINALIZE_MANY_AND_CLAIM,
     FIND_IDEMPOTENT,
     HEARTBEAT,
     JOB_PRIORITY,
@@ -295,26 +294,17 @@ class JobQueue:
         for one in finalizes:
             if not one.outcome.status.is_terminal:
                 raise ValueError(f"finalize needs a terminal status, not {one.outcome.status}")
-        if not finalizes:
-            return [], []
         params: dict[str, Any] = {**many_outcome_params(finalizes), "now": now}
-        wanted = sum(1 for one in finalizes if one.next_job)
-        if claim is None or wanted == 0:
+        wanted = sum(one.next_job for one in finalizes)
+        claimed: list[ClaimedJob] = []
+        if not finalizes:
+            applied: set[int] = set()
+        elif claim is None or wanted == 0:
             applied = {row.n for row in self._run(FINALIZE_MANY, params)}
-            return [n in applied for n in range(1, len(finalizes) + 1)], []
-        rows = self._run(
-            FINALIZE_MANY_AND_CLAIM,
-            {
-                **params,
-                "worker_id": claim.worker_id,
-                "engine_id": claim.engine_id,
-                "limit": wanted,
-                "lease": claim.lease_seconds,
-                "queue": claim.queue,
-            },
-        )
-        applied = {row.finalized for row in rows if row.part == 0}
-        claimed = [claimed_job(row) for row in rows if row.part == 1]
+        else:
+            rows = self._run(FINALIZE_MANY_AND_CLAIM, {**params, **claim.params(wanted)})
+            applied = {row.finalized for row in rows if row.part == 0}
+            claimed = [claimed_job(row) for row in rows if row.part == 1]
         return [n in applied for n in range(1, len(finalizes) + 1)], claimed
 
     def requeue(

@@ -136,6 +136,16 @@ class ClaimFor:
     queue: str
     lease_seconds: float
 
+    def params(self, limit: int) -> dict[str, Any]:
+        """The claim's bind parameters, for ``limit`` jobs."""
+        return {
+            "worker_id": self.worker_id,
+            "engine_id": self.engine_id,
+            "limit": limit,
+            "lease": self.lease_seconds,
+            "queue": self.queue,
+        }
+
 
 @dataclass(frozen=True)
 class OrphanedJob:
