@@ -815,7 +815,7 @@ def statement_modules() -> list[Any]:
     import importlib
 
     found = []
-    for name in ("runyard.queue.sql", "runyard.queue"):
+    for name in ("runyard.queue.sql", "runyard.queue.batch_sql", "runyard.queue"):
         try:
             found.append(importlib.import_module(name))
         except ImportError:

@@ -11,8 +11,9 @@ from this one once it has imported everything, so a level starts in a second.
 Measured per level, from the moment every process is ready:
 
 - claims/s: jobs / seconds until the last job is finalized (every job is claimed once);
-- claim latency: each claiming statement (``claim`` and ``finalize_and_claim`` calls that
-  returned a job), timed in the worker processes, pooler queueing included; p50 and p99;
+- claim latency: each claiming statement (``claim``, ``finalize_and_claim`` and
+  ``finalize_many`` calls that returned a job), timed in the worker processes, pooler
+  queueing included; p50 and p99;
 - server connections: the peak count of client backends on the database in
   ``pg_stat_activity``, sampled every 0.1 s (this benchmark's own sampler excluded);
 - pooler clients: the peak of ``cl_active + cl_waiting`` for the database in PgBouncer's
@@ -97,20 +98,22 @@ def _timed_queue(engine: Any, latencies: list[float]) -> Any:
     """A ``JobQueue`` that times its claiming statements (those that returned a job)."""
     from runyard.queue import JobQueue
 
+    def timed(call: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        answer = call(*args, **kwargs)
+        if answer if isinstance(answer, list) else answer[1]:  # a job came back
+            latencies.append(time.perf_counter() - start)
+        return answer
+
     class TimedQueue(JobQueue):
         def claim(self, **kwargs: Any) -> Any:
-            start = time.perf_counter()
-            jobs = super().claim(**kwargs)
-            if jobs:
-                latencies.append(time.perf_counter() - start)
-            return jobs
+            return timed(super().claim, **kwargs)
 
         def finalize_and_claim(self, *args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
-            owned, jobs = super().finalize_and_claim(*args, **kwargs)
-            if jobs:
-                latencies.append(time.perf_counter() - start)
-            return owned, jobs
+            return timed(super().finalize_and_claim, *args, **kwargs)
+
+        def finalize_many(self, *args: Any, **kwargs: Any) -> Any:
+            return timed(super().finalize_many, *args, **kwargs)
 
     return TimedQueue(engine)
 

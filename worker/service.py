@@ -21,6 +21,7 @@ from runyard.attempts.policy import OwnerPolicy
 from runyard.maintenance.chores import Chores
 from runyard.maintenance.sweep import Sweeper
 from runyard.queue import ClaimedJob, JobQueue
+from runyard.queue.completer import BatchCompleter
 from runyard.queue.workers import WorkerRegistry
 from runyard.reads.metrics import Metrics, Role
 from runyard.runner import Runner, RunnerUnavailable
@@ -106,6 +107,10 @@ class Worker:
         if builds is not None:
             builds.bind(self._health.trouble, self._wake.set)
         self._clock = LeaseClock(self._metrics)
+        # Slots that finish together finalize (and claim their next jobs) in one statement.
+        self._completer = (
+            BatchCompleter(queue, busy=self._busy_slots) if config.concurrency > 1 else None
+        )
         self._owner = AttemptOwner(
             queue,
             runner,
@@ -120,6 +125,7 @@ class Worker:
             artifacts=artifacts,
             cleanup=self._cleaner.discard,
             next_claim=self._next_claim,
+            completer=self._completer,
         )
         watches = [ConnectionWatch(queue.engine)]
         if self._heartbeat_queue.engine is not queue.engine:
@@ -176,6 +182,10 @@ class Worker:
             )
         self._supervisor.start()
         self._chores.start()
+
+    def _busy_slots(self) -> int:
+        with self._lock:
+            return len(self._in_flight)
 
     def free_slots(self) -> int:
         """Slots with no attempt in them."""

@@ -40,6 +40,8 @@ from runyard.platform.faults import BEFORE_CREATE, BEFORE_FINALIZE, crash_point,
 from runyard.platform.tracing import tracing
 from runyard.queue import ClaimedJob, JobQueue
 from runyard.queue.builds import BuildQueue
+from runyard.queue.completer import BatchCompleter
+from runyard.queue.values import ClaimFor
 from runyard.reads.metrics import Metrics
 from runyard.runner import AttemptAbandoned, Runner, RunnerUnavailable
 from runyard.usage.ledger import UsageLedger
@@ -88,6 +90,7 @@ class AttemptOwner:
         cleanup: Callable[[uuid.UUID, int], None] | None = None,
         next_claim: Callable[[], NextClaim | None] = _no_next_claim,
         usage: UsageLedger | None = None,
+        completer: BatchCompleter | None = None,
     ) -> None:
         self.policy = policy
         self.owner_id = owner_id
@@ -105,6 +108,9 @@ class AttemptOwner:
         self._cleanup = cleanup or self._discard_now
         # Where the finalize claims the slot's next job now, if anywhere (``policy.chains``).
         self._next_claim = next_claim
+        # Sends the finalizes of several slots as one statement (a worker's); else each goes
+        # through the queue on its own.
+        self._completer = completer
         # Each attempt's usage is recorded under its lease, before its finalize.
         self._usage = UsageRecorder(
             usage or UsageLedger(queue.engine), metrics, policy.retry_budget_seconds, owner_id
@@ -563,20 +569,31 @@ class AttemptOwner:
         return None
 
     def _commit(self, flight: Flight, outcome: AttemptResult, target: NextClaim | None) -> bool:
-        """FINALIZE, or with a ``target`` FINALIZE_AND_CLAIM: the slot's next job comes too."""
+        """FINALIZE, or with a ``target`` FINALIZE_AND_CLAIM: the slot's next job comes too.
+
+        Through the batch completer if the owner has one (a worker's slots finalize together).
+        """
         job = flight.job
         if target is None:
-            return self._queue.finalize(job.job_id, job.lease_token, outcome)
-        owned, claimed = self._queue.finalize_and_claim(
-            job.job_id,
-            job.lease_token,
-            outcome,
-            worker_id=self.owner_id,
-            engine_id=target.engine_id,
-            limit=1,
-            lease_seconds=self.policy.lease_seconds,
-            queue=target.queue,
-        )
+            return (self._completer or self._queue).finalize(job.job_id, job.lease_token, outcome)
+        if self._completer is not None:
+            where = ClaimFor(
+                self.owner_id, target.engine_id, target.queue, self.policy.lease_seconds
+            )
+            owned, claimed = self._completer.finalize_and_claim(
+                job.job_id, job.lease_token, outcome, where
+            )
+        else:
+            owned, claimed = self._queue.finalize_and_claim(
+                job.job_id,
+                job.lease_token,
+                outcome,
+                worker_id=self.owner_id,
+                engine_id=target.engine_id,
+                limit=1,
+                lease_seconds=self.policy.lease_seconds,
+                queue=target.queue,
+            )
         flight.next_job = claimed[0] if claimed else None
         return owned
 

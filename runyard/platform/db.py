@@ -18,6 +18,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from runyard.domain.tool_json import load_stored_json
+from runyard.platform.idle_ping import ping_when_idle
 from runyard.platform.pooling import ConnectionPlan, connection_plan
 from runyard.platform.settings import Settings, normalize_database_url
 
@@ -96,12 +97,14 @@ def make_engine(
     timeouts: DbTimeouts | None = None,
     plan: ConnectionPlan | None = None,
 ) -> Engine:
-    """A pooled psycopg 3 engine; with ``pre_ping`` connections are checked before use.
+    """A pooled psycopg 3 engine; with ``pre_ping`` a connection idle for more than
+    ``PRE_PING_IDLE_SECONDS`` is checked before use (one used just now is not: on a hot pool
+    the ping would be a round trip per statement).
 
-    Without it a connection broken by a database restart fails once, invalidates the pool and
-    the caller's retry gets a fresh one (the worker retries every database error). Every
-    connection gets ``timeouts`` (by default a connect timeout and keepalives only), and
-    follows ``plan`` (by default a direct connection to Postgres).
+    A connection broken by a database restart that is not checked fails once, invalidates
+    the pool and the caller's retry gets a fresh one (the worker retries every database
+    error). Every connection gets ``timeouts`` (by default a connect timeout and keepalives
+    only), and follows ``plan`` (by default a direct connection to Postgres).
     """
     url = normalize_database_url(database_url)
     timeouts = timeouts or DbTimeouts()
@@ -113,62 +116,56 @@ def make_engine(
         session_timeouts=plan.session_timeouts,
     )
     connect_args["prepare_threshold"] = plan.prepare_threshold
-    return create_engine(
+    engine = create_engine(
         url,
         pool_size=pool_size,
         max_overflow=max_overflow,
-        pool_pre_ping=pre_ping,
         pool_recycle=1800,
         pool_timeout=timeouts.pool_seconds,
         connect_args=connect_args,
         # Every jsonb value read passes the read-side gate: a stored row is always servable.
         json_deserializer=load_stored_json,
     )
+    if pre_ping:
+        ping_when_idle(engine, PRE_PING_IDLE_SECONDS)
+    return engine
 
 
-@dataclass(frozen=True)
-class _Positional:
-    """A statement as sent: ``$n`` placeholders, and the parameter each number stands for."""
-
-    sql: str
-    names: tuple[str, ...]
-
-    def values(self, params: Mapping[str, Any]) -> list[Any]:
-        """The parameters in the statement's order."""
-        try:
-            return [params[name] for name in self.names]
-        except KeyError as exc:
-            raise psycopg.ProgrammingError(f"query parameter missing: {exc.args[0]}") from None
+# A pooled connection given back less than this long ago is used without a ping.
+PRE_PING_IDLE_SECONDS = 1.0
 
 
+# Each statement compiled once to PostgreSQL's own ``$n`` placeholders with the names of
+# its parameters in order: sent through a raw cursor, psycopg never parses the text again
+# (it caches its own parse only for statements under 4 KiB, and the queue's are longer).
+_COMPILED: dict[TextClause, tuple[str, tuple[str, ...]]] = {}
+_ROW_TYPES: dict[str, Callable[[Sequence[Any]], Any]] = {}
+_CURSOR = "runyard.cursor"
 _PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s")
 
 
-def positional(pyformat: str) -> _Positional:
-    """A compiled statement's ``%(name)s`` placeholders as ``$n`` (a name used twice keeps
-    its number) and its ``%%`` as ``%``.
-
-    Sent through a raw cursor this way, the statement is not parsed again on each execute:
-    psycopg caches the parse of a named statement only up to 4 KiB, and the queue's larger
-    statements (``SUBMIT``, the claim) are longer.
-    """
-    numbers: dict[str, int] = {}
+def positional(pyformat_sql: str) -> tuple[str, tuple[str, ...]]:
+    """``%(name)s`` placeholders as ``$n`` (one number per name) and ``%%`` as ``%``; the
+    names in number order."""
+    names: dict[str, int] = {}
 
     def number(match: re.Match[str]) -> str:
         name = match.group(1)
         if name is None:
             return "%"
-        return f"${numbers.setdefault(name, len(numbers) + 1)}"
+        return f"${names.setdefault(name, len(names) + 1)}"
 
-    return _Positional(_PLACEHOLDER.sub(number, pyformat), tuple(numbers))
-
-
-_COMPILED: dict[TextClause, _Positional] = {}
-_ROW_TYPES: dict[str, Callable[[Sequence[Any]], Any]] = {}
-_CURSOR = "runyard.cursor"
+    return _PLACEHOLDER.sub(number, pyformat_sql), tuple(names)
 
 
-def _rows(sql: str, cursor: psycopg.Cursor[Any]) -> list[Any]:
+def _compiled(engine: Engine, statement: TextClause) -> tuple[str, tuple[str, ...]]:
+    found = _COMPILED.get(statement)
+    if found is None:
+        found = _COMPILED[statement] = positional(str(statement.compile(dialect=engine.dialect)))
+    return found
+
+
+def _rows(sql: str, cursor: psycopg.RawCursor[Any]) -> list[Any]:
     """The result as named tuples, their type made once per statement."""
     make = _ROW_TYPES.get(sql)
     if make is None:
@@ -180,23 +177,25 @@ def _rows(sql: str, cursor: psycopg.Cursor[Any]) -> list[Any]:
     return [make(row) for row in cursor.fetchall()]
 
 
+def _values(names: tuple[str, ...], params: Mapping[str, Any]) -> tuple[Any, ...]:
+    try:
+        return tuple([params[name] for name in names])
+    except KeyError as missing:
+        raise psycopg.ProgrammingError(f"query parameter missing: {missing.args[0]}") from None
+
+
 def autocommit(engine: Engine, statement: TextClause, params: Mapping[str, Any]) -> list[Any]:
     """Run one statement as its own transaction on a pooled connection; its rows.
 
-    One round trip: no BEGIN/COMMIT, no SQLAlchemy execution layer, no parse of the
-    statement's text after its first use (``positional``). Errors are raised as
+    One round trip: no BEGIN/COMMIT, no SQLAlchemy execution layer. Errors are raised as
     SQLAlchemy's ``DBAPIError`` family (``OperationalError`` for a lost connection, and for a
     pool that had no connection to give within its timeout, so callers that retry database
     errors retry that too), and a broken connection invalidates the pool as SQLAlchemy
     itself would.
     """
-    compiled = _COMPILED.get(statement)
-    if compiled is None:
-        pyformat = str(statement.compile(dialect=engine.dialect))
-        compiled = _COMPILED[statement] = positional(pyformat)
-    sql = compiled.sql
+    sql, names = _compiled(engine, statement)
     try:
-        values = compiled.values(params)
+        values = _values(names, params)
         fairy = engine.raw_connection()
     except psycopg.Error as exc:
         raise DBAPIError.instance(sql, dict(params), exc, psycopg.Error) from exc
@@ -206,7 +205,7 @@ def autocommit(engine: Engine, statement: TextClause, params: Mapping[str, Any])
     try:
         conn.autocommit = True
         try:
-            # One cursor per connection, kept in the pool record's info (dropped with it).
+            # One raw cursor per connection, kept in the pool record's info (dropped with it).
             cursor = fairy.info.get(_CURSOR)
             if cursor is None or cursor.closed or cursor.connection is not conn:
                 cursor = fairy.info[_CURSOR] = psycopg.RawCursor(conn)

@@ -30,11 +30,23 @@ class ConnectionPlan:
     listen_url: str | None
 
 
-def connection_plan(pooler: Pooler, database_url: str, listen_database_url: str) -> ConnectionPlan:
+def connection_plan(
+    pooler: Pooler,
+    database_url: str,
+    listen_database_url: str,
+    *,
+    pooler_prepares: bool = False,
+) -> ConnectionPlan:
     """The plan for ``pooler``: LISTEN goes to ``listen_database_url`` when set, else to the
-    database URL unless a transaction pooler stands in between (then nowhere: polling)."""
+    database URL unless a transaction pooler stands in between (then nowhere: polling).
+
+    ``pooler_prepares``: the transaction pooler carries protocol-level prepared statements
+    (PgBouncer 1.21 and later with ``max_prepared_statements`` above 0), so psycopg prepares
+    behind it too; without it a statement is planned afresh each time it runs.
+    """
     if pooler == "transaction":
-        return ConnectionPlan(None, False, listen_database_url or None)
+        prepare = PSYCOPG_PREPARE_THRESHOLD if pooler_prepares else None
+        return ConnectionPlan(prepare, False, listen_database_url or None)
     return ConnectionPlan(PSYCOPG_PREPARE_THRESHOLD, True, listen_database_url or database_url)
 
 
@@ -43,6 +55,11 @@ def log_plan(logger: logging.Logger, plan: ConnectionPlan, poll_seconds: float |
     ``poll_seconds`` is how often it re-reads without LISTEN (None: it never listens)."""
     if plan.session_timeouts and plan.listen_url is not None:
         return
+    prepared = (
+        "prepared statements through the pooler"
+        if plan.prepare_threshold is not None
+        else "no prepared statements"
+    )
     if poll_seconds is None:
         listen = ""
     elif plan.listen_url is not None:
@@ -50,8 +67,9 @@ def log_plan(logger: logging.Logger, plan: ConnectionPlan, poll_seconds: float |
     else:
         listen = f"; no LISTEN (no RUNYARD_LISTEN_DATABASE_URL): polling every {poll_seconds:g} s"
     logger.info(
-        "database behind a transaction pooler: no prepared statements, statement and lock"
-        " timeouts from the database role%s",
+        "database behind a transaction pooler: %s, statement and lock timeouts from the"
+        " database role%s",
+        prepared,
         listen,
         extra={"listen": plan.listen_url is not None, "poll_seconds": poll_seconds},
     )

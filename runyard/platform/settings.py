@@ -29,6 +29,9 @@ class Settings(BaseSettings):
     # pool_mode=transaction): no prepared statements, no session settings at connect, and
     # LISTEN only on listen_database_url, a direct URL (without it the loops poll).
     database_pooler: Pooler = "none"
+    # The transaction pooler carries protocol-level prepared statements (PgBouncer 1.21+ with
+    # max_prepared_statements > 0): statements are prepared behind it too.
+    database_pooler_prepares: bool = False
     listen_database_url: str = ""
     queue_enabled: bool = True
     sync_max_concurrency: int = Field(default=4, ge=1, le=1024)
@@ -265,7 +268,12 @@ class Settings(BaseSettings):
 
     def connection_plan(self) -> ConnectionPlan:
         """What this process's connections may rely on (``runyard.platform.pooling``)."""
-        return connection_plan(self.database_pooler, self.database_url, self.listen_database_url)
+        return connection_plan(
+            self.database_pooler,
+            self.database_url,
+            self.listen_database_url,
+            pooler_prepares=self.database_pooler_prepares,
+        )
 
     def sqlalchemy_url(self) -> str:
         """The database URL with the psycopg 3 driver named, as SQLAlchemy wants it."""

@@ -1,7 +1,8 @@
 """The queue: the only code that changes job and run state.
 
 ``jobs`` holds ``JobQueue`` (and ``ApiQueue``, the API's view of it), one method per
-transition; ``sql`` holds each transition's named, literal statement; ``values`` the values
+transition; ``sql`` holds each transition's named, literal statement (``batch_sql`` those of
+the batched finalize, which ``completer`` sends for a worker's slots); ``values`` the values
 they take and return. Importers use the names re-exported here.
 """
 

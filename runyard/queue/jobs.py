@@ -24,6 +24,7 @@ from runyard.domain.attempt import AttemptResult
 from runyard.domain.run_events import TRANSITION_EVENT_TYPES
 from runyard.domain.states import ErrorCode, RunStatus
 from runyard.platform.db import autocommit
+from runyard.queue.batch_sql import FINALIZE_MANY, FINALIZE_MANY_AND_CLAIM
 from runyard.queue.flow import FlowGate
 from runyard.queue.sql import (
     ADOPT,
@@ -62,8 +63,10 @@ from runyard.queue.values import (
     AdmissionRefused,
     CancelResult,
     ClaimedJob,
+    ClaimFor,
     DepthEstimate,
     EnqueueResult,
+    Finalize,
     Heartbeat,
     IdempotencyConflict,
     InlineClaim,
@@ -73,6 +76,7 @@ from runyard.queue.values import (
     RequeueResult,
     claimed_job,
     enqueue_params,
+    many_outcome_params,
     outcome_params,
 )
 
@@ -276,6 +280,34 @@ class JobQueue:
             },
         )
         return bool(first.finalized), [claimed_job(row) for row in rows]
+
+    def finalize_many(
+        self,
+        finalizes: Sequence[Finalize],
+        *,
+        claim: ClaimFor | None = None,
+        now: datetime | None = None,
+    ) -> tuple[list[bool], list[ClaimedJob]]:
+        """Several ``finalize``s in one statement, each fenced by its own lease; with
+        ``claim``, one next job per request that wants one, claimed in the same statement.
+
+        Returns whether each request applied (in order) and the jobs claimed, in claim order.
+        """
+        for one in finalizes:
+            if not one.outcome.status.is_terminal:
+                raise ValueError(f"finalize needs a terminal status, not {one.outcome.status}")
+        params: dict[str, Any] = {**many_outcome_params(finalizes), "now": now}
+        wanted = sum(one.next_job for one in finalizes)
+        claimed: list[ClaimedJob] = []
+        if not finalizes:
+            applied: set[int] = set()
+        elif claim is None or wanted == 0:
+            applied = {row.n for row in self._run(FINALIZE_MANY, params)}
+        else:
+            rows = self._run(FINALIZE_MANY_AND_CLAIM, {**params, **claim.params(wanted)})
+            applied = {row.finalized for row in rows if row.part == 0}
+            claimed = [claimed_job(row) for row in rows if row.part == 1]
+        return [n in applied for n in range(1, len(finalizes) + 1)], claimed
 
     def requeue(
         self,

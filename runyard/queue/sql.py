@@ -475,17 +475,12 @@ _FINALIZE_CTES: LiteralString = """
 FINALIZE = _sql("WITH " + _FINALIZE_CTES + "SELECT run_id FROM done_notify")
 
 
-# A slot that finishes an attempt claims its next job (of its one queue) in the same
-# statement: one commit fewer per job. The finalize stays fenced by its own lease token; the
-# first row says whether it applied, the claimed jobs (if any) follow in claim order.
-FINALIZE_AND_CLAIM = _sql(
-    "WITH RECURSIVE "
-    + _FINALIZE_CTES
-    + ", "
-    + _claim_ctes(_ONE_QUEUE)
-    + """
+# The rows of a finalize that also claims: part 0 says which finalizes applied
+# (``{FINALIZED}``, from ``done_notify``), part 1 the claimed jobs in claim order.
+_FINALIZED_THEN_CLAIMED: LiteralString = (
+    """
     SELECT * FROM (
-        SELECT 0 AS part, (SELECT count(*) FROM done_notify) = 1 AS finalized,
+        SELECT 0 AS part, {FINALIZED} AS finalized,
                NULL::uuid AS id, NULL::uuid AS run_id, NULL::integer AS attempts,
                NULL::integer AS max_attempts, NULL::uuid AS lease_token,
                NULL::timestamptz AS locked_until, NULL::timestamptz AS deadline_at,
@@ -495,6 +490,7 @@ FINALIZE_AND_CLAIM = _sql(
                NULL::jsonb AS spec, NULL::jsonb AS input, NULL::jsonb AS deps,
                NULL::jsonb AS dep_artifacts,
                NULL::integer AS priority, NULL::timestamptz AS created_at
+        {FROM}
         UNION ALL
         SELECT 1, NULL, c.id, c.run_id, c.attempts, c.max_attempts, c.lease_token,
                c.locked_until, c.deadline_at, c.cancel_requested_at,
@@ -506,8 +502,21 @@ FINALIZE_AND_CLAIM = _sql(
             SELECT requested_at, spec, input FROM tool_runs WHERE id = c.run_id
         ) r
     ) rows
-    ORDER BY part, adopted DESC, priority DESC, created_at
+    ORDER BY part, finalized, adopted DESC, priority DESC, created_at
     """
+)
+
+# A slot that finishes an attempt claims its next job (of its one queue) in the same
+# statement: one commit fewer per job. The finalize stays fenced by its own lease token; the
+# first row says whether it applied, the claimed jobs (if any) follow in claim order.
+FINALIZE_AND_CLAIM = _sql(
+    "WITH RECURSIVE "
+    + _FINALIZE_CTES
+    + ", "
+    + _claim_ctes(_ONE_QUEUE)
+    + _FINALIZED_THEN_CLAIMED.replace(
+        "{FINALIZED}", "(SELECT count(*) FROM done_notify) = 1"
+    ).replace("{FROM}", "")
 )
 
 

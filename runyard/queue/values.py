@@ -7,6 +7,7 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Self
@@ -133,6 +134,37 @@ class ClaimedJob:
 
 
 @dataclass(frozen=True)
+class Finalize:
+    """One slot's finalize in a batch (``JobQueue.finalize_many``), fenced by its own lease."""
+
+    job_id: uuid.UUID
+    token: uuid.UUID
+    outcome: AttemptResult
+    # Whether the slot wants its next job claimed in the same statement.
+    next_job: bool = False
+
+
+@dataclass(frozen=True)
+class ClaimFor:
+    """Where and for whom a batch of finalizes claims the slots' next jobs (one queue)."""
+
+    worker_id: str
+    engine_id: str
+    queue: str
+    lease_seconds: float
+
+    def params(self, limit: int) -> dict[str, Any]:
+        """The claim's bind parameters, for ``limit`` jobs."""
+        return {
+            "worker_id": self.worker_id,
+            "engine_id": self.engine_id,
+            "limit": limit,
+            "lease": self.lease_seconds,
+            "queue": self.queue,
+        }
+
+
+@dataclass(frozen=True)
 class OrphanedJob:
     """An adoptable job of an engine with no live worker, with what adoption must know."""
 
@@ -249,6 +281,34 @@ def outcome_params(outcome: AttemptResult) -> dict[str, Any]:
         "image_digest": outcome.image_digest,
         "artifact_set": outcome.artifact_set,
     }
+
+
+def many_outcome_params(finalizes: Sequence[Finalize]) -> dict[str, Any]:
+    """The array parameters of FINALIZE_MANY: request ``n`` is element ``n`` of each."""
+    params: dict[str, list[Any]] = {"job_ids": [], "tokens": []}
+    params.update({name: [] for name in _MANY_NAMES.values()})
+    for one in finalizes:
+        params["job_ids"].append(one.job_id)
+        params["tokens"].append(one.token)
+        for name, value in outcome_params(one.outcome).items():
+            params[_MANY_NAMES[name]].append(value)
+    return params
+
+
+# FINALIZE's parameter -> FINALIZE_MANY's array of it.
+_MANY_NAMES = {
+    "status": "statuses",
+    "exit_code": "exit_codes",
+    "result": "results",
+    "stdout": "stdouts",
+    "stderr": "stderrs",
+    "stdout_truncated": "stdouts_truncated",
+    "stderr_truncated": "stderrs_truncated",
+    "error_code": "error_codes",
+    "error": "errors",
+    "image_digest": "image_digests",
+    "artifact_set": "artifact_sets",
+}
 
 
 @dataclass(frozen=True)

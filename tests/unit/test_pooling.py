@@ -34,6 +34,26 @@ def test_connection_plan__per_pooler_and_listen_url(
     assert connection_plan(pooler, POOLED, listen_url) == expected
 
 
+@pytest.mark.parametrize(
+    ("pooler", "expected"),
+    [
+        ("none", ConnectionPlan(5, True, POOLED)),
+        ("transaction", ConnectionPlan(5, False, None)),
+    ],
+)
+def test_connection_plan__a_pooler_that_carries_prepared_statements_keeps_them(
+    pooler: Pooler, expected: ConnectionPlan
+):
+    assert connection_plan(pooler, POOLED, "", pooler_prepares=True) == expected
+
+
+def test_settings__read_whether_the_pooler_prepares(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("RUNYARD_DATABASE_POOLER", "transaction")
+    monkeypatch.setenv("RUNYARD_DATABASE_POOLER_PREPARES", "true")
+    monkeypatch.delenv("RUNYARD_LISTEN_DATABASE_URL", raising=False)
+    assert Settings(database_url=POOLED).connection_plan() == ConnectionPlan(5, False, None)
+
+
 def test_settings__read_the_pooler_and_the_listen_url(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("RUNYARD_DATABASE_POOLER", "transaction")
     monkeypatch.setenv("RUNYARD_LISTEN_DATABASE_URL", DIRECT)
@@ -101,6 +121,8 @@ def test_make_engine__connects_as_the_plan_says(
         (ConnectionPlan(None, False, DIRECT), 1.5, "LISTEN on the direct URL"),
         (ConnectionPlan(None, False, None), 1.5, "no LISTEN (no RUNYARD_LISTEN_DATABASE_URL)"),
         (ConnectionPlan(None, False, None), None, "timeouts from the database role"),
+        (ConnectionPlan(None, False, None), None, "no prepared statements"),
+        (ConnectionPlan(5, False, None), None, "prepared statements through the pooler"),
     ],
 )
 def test_log_plan__says_what_is_unusual(

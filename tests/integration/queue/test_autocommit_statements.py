@@ -7,14 +7,7 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from runyard.platform.db import autocommit, positional
-
-
-def test_positional__names_numbered_once_in_order():
-    compiled = positional("SELECT %(b)s, %(a)s, %(b)s || '%%'")
-    assert compiled.sql == "SELECT $1, $2, $1 || '%'"
-    assert compiled.names == ("b", "a")
-    assert compiled.values({"a": 1, "b": 2, "unused": 3}) == [2, 1]
+from runyard.platform.db import autocommit
 
 
 def test_autocommit__a_statement_past_the_drivers_parse_cache_runs_with_its_parameters(
