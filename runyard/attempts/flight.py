@@ -22,6 +22,9 @@ class Flight(Held):
     # How often the runner asked before touching the engine: once before the create, again
     # before the start. At most once means the tool never started (see ``release``).
     engine_asks: int = 0
+    # The database confirmed the lease by a fenced write just now (the start's record): the
+    # next engine ask takes that answer instead of asking again.
+    lease_confirmed: bool = False
 
 
 def counting(flight: Flight, ask: Callable[[], bool]) -> Callable[[], bool]:

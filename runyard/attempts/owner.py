@@ -171,9 +171,14 @@ class AttemptOwner:
 
     def still_owner(self, flight: Flight) -> bool:
         """Asked before each Docker action: is the lease ours? The database's answer when it
-        gives one; when it cannot, the lease clock's (see docs/workers.md)."""
+        gives one (the start's record, when it was just written, gives the first); when it
+        cannot, the lease clock's (see docs/workers.md)."""
         if not self.owns(flight):
             return False
+        if flight.lease_confirmed:
+            # The start's record was written under the lease a moment ago: that is the answer.
+            flight.lease_confirmed = False
+            return True
         job = flight.job
         try:
             held = self._queue.lease_held(job.job_id, job.lease_token)
@@ -358,6 +363,7 @@ class AttemptOwner:
                 return False
             try:
                 if self._queue.mark_container_requested(job.job_id, job.lease_token):
+                    flight.lease_confirmed = True
                     return True
                 logger.warning(
                     "lease lost before the start", extra=self._log(job, action="lease_lost")

@@ -346,7 +346,8 @@ class JobQueue:
     def mark_container_requested(
         self, job_id: uuid.UUID, token: uuid.UUID, *, now: datetime | None = None
     ) -> bool:
-        """Record, under the lease, that this attempt's container is about to be created."""
+        """Record, under the lease (ours and unexpired), that this attempt's container is
+        about to be created; False: it is not ours to create."""
         row = self._first(MARK_CONTAINER_REQUESTED, {"job_id": job_id, "token": token, "now": now})
         return row is not None
 

@@ -571,10 +571,14 @@ REQUEUE = _sql(
 )
 
 
+# The start recorded under a lease still ours and unexpired, as ``LEASE_HELD`` asks it: a row
+# back is the database's word that the container may be created now (the owner asks nothing
+# more before the create).
 MARK_CONTAINER_REQUESTED = _sql(
     """
     UPDATE tool_run_jobs SET container_requested_at = {NOW}, updated_at = {NOW}
     WHERE id = :job_id AND lease_token = :token AND status = 'running'
+      AND locked_until > {NOW}
     RETURNING id
     """
 )

@@ -1,4 +1,5 @@
-"""The statements an attempt's owner hooks use: LEASE_HELD, RECORD_EVENT, HEARTBEAT's clock."""
+"""The statements an attempt's owner hooks use: LEASE_HELD, MARK_CONTAINER_REQUESTED, RECORD_EVENT,
+HEARTBEAT's clock."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import Engine
 
+from runyard.domain.states import RunStatus
 from runyard.queue import RESERVED_EVENT_TYPES, JobQueue
 from tests.integration.queue.test_queue import LEASE, SUCCESS, T0, claim, enqueue_many, events
 
@@ -70,3 +72,26 @@ def test_record_event__refuses_data_json_cannot_carry(queue: JobQueue):
     [job] = claim(queue)
     with pytest.raises(ValueError):
         queue.record_event(job.job_id, job.lease_token, "stale", {"x": float("nan")}, now=T0)
+
+
+def test_mark_container_requested__only_under_the_current_unexpired_lease(queue: JobQueue):
+    enqueue_many(queue, 1)
+    [job] = claim(queue)
+    assert not queue.mark_container_requested(job.job_id, job.job_id, now=T0)  # stale token
+    # Expired but not reaped yet: the container may not be created under it.
+    expired = T0 + timedelta(seconds=LEASE)
+    assert not queue.mark_container_requested(job.job_id, job.lease_token, now=expired)
+    assert queue.mark_container_requested(job.job_id, job.lease_token, now=T0)
+
+
+def test_mark_container_requested__not_for_a_cancelled_or_finished_job(queue: JobQueue):
+    [cancelled_run, _] = enqueue_many(queue, 2)
+    first, second = claim(queue, limit=2)
+    cancelled = first if first.run_id == cancelled_run else second
+    finished = second if cancelled is first else first
+    queue.cancel(cancelled.run_id, now=T0)
+    ended = queue.requeue_unstarted(cancelled.job_id, cancelled.lease_token, now=T0)
+    assert ended.status == RunStatus.CANCELLED
+    assert not queue.mark_container_requested(cancelled.job_id, cancelled.lease_token, now=T0)
+    assert queue.finalize(finished.job_id, finished.lease_token, SUCCESS, now=T0)
+    assert not queue.mark_container_requested(finished.job_id, finished.lease_token, now=T0)

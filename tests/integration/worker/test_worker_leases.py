@@ -255,6 +255,33 @@ class UnsureLeases(JobQueue):
         raise sa.OperationalError("SELECT", {}, Exception("connection reset"))
 
 
+class CountedLeaseChecks(JobQueue):
+    """A database that counts the lease checks asked of it."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        self.checks = 0
+
+    def lease_held(self, *args: Any, **kw: Any) -> bool:
+        self.checks += 1
+        return super().lease_held(*args, **kw)
+
+
+def test_worker__the_start_record_answers_the_check_before_the_create(engine: Engine):
+    queue = CountedLeaseChecks(engine)
+    runner = FakeRunner()
+    worker = Worker(queue, runner, WorkerConfig(worker_id="w", heartbeat_seconds=3600))
+    run_id = enqueue(queue)
+    try:
+        worker.run_once()
+        assert worker.wait_idle(timeout=10)
+    finally:
+        worker.close()
+    assert run_status(engine, run_id) == "succeeded"
+    # The fake runner asks before the create and before the start: the database is asked once.
+    assert len(runner.started) == 1 and queue.checks == 1
+
+
 def test_worker__owner_hooks_follow_the_lease_and_the_database_clock(engine: Engine):
     queue = JobQueue(engine)
     attempts = Attempts()
