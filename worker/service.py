@@ -419,6 +419,10 @@ class Worker:
             with self._lock:
                 self._forget(job)
                 self._metrics.slots_busy.set(len(self._in_flight))
+            if flight.asked_next and flight.settled:
+                # The finalize's own claim found nothing: a claim round now would find nothing
+                # too. A new job's notification, or the poll, wakes the loop.
+                return None
         self._wake.set()
         return None
 

@@ -25,6 +25,9 @@ class Flight(Held):
     # The database confirmed the lease by a fenced write just now (the start's record): the
     # next engine ask takes that answer instead of asking again.
     lease_confirmed: bool = False
+    # The committed finalize also asked for the slot's next job: with none back, nothing was
+    # there to claim then (the holder's claim loop need not look again at once).
+    asked_next: bool = False
 
 
 def counting(flight: Flight, ask: Callable[[], bool]) -> Callable[[], bool]:

@@ -580,6 +580,7 @@ class AttemptOwner:
         Through the batch completer if the owner has one (a worker's slots finalize together).
         """
         job = flight.job
+        flight.asked_next = target is not None
         if target is None:
             return (self._completer or self._queue).finalize(job.job_id, job.lease_token, outcome)
         if self._completer is not None:

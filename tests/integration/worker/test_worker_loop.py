@@ -15,6 +15,7 @@ from runyard.domain.states import ContainerState, RunStatus
 from runyard.queue import ClaimedJob, JobQueue, NewRun
 from runyard.runner import AttemptControl
 from runyard.runners.fake import FakeRunner
+from tests.integration.api.test_api_helpers import wait_until
 from worker.service import Worker, WorkerConfig
 
 
@@ -263,6 +264,40 @@ def test_worker__slots_claim_their_next_job_as_they_finalize(queue: JobQueue, en
         thread.join(timeout=10)
         worker.close()
     assert all(status(engine, r) == "succeeded" for r in run_ids)
+
+
+class CountedClaims(JobQueue):
+    """A queue that counts the worker's claim rounds that reach the database."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        self.claims = 0
+
+    def claim(self, *args: Any, **kw: Any) -> list[ClaimedJob]:
+        self.claims += 1
+        return super().claim(*args, **kw)
+
+
+def test_worker__no_claim_round_after_a_finalize_whose_claim_found_nothing(engine: Engine):
+    queue = CountedClaims(engine)
+    first = enqueue(queue)
+    worker = make_worker(queue, FakeRunner(), concurrency=1, poll_seconds=60)
+    thread = threading.Thread(target=worker.run_forever, daemon=True)
+    thread.start()
+    try:
+        assert wait_until(lambda: worker.finalized == 1, timeout=10)
+        assert worker.wait_idle(timeout=10)
+        time.sleep(0.3)  # a woken loop would have claimed by now
+        assert queue.claims == 1  # the first poll's; the finalize looked for the next
+        # A new job's notification still wakes the loop at once.
+        second = enqueue(queue)
+        worker.notify_job()
+        assert wait_until(lambda: worker.finalized == 2, timeout=10)
+    finally:
+        worker.stop()
+        thread.join(timeout=10)
+        worker.close()
+    assert status(engine, first) == status(engine, second) == "succeeded"
 
 
 def test_worker__job_claimed_by_a_finalize_as_the_worker_stops_goes_back(
