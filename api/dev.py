@@ -99,7 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     deliverer = build_deliverer(settings, metrics)
     scheduler, registry_reload = build_scheduler(settings)
     plan = settings.connection_plan()
-    wakeups = Wakeups(plan.listen_url, worker.notify_job, worker.notify_cancel)
+    wakeups = Wakeups(
+        plan.listen_url, worker.notify_job, worker.notify_cancel, on_held=worker.notify_held
+    )
     wakeups.start()
     threading.Thread(target=worker.run_forever, name="dev-worker", daemon=True).start()
     threading.Thread(target=reaper.run_forever, name="dev-reaper", daemon=True).start()

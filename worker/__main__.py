@@ -27,7 +27,7 @@ from runyard.platform.settings import Settings
 from runyard.platform.tracing import set_up
 from runyard.queue import JobQueue
 from runyard.queue.builds import BuildQueue
-from runyard.queue.flow import GATE_INTERVAL_SECONDS, FlowGate
+from runyard.queue.flow import GATE_INTERVAL_SECONDS, GATE_REST_SECONDS, FlowGate
 from runyard.queue.workers import WorkerRegistry, new_worker_id
 from runyard.reads.metrics import Metrics
 from runyard.registry.reload import RegistryChanges, RegistryWatcher
@@ -194,6 +194,8 @@ def build_worker(
     if settings.worker_metrics_port:
         metrics.serve(settings.worker_metrics_port, settings.metrics_host)
     heartbeat_queue = JobQueue(heartbeat_engine)
+    # Rests while no job is held anywhere; a held job's notification wakes it (Wakeups).
+    gate = FlowGate(engine, registry.flow_config, rest_seconds=GATE_REST_SECONDS)
     builds = BuildAgent(
         BuildQueue(engine, log_cap=settings.build_log_cap_bytes),
         DockerBuilder.from_env(
@@ -229,7 +231,8 @@ def build_worker(
         metrics,
         artifacts=store_from_settings(settings, engine),
         builds=builds,
-        chores=registry_watch(settings, runner, registry, FlowGate(engine, registry.flow_config)),
+        chores=registry_watch(settings, runner, registry, gate),
+        flow_gate=gate,
     )
 
 
@@ -279,7 +282,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     plan = settings.connection_plan()
     log_plan(logger, plan, settings.worker_poll_seconds)
-    wakeups = Wakeups(plan.listen_url, worker.notify_job, worker.notify_cancel)
+    wakeups = Wakeups(
+        plan.listen_url, worker.notify_job, worker.notify_cancel, on_held=worker.notify_held
+    )
     wakeups.start()
     worker.run_forever()
     wakeups.stop()

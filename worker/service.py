@@ -22,6 +22,7 @@ from runyard.maintenance.chores import Chores
 from runyard.maintenance.sweep import Sweeper
 from runyard.queue import ClaimedJob, JobQueue
 from runyard.queue.completer import BatchCompleter
+from runyard.queue.flow import FlowGate
 from runyard.queue.workers import WorkerRegistry
 from runyard.reads.metrics import Metrics, Role
 from runyard.runner import Runner, RunnerUnavailable
@@ -67,8 +68,11 @@ class Worker:
         artifacts: ArtifactStore | None = None,
         builds: BuildAgent | None = None,
         chores: Chores | None = None,
+        flow_gate: FlowGate | None = None,
     ) -> None:
         self._queue = queue
+        # The gate among the chores, woken when a held job is written (``notify_held``).
+        self._flow_gate = flow_gate
         # Background chores of the process (the tools file's reload), on a thread of their own.
         self._chores = chores or Chores([])
         # Builds of the tools built from source that the runs of this engine wait for.
@@ -312,6 +316,11 @@ class Worker:
     def notify_job(self) -> None:
         """A job may be waiting: claim now rather than at the next poll."""
         self._wake.set()
+
+    def notify_held(self) -> None:
+        """A job was written held by its flow limits: the flow gate passes at its next turn."""
+        if self._flow_gate is not None:
+            self._flow_gate.wake()
 
     def notify_cancel(self, job_id: uuid.UUID) -> None:
         """A cancel was requested for ``job_id``: stop its attempt if it runs here."""

@@ -1,7 +1,8 @@
 """LISTEN/NOTIFY wake-ups for the worker, on a dedicated connection that heals itself.
 
 Polling stays the source of truth; a notification only makes the worker react sooner: a new
-job wakes the claim loop, a cancel reaches the attempt before the next heartbeat.
+job wakes the claim loop, a cancel reaches the attempt before the next heartbeat, a job
+written held wakes the flow gate.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import psycopg
 
 from runyard.platform.listening import listen_until_stopped
 from runyard.platform.settings import libpq_url
-from runyard.queue import CANCEL_CHANNEL, JOBS_CHANNEL
+from runyard.queue import CANCEL_CHANNEL, HELD_CHANNEL, JOBS_CHANNEL
 
 logger = logging.getLogger(__name__)
 
@@ -34,10 +35,13 @@ class Wakeups:
         database_url: str | None,
         on_job: Callable[[], None],
         on_cancel: Callable[[uuid.UUID], None],
+        *,
+        on_held: Callable[[], None] | None = None,
     ) -> None:
         self._url = None if database_url is None else libpq_url(database_url)
         self._on_job = on_job
         self._on_cancel = on_cancel
+        self._on_held = on_held
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="runyard-listen", daemon=True)
         self.connected = threading.Event()
@@ -60,12 +64,16 @@ class Wakeups:
         self.connected.clear()
         # Something may have been missed while disconnected: let the loop poll now.
         self._on_job()
+        if self._on_held is not None:
+            self._on_held()
 
     def _listen(self) -> None:
         assert self._url is not None
         with psycopg.connect(self._url, autocommit=True, connect_timeout=5) as conn:
             conn.execute(f"LISTEN {JOBS_CHANNEL}")
             conn.execute(f"LISTEN {CANCEL_CHANNEL}")
+            if self._on_held is not None:
+                conn.execute(f"LISTEN {HELD_CHANNEL}")
             self.connected.set()
             idle = 0.0
             while not self._stop.is_set():
@@ -81,6 +89,8 @@ class Wakeups:
     def _dispatch(self, channel: str, payload: str) -> None:
         if channel == JOBS_CHANNEL:
             self._on_job()
+        elif channel == HELD_CHANNEL and self._on_held is not None:
+            self._on_held()
         elif channel == CANCEL_CHANNEL:
             try:
                 self._on_cancel(uuid.UUID(payload))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from runyard.queue.jobs import (
     CANCEL_CHANNEL,
     EVENTS_CHANNEL,
+    HELD_CHANNEL,
     JOBS_CHANNEL,
     RESERVED_EVENT_TYPES,
     RUNS_CHANNEL,
@@ -32,6 +33,7 @@ from runyard.queue.values import (
 __all__ = [
     "CANCEL_CHANNEL",
     "EVENTS_CHANNEL",
+    "HELD_CHANNEL",
     "JOBS_CHANNEL",
     "RESERVED_EVENT_TYPES",
     "RUNS_CHANNEL",

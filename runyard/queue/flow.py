@@ -5,6 +5,7 @@ statements ``runyard.queue.flow_sql``."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from runyard.domain.flow_limits import (
 )
 from runyard.platform.db import autocommit
 from runyard.queue.flow_sql import (
+    ANY_HELD,
     CANDIDATES,
     HELD_SCOPES,
     LOCK_SCOPES,
@@ -35,6 +37,9 @@ from runyard.queue.flow_sql import (
 # Held jobs one gate pass looks at, in claim order, and how often a worker passes the gate.
 GATE_BATCH = 200
 GATE_INTERVAL_SECONDS = 0.1
+# With no job held anywhere, a worker's gate passes this seldom unless a held job's
+# notification wakes it: the fallback for a notification missed (or no LISTEN at all).
+GATE_REST_SECONDS = 1.0
 
 
 class FlowGate:
@@ -47,6 +52,7 @@ class FlowGate:
         *,
         batch: int = GATE_BATCH,
         interval_seconds: float = 0.0,
+        rest_seconds: float = 0.0,
     ) -> None:
         self._engine = engine
         # Read at each pass: the limits follow the registry's reloads.
@@ -56,22 +62,40 @@ class FlowGate:
         # each pay for a pass (the gates of other processes go on meanwhile).
         self._interval = interval_seconds
         self._next_pass = 0.0
+        # With ``rest_seconds``, a pass that finds no job held anywhere lets the gate rest:
+        # later passes are skipped (no statement) until ``wake`` or that long after.
+        self._rest = rest_seconds
+        self._rest_until = 0.0
+        # Jobs held behind full scopes were seen: ``ANY_HELD`` is not asked again before this.
+        self._held_seen_until = 0.0
+        self._woken = threading.Event()
+
+    def wake(self) -> None:
+        """A held job was written: the next pass looks, resting or not (any thread)."""
+        self._woken.set()
 
     def follow(self, config: Callable[[], FlowConfig]) -> None:
         """Read the limits from ``config`` from now on (a process's reloaded registry)."""
         self._config = config
 
     def release(self, *, now: datetime | None = None) -> int:
-        """One pass, unless this process made one less than the interval ago: how many held
-        jobs it released (0 when none waits, in one statement)."""
+        """One pass, unless this process made one less than the interval ago or the gate
+        rests: how many held jobs it released (0 when none waits, in one statement; two
+        when it then finds none held at all and starts resting)."""
         if self._interval > 0:
             moment = time.monotonic()
             if moment < self._next_pass:
                 return 0
             self._next_pass = moment + self._interval
+        if self._rest > 0:
+            if not self._woken.is_set() and time.monotonic() < self._rest_until:
+                return 0
+            # Cleared before the reads: a job held after them notifies after its commit.
+            self._woken.clear()
         params = {"n": self._batch, "now": now}
         scopes = [row.scope for row in autocommit(self._engine, HELD_SCOPES, params)]
         if not scopes:
+            self._maybe_rest()
             return 0
         config = self._config()
         with self._engine.begin() as conn:
@@ -105,6 +129,17 @@ class FlowGate:
                 RELEASE, {"ids": chosen, "counters": json.dumps(counters), "now": now}
             ).one()
         return int(found.released)
+
+    def _maybe_rest(self) -> None:
+        """After a pass that found no scope with room: rest if no job is held at all (asked
+        at most once a rest period while jobs wait behind full scopes)."""
+        moment = time.monotonic()
+        if self._rest <= 0 or moment < self._held_seen_until:
+            return
+        if autocommit(self._engine, ANY_HELD, {})[0].held:
+            self._held_seen_until = moment + self._rest
+        else:
+            self._rest_until = moment + self._rest
 
 
 def _spend(tokens: float | None, used: int) -> float | None:

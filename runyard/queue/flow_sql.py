@@ -8,10 +8,12 @@ its scopes (``flow_scopes``). Each scope has a row in ``flow_counters``: its job
 scope order, skipping the ones another gate holds, and reads their counts as the last writer
 left them; ``CANDIDATES`` locks the held jobs whose every scope is locked; the pure rule picks
 those that fit; ``RELEASE`` lets them go, adds them to their scopes' counts, spends their
-tokens and wakes the workers. A job that ends leaves its scopes' counts by a trigger (migration
-0021). No two gates release in one scope at once and every count is changed under its row's
-lock, so a scope's maximum holds whatever number of workers and gates run; no session state is
-used, so it holds behind a transaction pooler too.
+tokens and wakes the workers. A pass that finds no scope asks ``ANY_HELD``: with none held,
+a resting gate skips its passes until a held job's notification or its fallback period. A
+job that ends leaves its scopes' counts by a trigger (migration 0021). No two gates release
+in one scope at once and every count is changed under its row's lock, so a scope's maximum
+holds whatever number of workers and gates run; no session state is used, so it holds behind
+a transaction pooler too.
 """
 
 from __future__ import annotations
@@ -52,6 +54,17 @@ HELD_SCOPES = _sql(
     )
     SELECT s AS scope FROM scope ORDER BY s
     """.replace("{CLOCK}", _CLOCK)
+)
+
+# Whether any job is held at all (whatever it waits for): an index probe of the gate's own
+# partial index. None held: the gate may rest until a held job is written (``runyard_held``).
+ANY_HELD = _sql(
+    """
+    SELECT EXISTS (
+        SELECT 1 FROM tool_run_jobs
+        WHERE status = 'queued' AND available_at = 'infinity' AND flow_scopes IS NOT NULL
+    ) AS held
+    """
 )
 
 # The scopes' rows, locked until the gate's commit, with their counts as the last writer left

@@ -88,6 +88,8 @@ RESERVED_EVENT_TYPES = TRANSITION_EVENT_TYPES | {"lease_lost"}
 _EVENT_TYPE = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 JOBS_CHANNEL = "runyard_jobs"
+# A job written held by its flow limits: the flow gates pass again (``FlowGate.wake``).
+HELD_CHANNEL = "runyard_held"
 CANCEL_CHANNEL = "runyard_cancel"
 RUNS_CHANNEL = "runyard_runs"
 

@@ -84,11 +84,20 @@ _ENQUEUE_CTES: LiteralString = """
 
 _CLAIM_AT_INSERT: LiteralString = "claim AS (SELECT CAST(:owner AS text) IS NOT NULL AS by_api), "
 
+# A job written held wakes the flow gates, which pass only when something may be held
+# (``runyard.queue.flow``).
+_HELD_NOTIFY: LiteralString = """
+    CASE WHEN CAST(:flow_scopes AS text[]) IS NOT NULL
+         THEN pg_notify('runyard_held', CAST(:queue AS text)) END AS held_notified
+"""
+
 ENQUEUE = _sql(
     "WITH admitted AS (SELECT 1), "
     + _CLAIM_AT_INSERT
     + _ENQUEUE_CTES
-    + "SELECT id, pg_notify('runyard_jobs', CAST(:queue AS text)) FROM run"
+    + "SELECT id, pg_notify('runyard_jobs', CAST(:queue AS text)), "
+    + _HELD_NOTIFY
+    + " FROM run"
 )
 
 
@@ -211,7 +220,10 @@ SUBMIT = _sql(
     + WAITING_FOR
     + """ FROM job j, run r) END AS waiting_for,
            CASE WHEN job.run_id IS NOT NULL AND NOT claim.by_api
-                THEN pg_notify('runyard_jobs', CAST(:queue AS text)) END AS notified
+                THEN pg_notify('runyard_jobs', CAST(:queue AS text)) END AS notified,
+           CASE WHEN job.run_id IS NOT NULL THEN (SELECT """
+    + _HELD_NOTIFY
+    + """) END AS held
     FROM decision d CROSS JOIN claim LEFT JOIN job ON true
     """
 )

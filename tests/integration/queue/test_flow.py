@@ -91,6 +91,27 @@ def test_gate__releases_a_key_up_to_its_maximum_and_more_as_runs_end(engine, reg
     assert running_of_key(engine, "cust-1") == 2
 
 
+def test_gate__rests_while_nothing_is_held_until_a_held_job_wakes_it(engine, registry):
+    flows = limited(registry, key_max_running=2)
+    gate = FlowGate(engine, flows.flow_config, rest_seconds=3600)
+    assert gate.release() == 0  # nothing held anywhere: the gate rests
+    submit(engine, flows, 1, key="cust-1")
+    assert gate.release() == 0  # resting: no pass, the job stays held
+    gate.wake()  # what the held job's notification does
+    assert gate.release() == 1
+
+
+def test_gate__jobs_held_behind_a_full_scope_keep_it_passing(engine, registry):
+    flows = limited(registry, key_max_running=1)
+    submit(engine, flows, 2, key="cust-1")
+    gate = FlowGate(engine, flows.flow_config, rest_seconds=3600)
+    queue = JobQueue(engine, flow=gate)
+    [first] = claim(queue)
+    assert gate.release() == 0  # the key is full, one job still held: no rest
+    assert queue.finalize(first.job_id, first.lease_token, DONE)
+    assert gate.release() == 1  # no wake-up needed
+
+
 def test_gate__tool_and_tenant_maxima_hold_across_keys(engine, registry):
     flows = limited(registry, tenant=Limit(max_running=3), max_running=4)
     for key in ("a", "b", "c"):

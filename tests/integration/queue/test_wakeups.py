@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 
+import psycopg
 from sqlalchemy import Engine, text
 
-from runyard.queue import JobQueue, NewRun
+from runyard.domain.graph import Node
+from runyard.platform.settings import libpq_url
+from runyard.queue import HELD_CHANNEL, AdmissionCaps, ApiQueue, JobQueue, NewRun
+from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
 from worker.wakeup import Wakeups
 
 
@@ -38,6 +43,45 @@ def test_wakeups__job_and_cancel_notifications_arrive(
         assert cancelled == [job.job_id]
     finally:
         wakeups.stop()
+
+
+def test_wakeups__a_job_written_held_wakes_the_flow_gate_and_a_free_one_does_not(
+    database_url: str, queue: JobQueue
+):
+    job_seen, held_seen = threading.Event(), threading.Event()
+    wakeups = Wakeups(database_url, job_seen.set, lambda job_id: None, on_held=held_seen.set)
+    wakeups.start()
+    try:
+        assert wakeups.connected.wait(10)
+        queue.enqueue(new_run())
+        assert job_seen.wait(10)
+        queue.enqueue(dataclasses.replace(new_run(), flow_scopes=("key:t:k",)))
+        assert held_seen.wait(10)
+        held_seen.clear()
+        job_seen.clear()
+        queue.enqueue(new_run())
+        assert job_seen.wait(10)  # sent after the free job's commit, as a held one would be
+        assert not held_seen.is_set()
+    finally:
+        wakeups.stop()
+
+
+def test_submit_and_graph_write__a_held_job_notifies_runyard_held(
+    database_url: str, engine: Engine
+):
+    held = dataclasses.replace(new_run(), tenant="acme", flow_scopes=("key:acme:k",))
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as listener:
+        listener.execute(f"LISTEN {HELD_CHANNEL}")
+        ApiQueue(engine).submit(new_run(), AdmissionCaps())
+        ApiQueue(engine).submit(held, AdmissionCaps())
+        GraphWriter(engine).submit(
+            GraphSubmit("acme", [GraphRun(held, Node(None, ()))]), AdmissionCaps()
+        )
+        GraphWriter(engine).submit(
+            GraphSubmit("acme", [GraphRun(new_run(), Node(None, ()))]), AdmissionCaps()
+        )
+        seen = [note.payload for note in listener.notifies(timeout=1.0, stop_after=3)]
+    assert seen == ["default", "default"]  # the two held jobs' queue, not the free ones'
 
 
 def test_wakeups__reconnect_after_the_connection_is_killed(
@@ -96,7 +140,7 @@ def test_events_of_many_runs_in_one_statement__notify_their_ids_200_a_payload(
         result = GraphWriter(engine).submit(
             GraphSubmit(tenant="t", runs=runs, batch=True), AdmissionCaps()
         )
-        payloads = [n.payload for n in listener.notifies(timeout=2.0, stop_after=3)]
+        payloads = [n.payload for n in listener.notifies(timeout=1.0, stop_after=3)]
     assert [len(p.split(",")) for p in payloads] == [200, 200, 50]
     named = [uuid.UUID(name) for p in payloads for name in p.split(",")]
     assert named == sorted(result.run_ids)
