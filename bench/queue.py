@@ -4,11 +4,11 @@ Same Postgres, same database, same run; the sides alternate round by round.
 
 - ``runyard worker``: the real ``worker.service.Worker`` with 4 slots (threads) and the fake
   runner (no container), engines as ``python -m worker`` builds them. Per job:
-  ``mark_container_requested``, the fake runner's two ``LEASE_HELD`` checks (before the
-  create and the start), and its share of a ``FINALIZE_MANY_AND_CLAIM`` (the slots that
-  finish together finalize in one statement, each job with its run mirror, status event and
-  NOTIFY, and claim their next jobs in it), the fake runner's discard; the claim loop only
-  fills slots that have nothing to chain to.
+  ``mark_container_requested`` (whose row answers the fake runner's ask before the create),
+  one ``LEASE_HELD`` (before the start), and its share of a ``FINALIZE_MANY_AND_CLAIM`` (the
+  slots that finish together finalize in one statement, each job with its run mirror, status
+  event and NOTIFY, and claim their next jobs in it), the fake runner's discard; the claim
+  loop only fills slots that have nothing to chain to.
 - ``runyard direct``: 4 plain threads, each ``claim(limit=1)`` -> ``mark_container_requested``
   -> ``finalize`` through ``JobQueue`` (no worker loop).
 - ``runyard SQL, plain psycopg`` (``psycopg-floor``): runyard's own statements (ENQUEUE,
