@@ -74,9 +74,15 @@ def load_sandbox(services: Services, principal: Principal, sandbox_id: uuid.UUID
     return row
 
 
-def create_sandbox(services: Services, principal: Principal, body: SandboxCreate) -> SandboxOut:
-    """Submit the sandbox's run; 409 in sync mode, 422 for a tool that allows none, 429 past
-    the tenant's quotas (a sandbox counts as a running run)."""
+def create_sandbox(
+    services: Services,
+    principal: Principal,
+    body: SandboxCreate,
+    idempotency_key: str | None = None,
+) -> SandboxOut:
+    """Submit the sandbox's run; 409 in sync mode or for a key used with another request,
+    422 for a tool that allows none, 429 past the tenant's quotas (a sandbox counts as a
+    running run)."""
     if services.sync is not None:
         raise Problem(
             409,
@@ -94,6 +100,7 @@ def create_sandbox(services: Services, principal: Principal, body: SandboxCreate
         limits=limits,
         env=body.env,
         allowed_tools=principal.tools,
+        idempotency_key=idempotency_key,
     )
     uses = Sandboxes(
         services.queue,

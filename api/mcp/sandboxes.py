@@ -155,7 +155,7 @@ class SandboxTools:
         allowed = {"tool", "ttl_seconds", "idle_timeout_seconds", "env"}
         body = _model(SandboxCreate, arguments, allowed)
         created = await anyio.to_thread.run_sync(
-            actions.create_sandbox, self._services, principal, body
+            actions.create_sandbox, self._services, principal, body, call.idempotency_key
         )
         started = await self._until(principal, created.id, lambda out: out.status != "starting")
         return sandbox_answer(started, ended_is_error=True)

@@ -17,7 +17,7 @@ from api.actions.sandbox_terminal import serve_terminal, terminal_engine
 from api.deps import PrincipalDep, ServicesDep
 from api.openapi import BINARY, BODY_ERRORS, COMMON_ERRORS, problem
 from api.problems import Problem
-from api.routes import WaitSeconds
+from api.routes import IdempotencyKey, WaitSeconds
 from api.sandbox_schemas import (
     ExecCreate,
     ExecOut,
@@ -44,7 +44,9 @@ SPOOL_IN_MEMORY = 1_048_576
     status_code=201,
     response_model=SandboxOut,
     responses={
-        409: problem("Sandboxes need queue mode"),
+        409: problem(
+            "Sandboxes need queue mode, or the Idempotency-Key was used with a different request"
+        ),
         422: problem("Unknown tool, a tool without sandbox = true, or a limit above maximum"),
         429: problem("A tenant cap is full (a sandbox counts as a running run)", retry_after=True),
         503: problem("The queue is full, or the database is unavailable", retry_after=True),
@@ -52,11 +54,18 @@ SPOOL_IN_MEMORY = 1_048_576
     },
 )
 async def post_sandbox(
-    body: SandboxCreate, services: ServicesDep, principal: PrincipalDep, response: Response
+    body: SandboxCreate,
+    services: ServicesDep,
+    principal: PrincipalDep,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
 ) -> SandboxOut:
     """Start a sandbox of a tool: a hardened, labelled container kept until its TTL, its idle
-    timeout, a delete, or its own end."""
-    created = await run_in_threadpool(actions.create_sandbox, services, principal, body)
+    timeout, a delete, or its own end. A retry with the same ``Idempotency-Key`` answers the
+    first sandbox."""
+    created = await run_in_threadpool(
+        actions.create_sandbox, services, principal, body, idempotency_key
+    )
     response.headers["Location"] = f"/v1/sandboxes/{created.id}"
     return created
 

@@ -48,6 +48,8 @@ class SandboxRequest:
     env: Mapping[str, str] = field(default_factory=dict)
     # The tools the caller's key may run (None: every tool).
     allowed_tools: frozenset[str] | None = None
+    # A retry with the same key (and request) answers the first sandbox instead of a second.
+    idempotency_key: str | None = None
 
 
 def prepare(request: SandboxRequest, registry: ToolRegistry, output_cap: int) -> NewRun:
@@ -99,6 +101,7 @@ def prepare(request: SandboxRequest, registry: ToolRegistry, output_cap: int) ->
         timeout_seconds=ttl,
         queue=tool.queue,
         limits=limits,
+        idempotency_key=request.idempotency_key,
     )
 
 
@@ -121,8 +124,9 @@ class Sandboxes:
         self._output_cap = output_cap
 
     def create(self, request: SandboxRequest) -> uuid.UUID:
-        """Submit the sandbox's run and write its row; its id. Raises what ``prepare`` and
-        the queue's admission raise."""
+        """Submit the sandbox's run and write its row (again, for a replayed key: a create
+        cut between the two still gets its row); its id. Raises what ``prepare`` and the
+        queue's admission raise, ``IdempotencyConflict`` for a key used with another request."""
         run = prepare(request, self._registry, self._output_cap)
         result = self._queue.submit(run, self._caps)
         session = run.spec[SESSION_KEY]

@@ -9,7 +9,7 @@ import tarfile
 
 import pytest
 
-from runyard_client import NotFoundError
+from runyard_client import ConflictError, NotFoundError
 from runyard_client.testing import AsyncFakeRunyard, FakeBackend, FakeExecCall, FakeRunyard
 
 
@@ -49,3 +49,20 @@ def test_fake_sandbox__async_and_an_unknown_sandbox():
     assert asyncio.run(scenario()) == "1"
     with FakeRunyard({"box": lambda value: value}) as ry, pytest.raises(NotFoundError):
         ry.sandbox("00000000-0000-0000-0000-000000000000")
+
+
+def test_fake_sandbox__a_create_with_a_used_key_answers_the_first_one_in_both_flavours():
+    backend = FakeBackend({"box": lambda value: value})
+    with FakeRunyard(backend=backend) as ry:
+        first = ry.create_sandbox("box", idempotency_key="k1")
+        again = ry.create_sandbox("box", idempotency_key="k1")
+        fresh = ry.create_sandbox("box")
+        with pytest.raises(ConflictError):
+            ry.create_sandbox("box", idempotency_key="k1", max_execs=2)
+
+    async def scenario() -> str:
+        async with AsyncFakeRunyard(backend=backend) as ary:
+            return str((await ary.create_sandbox("box", idempotency_key="k1")).id)
+
+    assert again.id == first.id != fresh.id
+    assert asyncio.run(scenario()) == str(first.id)

@@ -9,8 +9,8 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp import MCPError
-from sqlalchemy import Engine
+from mcp import MCPError, types
+from sqlalchemy import Engine, text
 
 from runyard.registry.tools import ToolRegistry
 from runyard.tenancy.auth import create_api_key
@@ -92,3 +92,28 @@ def test_mcp_sandboxes__queue_mode_without_a_worker_answers_starting_and_refuses
     assert seen["unknown-argument"].structured_content["field"] == "image"
     assert seen["empty-command"].structured_content["field"] == "command"
     assert "PUT /v1/sandboxes/" in seen["too-big"].content[0].text
+
+
+def test_mcp_sandboxes__a_create_retried_with_its_key_answers_the_first_sandbox(
+    database_url: str, engine: Engine, registry: ToolRegistry
+):
+    app = make_app(database_url, engine, registry, max_wait_seconds=0.3)
+    key = create_api_key(engine, "acme")
+    meta: types.RequestParamsMeta = {"io.runyard/idempotency_key": "agent-box-1"}  # type: ignore[typeddict-unknown-key]
+
+    async def scenario(url: str) -> list[Any]:
+        answers = []
+        for _ in range(2):  # a client that lost the first answer sends the call again
+            async with mcp_client(url, key) as client:
+                answers.append(
+                    await client.call_tool("runyard_sandbox_create", {"tool": "sandbox"}, meta=meta)
+                )
+        return answers
+
+    with live_server(app) as url:
+        first, again = anyio.run(scenario, url)
+
+    assert first.is_error is False and again.is_error is False
+    assert again.structured_content["id"] == first.structured_content["id"]
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM sandboxes")).scalar_one() == 1

@@ -216,3 +216,27 @@ def test_exec_read__a_command_that_finishes_mid_read__answers_every_byte_or_runn
 
     assert (found["status"], found["exit_code"]) == ("finished", 0)
     assert found["stdout"] == "first\nlast\n"
+
+
+def test_create__a_retry_with_its_idempotency_key_answers_the_first_sandbox(
+    client: TestClient, engine: Engine
+):
+    acme = {**bearer(engine, "acme"), "Idempotency-Key": "box-1"}
+    body = {"tool": "sandbox", "ttl_seconds": 120}
+
+    first = client.post("/v1/sandboxes", json=body, headers=acme)
+    again = client.post("/v1/sandboxes", json=body, headers=acme)
+    other = client.post("/v1/sandboxes", json={**body, "ttl_seconds": 60}, headers=acme)
+
+    assert first.status_code == again.status_code == 201
+    assert again.json()["id"] == first.json()["id"]
+    assert (other.status_code, other.json()["code"]) == (409, "idempotency_conflict")
+    with engine.connect() as conn:
+        made = conn.execute(text("SELECT count(*) FROM sandboxes")).scalar_one()
+        runs = conn.execute(text("SELECT count(*) FROM tool_runs")).scalar_one()
+    assert (made, runs) == (1, 1)
+    # Another tenant's key of the same name is its own.
+    theirs = {**bearer(engine, "other"), "Idempotency-Key": "box-1"}
+    assert (
+        client.post("/v1/sandboxes", json=body, headers=theirs).json()["id"] != (first.json()["id"])
+    )

@@ -482,9 +482,12 @@ class Runyard:
         limits: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
         wait: bool = True,
+        idempotency_key: str | None = None,
     ) -> Sandbox:
         """A sandbox of ``tool`` (its entry says ``sandbox = true``); with ``wait``, once its
-        container runs. ``with`` it to delete it on the way out."""
+        container runs. ``with`` it to delete it on the way out. It is sent
+        with an idempotency key (a fresh one unless given), so a retried request never
+        makes a second sandbox."""
         call = sandbox_calls.create_sandbox(
             tool,
             ttl_seconds=ttl_seconds,
@@ -492,6 +495,7 @@ class Runyard:
             max_execs=max_execs,
             limits=limits,
             env=env,
+            idempotency_key=idempotency_key or calls.new_idempotency_key(),
         )
         box = Sandbox(self, self._send(call))
         if wait:

@@ -111,8 +111,9 @@ def create_sandbox(
     max_execs: int | None = None,
     limits: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
+    idempotency_key: str | None = None,
 ) -> Call[SandboxInfo]:
-    """``POST /v1/sandboxes`` with only the fields given."""
+    """``POST /v1/sandboxes`` with only the fields given; with a key, safe to retry."""
     body: dict[str, Any] = {"tool": tool}
     given = {
         "ttl_seconds": ttl_seconds,
@@ -122,7 +123,8 @@ def create_sandbox(
         "env": dict(env) if env else None,
     }
     body.update({k: v for k, v in given.items() if v is not None})
-    return Call("POST", "/v1/sandboxes", _sandbox, json=body)
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+    return Call("POST", "/v1/sandboxes", _sandbox, json=body, headers=headers)
 
 
 def get_sandbox(sandbox_id: Id) -> Call[SandboxInfo]:

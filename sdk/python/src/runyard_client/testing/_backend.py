@@ -31,6 +31,20 @@ class FakeProblem(Exception):
         self.status, self.code, self.detail, self.extra = status, code, detail, extra
 
 
+def replayed(
+    keys: dict[str, tuple[Any, uuid.UUID]], key: str | None, body: Any, what: str
+) -> uuid.UUID | None:
+    """What a request's ``Idempotency-Key`` made before (None: a new key or none); a 409
+    when the key came with another body (``what``: "request", "batch")."""
+    if key is None or key not in keys:
+        return None
+    first_body, made = keys[key]
+    if first_body != body:
+        detail = f"the Idempotency-Key was used with a different {what}"
+        raise FakeProblem(409, "idempotency_conflict", detail, field="Idempotency-Key")
+    return made
+
+
 @dataclass
 class FakeEvent:
     """One event of a run."""

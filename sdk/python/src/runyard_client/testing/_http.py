@@ -29,6 +29,7 @@ from runyard_client.testing._backend import (
     FakeProblem,
     FakeRun,
 )
+from runyard_client.testing._backend import replayed as replayed_id
 from runyard_client.testing._sandboxes import handle_sandboxes
 
 RUN_FIELDS = frozenset(
@@ -170,13 +171,10 @@ def submit_run(backend: FakeBackend, request: httpx2.Request) -> httpx2.Response
     fields = run_request(body)
     wait = _wait(request)
     key = request.headers.get("idempotency-key")
-    replayed = key is not None and key in backend.keys
-    if key is not None and replayed:
-        first_body, run_id = backend.keys[key]
-        if first_body != body:
-            detail = "the Idempotency-Key was used with a different request"
-            raise FakeProblem(409, "idempotency_conflict", detail, field="Idempotency-Key")
-        run = backend.find(run_id)
+    first = replayed_id(backend.keys, key, body, "request")
+    replayed = first is not None
+    if first is not None:
+        run = backend.find(first)
     else:
         run = backend.create(fields)
         if key is not None:
@@ -339,12 +337,9 @@ def submit_batch(backend: FakeBackend, request: httpx2.Request) -> httpx2.Respon
         raise _invalid("runs", "List should have at least 1 item")
     items = [run_request(item, batch_item=True) for item in body["runs"]]
     key = request.headers.get("idempotency-key")
-    if key is not None and key in backend.keys:
-        first_body, batch_id = backend.keys[key]
-        if first_body != body:
-            detail = "the Idempotency-Key was used with a different batch"
-            raise FakeProblem(409, "idempotency_conflict", detail, field="Idempotency-Key")
-        batch = batches.find(backend, batch_id)
+    first = replayed_id(backend.keys, key, body, "batch")
+    if first is not None:
+        batch = batches.find(backend, first)
     else:
         batch = batches.submit(backend, items, body.get("callback_url"))
         if key is not None:

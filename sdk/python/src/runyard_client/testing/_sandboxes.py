@@ -22,7 +22,7 @@ from urllib.parse import unquote
 
 import httpx2
 
-from runyard_client.testing._backend import FakeProblem
+from runyard_client.testing._backend import FakeProblem, replayed
 
 WORKSPACE = "/runyard/out/workspace"
 T = TypeVar("T")
@@ -83,6 +83,8 @@ class FakeSandboxes:
     def __init__(self, commands: FakeCommand | None = None) -> None:
         self.commands = commands or _nothing
         self.sandboxes: dict[uuid.UUID, FakeSandbox] = {}
+        # Idempotency keys of creates: the body sent first and the sandbox it made.
+        self.keys: dict[str, tuple[Any, uuid.UUID]] = {}
 
     def find(self, sandbox_id: str) -> FakeSandbox:
         """A sandbox, or 404."""
@@ -120,6 +122,10 @@ def _path(raw: str) -> str:
 def create(store: FakeSandboxes, tools: set[str], request: httpx2.Request) -> httpx2.Response:
     """``POST /v1/sandboxes``: any registered tool, running at once."""
     body = json.loads(request.content or b"{}")
+    key = request.headers.get("idempotency-key")
+    first = replayed(store.keys, key, body, "request")
+    if first is not None:
+        return _json(store.sandboxes[first].view(), 201)
     if body.get("tool") not in tools:
         raise FakeProblem(422, "unknown_tool", f"unknown tool {body.get('tool')!r}", field="tool")
     made = FakeSandbox(
@@ -130,6 +136,8 @@ def create(store: FakeSandboxes, tools: set[str], request: httpx2.Request) -> ht
         int(body.get("max_execs") or 4),
     )
     store.sandboxes[made.id] = made
+    if key is not None:
+        store.keys[key] = (body, made.id)
     return _json(made.view(), 201)
 
 
