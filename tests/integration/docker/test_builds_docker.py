@@ -16,7 +16,7 @@ import docker
 import pytest
 from sqlalchemy import Engine, text
 
-from runyard.builders.docker import DockerBuilder
+from runyard.builders.docker import FORGET_SECONDS, DockerBuilder
 from runyard.builds.setup import with_builds
 from runyard.platform.settings import Settings
 from runyard.queue import JobQueue
@@ -223,7 +223,12 @@ def test_build_timeout__fails_the_waiting_runs(tmp_path, engine, queue, names, m
     done = run(engine, run_id)
     assert done["error_code"] == "build_failed"
     assert "build timed out after 2 s" in done["error"] and "sleeping now" in done["error"]
-    # Its parent cgroup goes once the cut step is gone (the engine kills it after the cut).
+    # Its parent cgroup goes once the cut step is gone (the engine kills it after the cut):
+    # the worker removes it after failing the runs, waiting for the dying step, so it is
+    # looked for until then, within the worker's own wait.
     with engine.connect() as conn:
         build_id = conn.execute(text("SELECT id FROM tool_builds")).scalar_one()
-    assert not list(Path("/sys/fs/cgroup").glob(f"*/runyard/build-{build_id}"))
+    deadline = time.monotonic() + FORGET_SECONDS + 5
+    while list(Path("/sys/fs/cgroup").glob(f"*/runyard/build-{build_id}")):
+        assert time.monotonic() < deadline, "the build's parent cgroup was left behind"
+        time.sleep(0.2)
