@@ -5,17 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.deps import Services
 from runyard.domain.log_lines import stamp_pieces
 from runyard.platform.models import ToolRun
-from runyard.reads.dashboard import log_snapshot
+from runyard.reads.dashboard import LogSnapshot
 from runyard.reads.runs import LOG_STREAMS
 
 
-def log_context(services: Services, run: ToolRun) -> dict[str, Any]:
+def log_context(run: ToolRun, snapshot: LogSnapshot) -> dict[str, Any]:
     """What ``_run_logs.html`` shows: the streams' text and, where the stored chunks still
     make up exactly that text, the chunks with their times (else the plain text)."""
-    snapshot = log_snapshot(services.engine, run.id)
     if run.status.is_terminal:
         text = {"stdout": run.stdout or "", "stderr": run.stderr or ""}
         upto, attempt = 0, run.attempts

@@ -35,6 +35,7 @@ from runyard.domain.usage import GroupBy
 from runyard.platform.models import ToolRun
 from runyard.queue.values import SYNC_QUEUE, WORKER_LIVE_SECONDS
 from runyard.reads.dashboard import (
+    log_snapshot,
     queue_activity,
     queue_overview,
     run_holder,
@@ -234,10 +235,14 @@ def run_page(
     run_id: str, request: Request, services: ServicesDep, ui: UiDep, session: SessionDep
 ) -> HTMLResponse:
     """One run: summary, logs (live while it runs), result, artifacts, timeline, input."""
+    # The logs' snapshot comes first: the page's stream replays only the events after its
+    # ``upto``, so a summary read before it could miss a status change committed between
+    # the two reads for good. Nothing of it is shown unless the caller may see the run.
+    snapshot = log_snapshot(services.engine, _parse_run_id(run_id))
     run = load_visible_run(services, session, run_id)
     context = {
         **_panel_context(services, run),
-        **log_context(services, run),
+        **log_context(run, snapshot),
         "title": f"Run {run.id}",
     }
     return page(ui, request, "run.html", context)
@@ -267,7 +272,8 @@ def run_logs_fragment(
 ) -> HTMLResponse:
     """The stored (capped) logs of a finished run, swapped in when it ends."""
     run = load_visible_run(services, session, run_id)
-    return page(ui, request, "_run_logs.html", {"run": run, **log_context(services, run)})
+    logs = log_context(run, log_snapshot(services.engine, run.id))
+    return page(ui, request, "_run_logs.html", {"run": run, **logs})
 
 
 @router.get("/runs/{run_id}/events")

@@ -4,6 +4,7 @@ download, and Re-run through the API's own action (CSRF-protected, tenant-scoped
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -11,9 +12,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
+from api.ui import views
 from runyard.domain.attempt import AttemptResult
 from runyard.domain.states import RunStatus
 from runyard.queue import JobQueue
+from runyard.reads.dashboard import LogSnapshot, log_snapshot
 from runyard.registry.tools import ToolRegistry
 from runyard.tenancy.auth import create_api_key
 from tests.integration.api.test_api_helpers import bearer, count, make_app
@@ -152,3 +155,32 @@ def test_theme__the_toggle_sets_a_cookie_the_pages_follow(ui: TestClient, engine
     assert 'data-theme="dark"' not in ui.get("/ui/runs").text
     forged = ui.post("/ui/theme", data={"theme": "dark"}, headers={"Sec-Fetch-Site": "cross-site"})
     assert forged.status_code == 403
+
+
+def test_run_page__a_run_started_while_the_page_is_read_still_reaches_it_live(
+    ui: TestClient, engine: Engine, queue: JobQueue, monkeypatch: pytest.MonkeyPatch
+):
+    """The page streams the events after its ``upto``: a start committed while the page is
+    being read is either shown or left for the stream, never skipped by both."""
+    run_id = submit(ui, engine, "acme")
+
+    def started_meanwhile(bind: Engine, run: uuid.UUID) -> LogSnapshot:
+        queue.claim(worker_id="w", engine_id="e", limit=1, lease_seconds=30)
+        return log_snapshot(bind, run)
+
+    monkeypatch.setattr(views, "log_snapshot", started_meanwhile)
+    log_in(ui, create_api_key(engine, "acme"))
+    page = ui.get(f"/ui/runs/{run_id}").text
+    with engine.connect() as conn:
+        started = conn.execute(
+            text(
+                "SELECT id FROM tool_run_events WHERE run_id = :id AND type = 'status'"
+                " AND data->>'status' = 'running'"
+            ),
+            {"id": run_id},
+        ).scalar_one()
+    upto = int(re.search(r'data-upto="(\d+)"', page).group(1))  # type: ignore[union-attr]
+    shown = re.search(r'id="run-status"[^>]*data-status="(\w+)"', page)
+    # The stream would begin after the start's event: the page itself must show it.
+    assert upto >= started
+    assert shown is not None and shown.group(1) == "running"
