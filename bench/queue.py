@@ -190,7 +190,8 @@ def traced_worker_round(url: str, jobs: int, concurrency: int, deadline: Deadlin
     loopback (``--traced``; started by ``main``, named by ``OTEL_EXPORTER_OTLP_ENDPOINT``)."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    from runyard.platform.tracing import NO_TRACING, OtelTracing, install
+    from runyard.platform.otel import OtelTracing
+    from runyard.platform.tracing import NO_TRACING, install
 
     endpoint = os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] + "/v1/traces"
     tracing = OtelTracing("bench-worker", OTLPSpanExporter(endpoint=endpoint))

@@ -22,7 +22,8 @@ from datetime import UTC, datetime
 
 from bench.otlp_sink import otlp_sink
 from runyard.attempts.traced import trace_build_wait, traced_attempt
-from runyard.platform.tracing import NO_TRACING, OtelTracing, Tracing, install, tracing
+from runyard.platform.otel import OtelTracing
+from runyard.platform.tracing import NO_TRACING, Tracing, install, tracing
 from runyard.queue import ClaimedJob
 from runyard.queue.builds import BuildQueue
 
@@ -58,7 +59,7 @@ def cpu_per_job(traced: Tracing, jobs: int, rate: float) -> float:
         with traced_attempt(job, "bench-worker"):
             trace_build_wait(job, _engine_id, builds)
             tracing().current()
-            tracing().span_event("finalize", {"runyard.status": "succeeded"})
+            tracing().tag("runyard.status", "succeeded")
 
     try:
         for _ in range(min(jobs, 500)):

@@ -121,7 +121,8 @@ def traced_to_receiver(service: str = "runyard-test") -> Iterator[tuple[OtlpRece
     after. Yields the receiver and the ``OtelTracing`` (its ``shutdown`` exports the rest)."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    from runyard.platform.tracing import NO_TRACING, OtelTracing, install
+    from runyard.platform.otel import OtelTracing
+    from runyard.platform.tracing import NO_TRACING, install
 
     with otlp_receiver() as receiver:
         tracing = OtelTracing(service, OTLPSpanExporter(endpoint=f"{receiver.url}/v1/traces"))

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 from sqlalchemy.exc import DBAPIError
 
-from runyard.platform.tracing import Attributes, parse_context, tracing
+from runyard.platform.tracing import parse_context, tracing
 from runyard.queue import ClaimedJob
 from runyard.queue.builds import BuildQueue
 from runyard.traces.context import trace_of
@@ -25,12 +25,13 @@ def traced_attempt(job: ClaimedJob, owner_id: str) -> Iterator[None]:
     if not traced.enabled:
         yield
         return
-    attributes: Attributes = {
+    attributes: dict[str, str | int | float | bool] = {
         "runyard.run_id": str(job.run_id),
         "runyard.attempt": job.attempt,
-        "runyard.adopted": job.adopted,
         "runyard.worker_id": owner_id,
     }
+    if job.adopted:  # only then: each attribute costs every attempt's export
+        attributes["runyard.adopted"] = True
     # The span starts at the claim: neither a span nor an event of its own is needed for it
     # (each costs the worker CPU per attempt, to make and to export).
     with traced.span("attempt", parent=trace_of(job.spec), attributes=attributes):

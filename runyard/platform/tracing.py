@@ -1,6 +1,6 @@
-"""Traces: a small port over OpenTelemetry, set up only by an entry point, only when the
-standard ``OTEL_*`` variables name an exporter; otherwise nothing of the SDK is imported and
-every span is a shared object that does nothing.
+"""Traces: a small port over OpenTelemetry (``runyard.platform.otel``), set up only by an
+entry point, only when the standard ``OTEL_*`` variables name an exporter; otherwise nothing
+of the SDK is imported and every span is a shared object that does nothing.
 
 Contexts cross process boundaries as W3C ``traceparent``/``tracestate`` strings (a run's is
 stored with the run, an attempt's with its job), so spans of the API, the worker that ran an
@@ -129,8 +129,8 @@ class Tracing(Protocol):
         """Link the span open in this thread to ``context`` (e.g. a dead owner's span)."""
         ...
 
-    def span_event(self, name: str, attributes: Attributes | None = None) -> None:
-        """An event of the span open in this thread: a moment worth less than a span."""
+    def tag(self, key: str, value: str | int | float | bool) -> None:
+        """Set an attribute of the span open in this thread (none open: nothing)."""
         ...
 
     def shutdown(self) -> None:
@@ -198,8 +198,8 @@ class NoTracing:
         """Nothing to link."""
         return None
 
-    def span_event(self, name: str, attributes: Attributes | None = None) -> None:
-        """Nothing to note."""
+    def tag(self, key: str, value: str | int | float | bool) -> None:
+        """Nothing to set."""
         return None
 
     def shutdown(self) -> None:
@@ -208,195 +208,6 @@ class NoTracing:
 
 
 NO_TRACING = NoTracing()
-
-
-class _OtelSpan:
-    __slots__ = ("_span", "_tracing")
-
-    def __init__(self, span: Any, tracing: OtelTracing) -> None:
-        self._span = span
-        self._tracing = tracing
-
-    def set(self, key: str, value: str | int | float | bool) -> None:
-        self._span.set_attribute(key, value)
-
-    def fail(self, message: str) -> None:
-        self._span.set_status(self._tracing.error_status(message[:500]))
-
-    def rename(self, name: str) -> None:
-        self._span.update_name(name)
-
-    def event(self, name: str, attributes: Attributes | None = None) -> None:
-        self._span.add_event(name, attributes=attributes)
-
-    def context(self) -> TraceContext | None:
-        return self._tracing.context_of(self._span)
-
-
-class OtelTracing:
-    """Spans through the OpenTelemetry SDK, batched to the exporter ``OTEL_*`` names."""
-
-    enabled = True
-
-    def __init__(self, service_name: str, exporter: Any) -> None:
-        from opentelemetry import context, trace
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-        from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
-        from opentelemetry.trace.span import NonRecordingSpan, TraceFlags, TraceState
-
-        # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win over the default name; the
-        # sampler comes from OTEL_TRACES_SAMPLER (parent-based, always on, by default), the
-        # batch's size and delay from OTEL_BSP_*.
-        resource = _hashed_once(Resource.create({"service.name": service_name}))
-        self._provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-        self._provider.add_span_processor(BatchSpanProcessor(exporter))
-        self._tracer = self._provider.get_tracer("runyard")
-        self._trace = trace
-        # Looked up once: a span site runs on the hot path of every attempt.
-        self._context = context
-        self._link_type = Link
-        self._span_context = SpanContext
-        self._non_recording = NonRecordingSpan
-        self._flags = TraceFlags
-        self._state = TraceState
-        self._kinds = (SpanKind.INTERNAL, SpanKind.SERVER)
-        self._status = (Status, StatusCode.ERROR)
-
-    def error_status(self, message: str) -> Any:
-        """An SDK error status carrying ``message``."""
-        status, error = self._status
-        return status(error, message)
-
-    def _span_context_of(self, carried: TraceContext) -> Any:
-        """The SDK's remote span context of a well-formed W3C context, parsed directly (the
-        propagator's regular expressions and carrier lookups cost more than the span)."""
-        _, trace_id, span_id, flags = carried.traceparent.split("-")
-        state = self._state.from_header([carried.tracestate]) if carried.tracestate else None
-        return self._span_context(
-            trace_id=int(trace_id, 16),
-            span_id=int(span_id, 16),
-            is_remote=True,
-            trace_flags=self._flags(int(flags, 16)),
-            trace_state=state,
-        )
-
-    def context_of(self, span: Any) -> TraceContext | None:
-        """The W3C context of an SDK span (formatted directly: no propagator on this path)."""
-        context = span.get_span_context()
-        if not context.is_valid:
-            return None
-        parent = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
-        return TraceContext(parent, context.trace_state.to_header() if context.trace_state else "")
-
-    @contextlib.contextmanager
-    def span(
-        self,
-        name: str,
-        *,
-        parent: TraceContext | None = None,
-        links: Sequence[TraceContext] = (),
-        attributes: Attributes | None = None,
-        server: bool = False,
-    ) -> Iterator[Span]:
-        """An SDK span, current in this thread while open (started, attached and ended here
-        rather than through the SDK's nested context managers: a third of the cost)."""
-        context = None
-        if parent is not None:
-            remote = self._non_recording(self._span_context_of(parent))
-            context = self._trace.set_span_in_context(remote)
-        span_links = [self._link_type(self._span_context_of(link)) for link in links]
-        span = self._tracer.start_span(
-            name,
-            context=context,
-            kind=self._kinds[server],
-            attributes=attributes,
-            links=span_links,
-            record_exception=False,
-            set_status_on_exception=False,
-        )
-        token = self._context.attach(self._trace.set_span_in_context(span))
-        try:
-            yield _OtelSpan(span, self)
-        except Exception as exc:
-            if span.is_recording():
-                span.set_status(self.error_status(f"{type(exc).__name__}: {exc}"[:500]))
-            raise
-        finally:
-            self._context.detach(token)
-            span.end()
-
-    def record(
-        self,
-        name: str,
-        *,
-        start: datetime,
-        end: datetime,
-        parent: TraceContext | None = None,
-        links: Sequence[TraceContext] = (),
-        attributes: Attributes | None = None,
-        failed: str | None = None,
-    ) -> TraceContext | None:
-        """A span that already happened (its times known afterwards), ended at once."""
-        context = None
-        if parent is not None:
-            remote = self._non_recording(self._span_context_of(parent))
-            context = self._trace.set_span_in_context(remote)
-        span = self._tracer.start_span(
-            name,
-            context=context,
-            attributes=attributes,
-            links=[self._link_type(self._span_context_of(link)) for link in links],
-            start_time=_nanoseconds(start),
-        )
-        if failed is not None:
-            span.set_status(self.error_status(failed[:500]))
-        span.end(end_time=max(_nanoseconds(end), _nanoseconds(start)))
-        return self.context_of(span)
-
-    def current(self) -> TraceContext | None:
-        """The context of the span open in this thread, if any."""
-        span = self._trace.get_current_span()
-        if not span.get_span_context().is_valid:
-            return None
-        return self.context_of(span)
-
-    def link(self, context: TraceContext) -> None:
-        """Link the span open in this thread to ``context``."""
-        span = self._trace.get_current_span()
-        if span.get_span_context().is_valid:
-            span.add_link(self._span_context_of(context))
-
-    def span_event(self, name: str, attributes: Attributes | None = None) -> None:
-        """An event of the span open in this thread (none open: nothing)."""
-        self._trace.get_current_span().add_event(name, attributes=attributes)
-
-    def shutdown(self) -> None:
-        """Export the spans still batched, then stop the exporter."""
-        self._provider.shutdown()
-
-
-def _hashed_once(resource: Any) -> Any:
-    """``resource`` whose hash is computed once: the OTLP encoder groups each exported span by
-    its resource, and the SDK's hash serializes the attributes to JSON every time (a fifth of
-    the encoding's CPU)."""
-    from opentelemetry.sdk.resources import Resource
-
-    class _Hashed(Resource):
-        def __init__(self, attributes: Any, schema_url: str | None = None) -> None:
-            super().__init__(attributes, schema_url)
-            self._hash = super().__hash__()
-
-        def __hash__(self) -> int:
-            return self._hash
-
-    return _Hashed(resource.attributes, resource.schema_url)
-
-
-def _nanoseconds(moment: datetime) -> int:
-    """A moment as the SDK's span times: nanoseconds since the epoch."""
-    return int(moment.timestamp() * 1_000_000_000)
 
 
 def wanted(env: Mapping[str, str]) -> str | None:
@@ -428,6 +239,8 @@ def from_env(service_name: str, env: Mapping[str, str] | None = None) -> Tracing
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         exporter = OTLPSpanExporter()
+    from runyard.platform.otel import OtelTracing
+
     logger.info("traces exported", extra={"exporter": exporter_name, "service": service_name})
     return OtelTracing(service_name, exporter)
 

@@ -8,11 +8,13 @@ import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
+from runyard.platform.otel import OtelTracing
 from runyard.platform.tracing import (
     NO_SPAN,
     NO_TRACING,
-    OtelTracing,
     TraceContext,
     from_env,
     parse_context,
@@ -119,8 +121,6 @@ def test_with_trace__the_snapshot_carries_the_context_back():
 
 
 def test_otel_tracing__parents_links_and_recorded_spans_keep_their_ids_and_times():
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
     exported = InMemorySpanExporter()
     traced = OtelTracing("runyard-test", exported)
     parent = TraceContext(VALID, "vendor=1")
@@ -131,7 +131,7 @@ def test_otel_tracing__parents_links_and_recorded_spans_keep_their_ids_and_times
             "waited", start=start, end=start + timedelta(seconds=2), failed="too long"
         )
         assert traced.current() == outer.context()
-        traced.span_event("moment", {"n": 1})
+        traced.tag("runyard.status", "succeeded")
     with pytest.raises(ValueError, match="boom"), traced.span("broken"):
         raise ValueError("boom")
     traced.shutdown()
@@ -150,5 +150,65 @@ def test_otel_tracing__parents_links_and_recorded_spans_keep_their_ids_and_times
     assert waited.status.description == "too long"
     assert recorded is not None and recorded.span_id == f"{waited.context.span_id:016x}"
     assert by_name["broken"].status.description == "ValueError: boom"
-    assert [event.name for event in outer_span.events] == ["moment"]
+    assert outer_span.attributes == {"runyard.status": "succeeded"}
     assert NO_TRACING.record("x", start=start, end=start) is None
+
+
+def _exporting() -> tuple[OtelTracing, InMemorySpanExporter]:
+    exported = InMemorySpanExporter()
+    return OtelTracing("runyard-test", exported), exported
+
+
+def test_otel_tracing__a_span_under_an_unsampled_parent_travels_but_is_never_exported():
+    traced, exported = _exporting()
+    unsampled = TraceContext(VALID[:-2] + "00")
+    with traced.span("skipped", parent=unsampled) as skipped:
+        child = traced.record("child", start=datetime.now(UTC), end=datetime.now(UTC))
+        carried = skipped.context()
+    with traced.span("kept"):
+        pass
+    traced.shutdown()
+    assert [span.name for span in exported.get_finished_spans()] == ["kept"]
+    assert carried is not None and carried.trace_id == unsampled.trace_id
+    assert carried.traceparent.endswith("-00") and carried.span_id != unsampled.span_id
+    assert child is not None and child.traceparent.endswith("-00")
+
+
+@pytest.mark.parametrize(
+    ("sampler", "argument", "kept"),
+    [
+        ("always_off", None, []),
+        ("traceidratio", "1.0", ["root"]),
+        ("parentbased_always_off", None, []),
+    ],
+)
+def test_otel_tracing__the_configured_sampler_decides(
+    monkeypatch: pytest.MonkeyPatch, sampler: str, argument: str | None, kept: list[str]
+):
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", sampler)
+    if argument is not None:
+        monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", argument)
+    traced, exported = _exporting()
+    with traced.span("root") as root:
+        flags = root.context()
+    traced.shutdown()
+    assert [span.name for span in exported.get_finished_spans()] == kept
+    assert flags is not None and flags.traceparent.endswith("-01" if kept else "-00")
+
+
+def test_otel_tracing__a_server_span_renamed_failed_and_bounded():
+    traced, exported = _exporting()
+    with traced.span("request", server=True, attributes={"a": 1}) as span:
+        span.rename("GET /v1/runs")
+        span.set("http.status_code", 500)
+        span.fail("x" * 600)
+        for n in range(200):
+            span.event("tick", {"n": n})
+            traced.link(TraceContext(VALID))
+    traced.shutdown()
+    (request,) = exported.get_finished_spans()
+    assert request.name == "GET /v1/runs" and request.kind == SpanKind.SERVER
+    assert dict(request.attributes or {}) == {"a": 1, "http.status_code": 500}
+    assert request.status.description == "x" * 500
+    assert len(request.events) == 128 and len(request.links) == 128
+    assert request.events[0].attributes == {"n": 0}

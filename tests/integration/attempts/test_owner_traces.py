@@ -9,7 +9,8 @@ from sqlalchemy import Engine
 from runyard.attempts.flight import LeaseClock
 from runyard.attempts.owner import AttemptOwner
 from runyard.attempts.policy import OwnerPolicy
-from runyard.platform.tracing import NO_TRACING, OtelTracing, TraceContext, install
+from runyard.platform.otel import OtelTracing
+from runyard.platform.tracing import NO_TRACING, TraceContext, install
 from runyard.queue import JobQueue, NewRun
 from runyard.reads.metrics import Metrics
 from runyard.runners.fake import FakeRunner

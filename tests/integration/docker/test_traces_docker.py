@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from runyard.platform.tracing import OtelTracing
+from runyard.platform.otel import OtelTracing
 from runyard.queue import JobQueue
 from runyard.registry.tools import ToolRegistry
 from runyard.runners.docker.runner import DockerRunner
@@ -82,8 +82,9 @@ def test_traces__one_run_is_one_trace_of_the_callers_with_its_steps(
     assert submit.attributes["runyard.run_id"] == run_id
     assert attempt.parent_span_id == submit.span_id
     assert attempt.attributes["runyard.attempt"] == 1 and not attempt.links
-    # The span starts at the claim; the finalize is its one event.
-    assert attempt.events == ("finalize",)
+    # The span starts at the claim; the outcome is one of its attributes, with no event.
+    assert attempt.attributes["runyard.status"] == "succeeded" and attempt.events == ()
+    assert "runyard.adopted" not in attempt.attributes
     for step in (
         "container.create",
         "container.start",

@@ -5,7 +5,8 @@ from __future__ import annotations
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from sqlalchemy import Engine
 
-from runyard.platform.tracing import NO_TRACING, OtelTracing, TraceContext, install
+from runyard.platform.otel import OtelTracing
+from runyard.platform.tracing import NO_TRACING, TraceContext, install
 from runyard.queue import JobQueue
 from runyard.traces.context import with_trace
 from runyard.webhooks.delivery import WebhookDeliverer

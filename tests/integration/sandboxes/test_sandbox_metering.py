@@ -17,7 +17,7 @@ from sqlalchemy import Engine, text
 from runyard.domain.attempt import AttemptResult, AttemptSpec
 from runyard.domain.states import RunStatus
 from runyard.domain.usage import AttemptUsage
-from runyard.platform.tracing import OtelTracing
+from runyard.platform.otel import OtelTracing
 from runyard.queue import JobQueue
 from runyard.registry.tools import ToolRegistry
 from runyard.runner import AttemptControl
