@@ -3,7 +3,7 @@ figure is not drowned in the queue's own cost on a loaded machine.
 
 Each round runs the span sites of one attempt's owner ``--jobs`` times in this process (the
 ``attempt`` span, the build-wait check, the context handed to the container, the
-``finalize`` event), paced at ``--rate`` attempts a second as a worker would make them, with
+outcome's attribute), paced at ``--rate`` attempts a second as a worker would make them, with
 tracing off (``NO_TRACING``) and then on (``OtelTracing``, every span exported through the
 OTLP/HTTP exporter to ``bench/otlp_sink.py`` on loopback); the sides alternate round by
 round. The figure is the process's CPU per attempt (the exporter's thread included) and its
