@@ -3,11 +3,12 @@ figure is not drowned in the queue's own cost on a loaded machine.
 
 Each round runs the span sites of one attempt's owner ``--jobs`` times in this process (the
 ``attempt`` span, the build-wait check, the context handed to the container, the
-outcome's attribute), paced at ``--rate`` attempts a second as a worker would make them, with
-tracing off (``NO_TRACING``) and then on (``OtelTracing``, every span exported through the
-OTLP/HTTP exporter to ``bench/otlp_sink.py`` on loopback); the sides alternate round by
-round. The figure is the process's CPU per attempt (the exporter's thread included) and its
-difference between the sides, which is what tracing adds to each job of ``bench.queue``.
+``finalize`` event and the outcome's attribute), paced at ``--rate`` attempts a second as a
+worker would make them, with tracing off (``NO_TRACING``) and then on (``OtelTracing``,
+every span exported through the OTLP/HTTP exporter to ``bench/otlp_sink.py`` on loopback);
+the sides alternate round by round. The figure is the process's CPU per attempt (the
+exporter's thread included) and its difference between the sides, which is what tracing
+adds to each job of ``bench.queue``.
 
 ``python -m bench.tracing --jobs 20000 --rounds 4 --rate 400``
 """
@@ -60,6 +61,7 @@ def cpu_per_job(traced: Tracing, jobs: int, rate: float) -> float:
             trace_build_wait(job, _engine_id, builds)
             tracing().current()
             tracing().tag("runyard.status", "succeeded")
+            tracing().span_event("finalize")
 
     try:
         for _ in range(min(jobs, 500)):

@@ -262,6 +262,12 @@ class OtelTracing:
         if record is not None:
             _RecordSpan(record).set(key, value)
 
+    def span_event(self, name: str, attributes: Attributes | None = None) -> None:
+        """An event of the span open in this thread (none open: nothing)."""
+        record = self._current.get()
+        if record is not None:
+            _RecordSpan(record).event(name, attributes)
+
     def shutdown(self) -> None:
         """Export the spans still batched, then stop the exporter."""
         self._processor.shutdown()

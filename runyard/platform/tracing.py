@@ -133,6 +133,10 @@ class Tracing(Protocol):
         """Set an attribute of the span open in this thread (none open: nothing)."""
         ...
 
+    def span_event(self, name: str, attributes: Attributes | None = None) -> None:
+        """An event of the span open in this thread: a moment worth less than a span."""
+        ...
+
     def shutdown(self) -> None:
         """Export what is left and stop."""
         ...
@@ -200,6 +204,10 @@ class NoTracing:
 
     def tag(self, key: str, value: str | int | float | bool) -> None:
         """Nothing to set."""
+        return None
+
+    def span_event(self, name: str, attributes: Attributes | None = None) -> None:
+        """Nothing to note."""
         return None
 
     def shutdown(self) -> None:

@@ -132,6 +132,7 @@ def test_otel_tracing__parents_links_and_recorded_spans_keep_their_ids_and_times
         )
         assert traced.current() == outer.context()
         traced.tag("runyard.status", "succeeded")
+        traced.span_event("moment", {"n": 1})
     with pytest.raises(ValueError, match="boom"), traced.span("broken"):
         raise ValueError("boom")
     traced.shutdown()
@@ -151,6 +152,7 @@ def test_otel_tracing__parents_links_and_recorded_spans_keep_their_ids_and_times
     assert recorded is not None and recorded.span_id == f"{waited.context.span_id:016x}"
     assert by_name["broken"].status.description == "ValueError: boom"
     assert outer_span.attributes == {"runyard.status": "succeeded"}
+    assert [(event.name, event.attributes) for event in outer_span.events] == [("moment", {"n": 1})]
     assert NO_TRACING.record("x", start=start, end=start) is None
 
 

@@ -82,8 +82,9 @@ def test_traces__one_run_is_one_trace_of_the_callers_with_its_steps(
     assert submit.attributes["runyard.run_id"] == run_id
     assert attempt.parent_span_id == submit.span_id
     assert attempt.attributes["runyard.attempt"] == 1 and not attempt.links
-    # The span starts at the claim; the outcome is one of its attributes, with no event.
-    assert attempt.attributes["runyard.status"] == "succeeded" and attempt.events == ()
+    # The span starts at the claim; the finalize is its one event, the outcome an attribute.
+    assert attempt.attributes["runyard.status"] == "succeeded"
+    assert attempt.events == ("finalize",)
     assert "runyard.adopted" not in attempt.attributes
     for step in (
         "container.create",
