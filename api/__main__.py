@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from api.main import create_app
 from runyard.platform.logs import configure
 from runyard.platform.settings import Settings
-from runyard.platform.tracing import set_up
+from runyard.platform.trace_setup import set_up
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from reaper.__main__ import build_deliverer, build_reaper, build_scheduler
 from runyard.platform.db import migrate
 from runyard.platform.logs import configure
 from runyard.platform.settings import Settings
-from runyard.platform.tracing import set_up
+from runyard.platform.trace_setup import set_up
 from runyard.reads.metrics import Metrics
 from worker.__main__ import build_worker
 from worker.wakeup import Wakeups

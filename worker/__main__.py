@@ -24,7 +24,7 @@ from runyard.platform.db import DbTimeouts, make_engine
 from runyard.platform.logs import configure
 from runyard.platform.pooling import ConnectionPlan, log_plan
 from runyard.platform.settings import Settings
-from runyard.platform.tracing import set_up
+from runyard.platform.trace_setup import set_up
 from runyard.queue import JobQueue
 from runyard.queue.builds import BuildQueue
 from runyard.queue.flow import GATE_INTERVAL_SECONDS, GATE_REST_SECONDS, FlowGate

@@ -1,6 +1,7 @@
 """Traces: a small port over OpenTelemetry (``runyard.platform.otel``), set up only by an
-entry point, only when the standard ``OTEL_*`` variables name an exporter; otherwise nothing
-of the SDK is imported and every span is a shared object that does nothing.
+entry point (``runyard.platform.trace_setup``), only when the standard ``OTEL_*`` variables
+name an exporter; otherwise nothing of the SDK is imported and every span is a shared object
+that does nothing.
 
 Contexts cross process boundaries as W3C ``traceparent``/``tracestate`` strings (a run's is
 stored with the run, an attempt's with its job), so spans of the API, the worker that ran an
@@ -11,12 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 logger = logging.getLogger(__name__)
 
@@ -218,41 +218,6 @@ class NoTracing:
 NO_TRACING = NoTracing()
 
 
-def wanted(env: Mapping[str, str]) -> str | None:
-    """The exporter the ``OTEL_*`` variables ask for (``otlp`` or ``console``), or None:
-    tracing stays off unless an exporter or an OTLP endpoint is named."""
-    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return None
-    exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
-    if exporter in ("otlp", "console"):
-        return exporter
-    if exporter:
-        return None  # "none", or an exporter this build has not
-    endpoints = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    return "otlp" if any(env.get(name) for name in endpoints) else None
-
-
-def from_env(service_name: str, env: Mapping[str, str] | None = None) -> Tracing:
-    """The tracing an entry point sets up: ``OtelTracing`` when the environment names an
-    exporter, else ``NO_TRACING`` (no SDK set up at all)."""
-    env = os.environ if env is None else env
-    exporter_name = wanted(env)
-    if exporter_name is None:
-        return NO_TRACING
-    if exporter_name == "console":
-        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
-
-        exporter: Any = ConsoleSpanExporter()
-    else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        exporter = OTLPSpanExporter()
-    from runyard.platform.otel import OtelTracing
-
-    logger.info("traces exported", extra={"exporter": exporter_name, "service": service_name})
-    return OtelTracing(service_name, exporter)
-
-
 _installed: list[Tracing] = [NO_TRACING]
 
 
@@ -261,13 +226,6 @@ def install(tracing: Tracing) -> Tracing:
     previous = _installed[0]
     _installed[0] = tracing
     return previous
-
-
-def set_up(service_name: str) -> Tracing:
-    """An entry point's one call: the tracing the environment asks for, installed."""
-    configured = from_env(service_name)
-    install(configured)
-    return configured
 
 
 def tracing() -> Tracing:

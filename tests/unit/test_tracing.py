@@ -12,14 +12,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from runyard.platform.otel import OtelTracing
-from runyard.platform.tracing import (
-    NO_SPAN,
-    NO_TRACING,
-    TraceContext,
-    from_env,
-    parse_context,
-    wanted,
-)
+from runyard.platform.trace_setup import from_env, wanted
+from runyard.platform.tracing import NO_SPAN, NO_TRACING, TraceContext, parse_context
 from runyard.traces.context import trace_of, with_trace
 
 VALID = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -87,7 +81,8 @@ def test_no_tracing__spans_do_nothing():
 def test_no_tracing__imports_nothing_of_the_sdk():
     # A process with no exporter named: its entry point's set-up leaves the SDK unimported.
     probe = (
-        "import sys; from runyard.platform.tracing import set_up, tracing;"
+        "import sys; from runyard.platform.trace_setup import set_up;"
+        "from runyard.platform.tracing import tracing;"
         "set_up('probe');"
         "import api.main, worker.service;"
         "assert not tracing().enabled;"
