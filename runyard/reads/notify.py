@@ -29,15 +29,23 @@ HEALTH_CHECK_SECONDS = 15.0
 
 
 class Subscription:
-    """Wake-ups for some run ids; ``wait`` returns True when a notification named one."""
+    """Wake-ups for some run ids (from some channels, or all); ``wait`` returns True when a
+    notification named one."""
 
-    def __init__(self, run_ids: Sequence[uuid.UUID]) -> None:
+    def __init__(
+        self, run_ids: Sequence[uuid.UUID], channels: frozenset[str] | None = None
+    ) -> None:
         self.run_ids = tuple(dict.fromkeys(run_ids))
+        self.channels = channels
         self._event = asyncio.Event()
 
     def wake(self) -> None:
         """Called by the hub (in the event loop)."""
         self._event.set()
+
+    def hears(self, channel: str | None) -> bool:
+        """Whether a notification on ``channel`` (None: unknown) wakes this subscription."""
+        return self.channels is None or channel is None or channel in self.channels
 
     async def wait(self, timeout: float) -> bool:
         """Sleep until woken or ``timeout`` seconds pass; clears the wake-up."""
@@ -62,10 +70,13 @@ class RunNotifier:
         self.connected = asyncio.Event()
 
     @contextmanager
-    def subscribe(self, *run_ids: uuid.UUID) -> Iterator[Subscription]:
+    def subscribe(
+        self, *run_ids: uuid.UUID, channels: Sequence[str] | None = None
+    ) -> Iterator[Subscription]:
         """Register interest in ``run_ids`` (one wake-up for any of them) for the duration
-        of the block."""
-        subscription = Subscription(run_ids)
+        of the block; only notifications on ``channels`` wake it, if given (a waiter for a
+        run's end needs no wake-up for each of its log chunks)."""
+        subscription = Subscription(run_ids, None if channels is None else frozenset(channels))
         keys = {str(run_id) for run_id in subscription.run_ids}
         for key in keys:
             self._subscriptions.setdefault(key, set()).add(subscription)
@@ -88,15 +99,17 @@ class RunNotifier:
         """How many subscriptions are open (for metrics and tests)."""
         return len({id(sub) for subs in self._subscriptions.values() for sub in subs})
 
-    def dispatch(self, payload: str) -> None:
+    def dispatch(self, payload: str, channel: str | None = None) -> None:
         """Wake the subscribers of the runs the payload names (one run id, or several
-        comma-separated: a statement's events); other payloads are ignored."""
+        comma-separated: a statement's events) that hear ``channel``; other payloads are
+        ignored."""
         if not self._listeners:
             # Waiters only: ids are matched as the text Postgres writes (a batch's 1,000 are
             # not parsed on the event loop); nothing else matches.
             for name in payload.split(","):
                 for subscription in list(self._subscriptions.get(name, ())):
-                    subscription.wake()
+                    if subscription.hears(channel):
+                        subscription.wake()
             return
         for name in payload.split(","):
             try:
@@ -104,7 +117,8 @@ class RunNotifier:
             except ValueError:
                 return  # e.g. a queue name on the jobs channel
             for subscription in list(self._subscriptions.get(str(run_id), ())):
-                subscription.wake()
+                if subscription.hears(channel):
+                    subscription.wake()
             for callback in self._listeners:
                 try:
                     callback(run_id)
@@ -145,7 +159,7 @@ class RunNotifier:
             self._wake_all()
             while True:
                 async for note in conn.notifies(timeout=HEALTH_CHECK_SECONDS):
-                    self.dispatch(note.payload)
+                    self.dispatch(note.payload, note.channel)
                 await conn.execute("SELECT 1")
         finally:
             self.connected.clear()

@@ -18,11 +18,17 @@ from typing import TypeVar
 import anyio
 
 from runyard.domain.graph import ACTIVE
+from runyard.queue import JOBS_CHANNEL, RUNS_CHANNEL
 from runyard.reads.notify import RunNotifier
 from runyard.reads.runs import RunReader, RunView
 from runyard.submission.batches import Batches, BatchView
 
 T = TypeVar("T")
+
+# Where a run's change to a terminal state is announced: the runs channel, or the jobs
+# channel for a run given back (requeued, or cancelled on its way back to the queue). Its
+# events (its start, each log chunk) need not wake a waiter for its end.
+END_CHANNELS = (RUNS_CHANNEL, JOBS_CHANNEL)
 
 # A batch's runs notify on every status change and log chunk: one waiter re-reads its batch at
 # most this often, however many of its runs speak at once.
@@ -89,7 +95,7 @@ class Waits:
         if seconds <= 0:
             return await read()
         deadline = time.monotonic() + seconds
-        with self._notifier.subscribe(run_id) as subscription:
+        with self._notifier.subscribe(run_id, channels=END_CHANNELS) as subscription:
             # Subscribed first, then read: a change in between still wakes us.
             return await self._until(
                 read,
@@ -115,7 +121,7 @@ class Waits:
         async def status() -> str:
             return await anyio.to_thread.run_sync(self._batches.status, batch_id)
 
-        with self._notifier.subscribe(*active) as subscription:
+        with self._notifier.subscribe(*active, channels=END_CHANNELS) as subscription:
             gap = min(BATCH_READ_GAP_SECONDS, self.limits.poll_seconds)
 
             async def sleep(timeout: float) -> bool:

@@ -64,3 +64,23 @@ def test_dispatch__with_a_listener_subscribers_of_a_long_payload_still_wake():
     woken, idle, heard = asyncio.run(scenario())
     assert (woken, idle) == (True, False)
     assert len(heard) == 200 and heard[-1] == C
+
+
+@pytest.mark.parametrize("listening", [False, True])
+def test_dispatch__a_subscription_of_some_channels_hears_only_those(listening: bool):
+    async def scenario() -> list[bool]:
+        notifier = RunNotifier("postgresql://unused")
+        if listening:
+            notifier.add_listener(lambda run_id: None)
+        heard = []
+        with (
+            notifier.subscribe(A, channels=("runyard_runs",)) as ends,
+            notifier.subscribe(A) as all_,
+        ):
+            notifier.dispatch(str(A), "runyard_events")
+            heard += [await ends.wait(0.05), await all_.wait(1.0)]
+            notifier.dispatch(str(A), "runyard_runs")
+            heard += [await ends.wait(1.0), await all_.wait(1.0)]
+        return heard
+
+    assert asyncio.run(scenario()) == [False, True, True, True]

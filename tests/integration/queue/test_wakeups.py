@@ -9,10 +9,13 @@ import uuid
 import psycopg
 from sqlalchemy import Engine, text
 
+from runyard.domain.attempt import AttemptResult
 from runyard.domain.graph import Node
+from runyard.domain.states import RunStatus
 from runyard.platform.settings import libpq_url
-from runyard.queue import HELD_CHANNEL, AdmissionCaps, ApiQueue, JobQueue, NewRun
+from runyard.queue import HELD_CHANNEL, AdmissionCaps, ApiQueue, ClaimedJob, JobQueue, NewRun
 from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
+from runyard.submission.waits import END_CHANNELS
 from worker.wakeup import Wakeups
 
 
@@ -144,3 +147,54 @@ def test_events_of_many_runs_in_one_statement__notify_their_ids_200_a_payload(
     assert [len(p.split(",")) for p in payloads] == [200, 200, 50]
     named = [uuid.UUID(name) for p in payloads for name in p.split(",")]
     assert named == sorted(result.run_ids)
+
+
+def test_every_way_a_run_ends__names_it_on_a_channel_its_end_waiters_hear(
+    database_url: str, queue: JobQueue, engine: Engine
+):
+    """A waiter for a run's end (``?wait``) hears only ``END_CHANNELS``, not each event: every
+    statement that ends a run must name it there."""
+
+    def claimed() -> ClaimedJob:
+        [job] = queue.claim(worker_id="w", engine_id="e", limit=1, lease_seconds=30)
+        return job
+
+    failed = AttemptResult(status=RunStatus.FAILED, exit_code=1, error_code="exit_nonzero")
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as listener:
+        for channel in END_CHANNELS:
+            listener.execute(f"LISTEN {channel}")
+        finished = queue.enqueue(new_run()).run_id
+        job = claimed()
+        assert queue.finalize(job.job_id, job.lease_token, failed)
+        cancelled_queued = queue.enqueue(new_run()).run_id
+        queue.cancel(cancelled_queued)
+        cancelled_on_its_way_back = queue.enqueue(new_run()).run_id
+        job = claimed()
+        queue.cancel(cancelled_on_its_way_back)
+        assert queue.requeue_unstarted(job.job_id, job.lease_token).status == "cancelled"
+        out_of_attempts = queue.enqueue(new_run()).run_id
+        job = claimed()
+        queue.requeue(job.job_id, job.lease_token, error_code="container_lost", error="gone")
+        graph = GraphSubmit(
+            "t", [GraphRun(new_run(), Node("a")), GraphRun(new_run(), Node("b", ("a",)))], True
+        )
+        first, dependent = GraphWriter(engine).submit(graph, AdmissionCaps()).run_ids
+        job = claimed()
+        assert queue.finalize(job.job_id, job.lease_token, failed)
+        named = {
+            name for note in listener.notifies(timeout=1.0) for name in note.payload.split(",")
+        }
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT CAST(id AS text), CAST(status AS text) FROM tool_runs"))
+        statuses = {run_id: status for run_id, status in rows}
+    ended = [finished, cancelled_queued, cancelled_on_its_way_back, out_of_attempts]
+    ended += [first, dependent]
+    assert [statuses[str(run)] for run in ended] == [
+        "failed",
+        "cancelled",
+        "cancelled",
+        "failed",
+        "failed",
+        "failed",
+    ]
+    assert {str(run) for run in ended} <= named
