@@ -77,7 +77,8 @@ class Finisher:
             ),
             parent=parent,
             resource=self._resource,
-            attributes=record.attributes,
+            # Copied: a handle kept past its span's end must not change what is exported.
+            attributes=dict(record.attributes),
             events=[Event(name, attributes, at) for name, attributes, at in record.events],
             links=[self._link(link) for link in record.links],
             kind=KINDS[record.kind],
