@@ -52,11 +52,14 @@ def test_exec__a_missing_program_and_a_timeout_say_so(stack: Stack):
 @pytest.mark.slow
 def test_execs__run_concurrently_up_to_the_sandbox_limit(stack: Stack):
     sid = stack.create(max_execs=2)["id"]
+    # Each command holds its place until the test uploads ``go`` (at most 30 s): none can
+    # end before the test has seen two running and the third waiting, however slow the
+    # machine.
+    held = "echo start; i=0; while [ ! -e go ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done"
     ids = [
-        stack.client.post(
-            f"/v1/sandboxes/{sid}/exec",
-            json={"command": ["sh", "-c", "echo start; sleep 2"]},
-        ).json()["id"]
+        stack.client.post(f"/v1/sandboxes/{sid}/exec", json={"command": ["sh", "-c", held]}).json()[
+            "id"
+        ]
         for _ in range(3)
     ]
 
@@ -67,11 +70,12 @@ def test_execs__run_concurrently_up_to_the_sandbox_limit(stack: Stack):
     while (seen := started()).count("running") < 2:
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    assert seen.count("pending") == 1  # the third waits for a free place
+    assert sorted(seen) == ["pending", "running", "running"]  # the third waits for a place
+    assert stack.client.put(f"/v1/sandboxes/{sid}/files/go", content=b"").status_code == 200
     finished = [
-        stack.client.get(f"/v1/sandboxes/{sid}/execs/{i}", params={"wait": 5}).json() for i in ids
+        stack.client.get(f"/v1/sandboxes/{sid}/execs/{i}", params={"wait": 20}).json() for i in ids
     ]
-    assert [f["stdout"] for f in finished] == ["start\n"] * 3
+    assert [(f["status"], f["stdout"]) for f in finished] == [("finished", "start\n")] * 3
 
 
 @pytest.mark.slow  # a sandbox held for seconds
