@@ -22,7 +22,7 @@ import uuid
 from datetime import UTC, datetime
 
 from bench.otlp_sink import otlp_sink
-from runyard.attempts.traced import trace_build_wait, traced_attempt
+from runyard.attempts.traced import trace_build_wait, trace_finalize, traced_attempt
 from runyard.platform.otel import OtelTracing
 from runyard.platform.tracing import NO_TRACING, Tracing, install, tracing
 from runyard.queue import ClaimedJob
@@ -60,8 +60,7 @@ def cpu_per_job(traced: Tracing, jobs: int, rate: float) -> float:
         with traced_attempt(job, "bench-worker"):
             trace_build_wait(job, _engine_id, builds)
             tracing().current()
-            tracing().tag("runyard.status", "succeeded")
-            tracing().span_event("finalize")
+            trace_finalize("succeeded")
 
     try:
         for _ in range(min(jobs, 500)):

@@ -29,7 +29,7 @@ from runyard.attempts.flight import FencedLogSink, Flight, LeaseClock, counting,
 from runyard.attempts.held import QueueLogSink
 from runyard.attempts.metering import UsageRecorder
 from runyard.attempts.policy import OwnerPolicy
-from runyard.attempts.traced import trace_build_wait, traced_attempt
+from runyard.attempts.traced import trace_build_wait, trace_finalize, traced_attempt
 from runyard.domain.adoption import Action, AdoptionFacts, Verdict, decide
 from runyard.domain.attempt import AttemptResult, AttemptSpec
 from runyard.domain.errors import describe
@@ -477,12 +477,7 @@ class AttemptOwner:
 
     def finalize(self, flight: Flight, outcome: AttemptResult) -> None:
         """Commit the outcome (or what can be stored instead), then clean up."""
-        # The attempt span's moment and attribute, not a span of its own: each span costs
-        # the worker CPU per attempt, to make and to export (the status is an attribute of
-        # the span, where a trace viewer can search it, and the event carries none).
-        traced = tracing()
-        traced.tag("runyard.status", outcome.status.value)
-        traced.span_event("finalize")
+        trace_finalize(outcome.status.value)
         self._finalize(flight, outcome)
 
     def _finalize(self, flight: Flight, outcome: AttemptResult) -> None:

@@ -38,6 +38,15 @@ def traced_attempt(job: ClaimedJob, owner_id: str) -> Iterator[None]:
         yield
 
 
+def trace_finalize(status: str) -> None:
+    """The finalize as a moment of the attempt's span (open in this thread), its outcome as an
+    attribute: not a span of its own, which would cost the worker CPU per attempt to make and
+    to export (the attribute is where a trace viewer can search it; the event carries none)."""
+    traced = tracing()
+    traced.tag("runyard.status", status)
+    traced.span_event("finalize")
+
+
 def trace_build_wait(job: ClaimedJob, engine_id: Callable[[], str], builds: BuildQueue) -> None:
     """A ``build.wait`` span in the attempt's (open in this thread): from the run's submit
     until its image was ready on this engine, linked to the span of the build that made it.
