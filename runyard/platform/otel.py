@@ -78,6 +78,16 @@ class _Record:
         parent = f"00-{self.trace_id:032x}-{self.span_id:016x}-{self.flags:02x}"
         return TraceContext(parent, self.tracestate)
 
+    def set(self, key: str, value: str | int | float | bool) -> None:
+        """Set an attribute (past the limit, only those already set change)."""
+        if key in self.attributes or len(self.attributes) < MAX_ITEMS:
+            self.attributes[key] = value
+
+    def event(self, name: str, attributes: Attributes | None) -> None:
+        """Add an event, now (past the limit, none)."""
+        if len(self.events) < MAX_ITEMS:
+            self.events.append((name, attributes, time.time_ns()))
+
 
 class _RecordSpan:
     """The ``Span`` a caller holds: writes go to the record."""
@@ -88,9 +98,7 @@ class _RecordSpan:
         self._record = record
 
     def set(self, key: str, value: str | int | float | bool) -> None:
-        attributes = self._record.attributes
-        if key in attributes or len(attributes) < MAX_ITEMS:
-            attributes[key] = value
+        self._record.set(key, value)
 
     def fail(self, message: str) -> None:
         self._record.status = message[:MAX_STATUS_MESSAGE]
@@ -99,9 +107,7 @@ class _RecordSpan:
         self._record.name = name
 
     def event(self, name: str, attributes: Attributes | None = None) -> None:
-        events = self._record.events
-        if len(events) < MAX_ITEMS:
-            events.append((name, attributes, time.time_ns()))
+        self._record.event(name, attributes)
 
     def context(self) -> TraceContext | None:
         return self._record.context()
@@ -143,7 +149,6 @@ class OtelTracing:
         # child is as its parent.
         chosen = os.environ.get("OTEL_TRACES_SAMPLER", "").strip().lower()
         self._default_sampling = chosen in DEFAULT_SAMPLERS
-        self._current = _OPEN
 
     def _open(
         self,
@@ -161,7 +166,7 @@ class OtelTracing:
             trace_id, flags = int(trace_hex, 16), int(flags_hex, 16) & 1
             up: tuple[int, bool] | None = (int(span_hex, 16), True)
             state = parent.tracestate
-        elif (local := self._current.get()) is not None:
+        elif (local := _OPEN.get()) is not None:
             trace_id, flags, state = local.trace_id, local.flags, local.tracestate
             up = (local.span_id, False)
         else:
@@ -186,19 +191,14 @@ class OtelTracing:
         attributes: Attributes | None,
     ) -> int:
         """The configured sampler's decision (1: sampled), given the parent's context."""
-        from opentelemetry import trace
-        from opentelemetry.sdk.trace.sampling import Decision
-        from opentelemetry.trace import SpanKind
-
         parent_context = None
         if up is not None:
             remote = self._finish.span_context(trace_id, up[0], flags, state, remote=up[1])
-            parent_context = trace.set_span_in_context(trace.NonRecordingSpan(remote))
-        kinds = (SpanKind.INTERNAL, SpanKind.SERVER)
+            parent_context = self._finish.context_of(remote)
         result = self._sampler.should_sample(
-            parent_context, trace_id, name, kinds[kind], attributes, None
+            parent_context, trace_id, name, self._finish.kinds[kind], attributes, None
         )
-        return 1 if result.decision is Decision.RECORD_AND_SAMPLE else 0
+        return 1 if result.decision is self._finish.record_and_sample else 0
 
     def _end(self, record: _Record, end: int) -> None:
         if record.sampled:
@@ -216,14 +216,14 @@ class OtelTracing:
     ) -> Iterator[Span]:
         """A span, current in this thread while open."""
         record = self._open(name, parent, links, attributes, server, time.time_ns())
-        token = self._current.set(record)
+        token = _OPEN.set(record)
         try:
             yield _RecordSpan(record)
         except Exception as exc:
             record.status = f"{type(exc).__name__}: {exc}"[:MAX_STATUS_MESSAGE]
             raise
         finally:
-            self._current.reset(token)
+            _OPEN.reset(token)
             self._end(record, time.time_ns())
 
     def record(
@@ -247,26 +247,26 @@ class OtelTracing:
 
     def current(self) -> TraceContext | None:
         """The context of the span open in this thread, if any."""
-        record = self._current.get()
+        record = _OPEN.get()
         return None if record is None else record.context()
 
     def link(self, context: TraceContext) -> None:
         """Link the span open in this thread to ``context``."""
-        record = self._current.get()
+        record = _OPEN.get()
         if record is not None and len(record.links) < MAX_ITEMS:
             record.links.append(context)
 
     def tag(self, key: str, value: str | int | float | bool) -> None:
         """Set an attribute of the span open in this thread (none open: nothing)."""
-        record = self._current.get()
+        record = _OPEN.get()
         if record is not None:
-            _RecordSpan(record).set(key, value)
+            record.set(key, value)
 
     def span_event(self, name: str, attributes: Attributes | None = None) -> None:
         """An event of the span open in this thread (none open: nothing)."""
-        record = self._current.get()
+        record = _OPEN.get()
         if record is not None:
-            _RecordSpan(record).event(name, attributes)
+            record.event(name, attributes)
 
     def shutdown(self) -> None:
         """Export the spans still batched, then stop the exporter."""

@@ -6,10 +6,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    set_span_in_context,
+)
 from opentelemetry.trace.span import TraceFlags, TraceState
 
 from runyard.platform.tracing import TraceContext
@@ -23,7 +33,11 @@ UNSET = Status(StatusCode.UNSET)
 
 
 class Finisher:
-    """Makes each ended record a ``ReadableSpan`` and hands it to ``on_end``."""
+    """Makes each ended record a ``ReadableSpan`` and hands it to ``on_end``; the SDK's
+    names a sampler's call needs, too."""
+
+    kinds = KINDS
+    record_and_sample = Decision.RECORD_AND_SAMPLE
 
     def __init__(self, resource: Resource, on_end: Callable[[ReadableSpan], None]) -> None:
         self._resource = _hashed_once(resource)
@@ -53,6 +67,11 @@ class Finisher:
             trace_flags=SAMPLED if flags & 1 else TraceFlags(0),
             trace_state=self._state(state),
         )
+
+    @staticmethod
+    def context_of(parent: SpanContext) -> Context:
+        """An SDK context whose current span is ``parent`` (what a sampler is given)."""
+        return set_span_in_context(NonRecordingSpan(parent))
 
     def _link(self, carried: TraceContext) -> Link:
         _, trace_id, span_id, flags = carried.traceparent.split("-")
