@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,9 @@ logger = logging.getLogger(__name__)
 # The most bytes read from one stream in one step, and the open commands looked at a round.
 READ_BYTES = 1_048_576
 OPEN_LIMIT = 64
+# How long a command this owner started may go without its directory: the wrapper makes it
+# in a process of its own, a moment after the start was asked for.
+START_GRACE_SECONDS = 10.0
 
 
 class ExecServer:
@@ -42,6 +46,7 @@ class ExecServer:
         output_cap: int,
         redactor: Callable[[], Redactor],
         wake: Callable[[], None] = lambda: None,
+        start_grace_seconds: float = START_GRACE_SECONDS,
     ) -> None:
         self._engine = engine
         self._channel = ExecChannel(engine, container, wake=wake)
@@ -52,11 +57,13 @@ class ExecServer:
         self._cap = output_cap
         self._make_redactor = redactor
         self._redactor: Redactor | None = None
-        # Commands this owner started (or found started): a missing directory after that
-        # means the sandbox's own processes removed it, not that the command never began.
-        # Followed from several threads at once, so guarded.
+        # Commands found started: a missing directory after that means the sandbox's own
+        # processes removed it. Commands this owner started, not found started yet (when):
+        # their wrapper may still be on its way. Followed from several threads, so guarded.
         self._seen: set[uuid.UUID] = set()
+        self._launched: dict[uuid.UUID, float] = {}
         self._seen_lock = threading.Lock()
+        self._start_grace = start_grace_seconds
         self._ready = False
         self._pool = ThreadPoolExecutor(
             max_workers=MAX_EXECS_CEILING, thread_name_prefix=f"sandbox-{run_id}"
@@ -107,7 +114,7 @@ class ExecServer:
         stdin = self._store.stdin(open_exec.id) if open_exec.has_stdin else None
         self._channel.start(open_exec, stdin, self._user)
         with self._seen_lock:
-            self._seen.add(open_exec.id)
+            self._launched[open_exec.id] = time.monotonic()
         logger.info(
             "sandbox command started",
             extra={"run_id": str(self._run_id), "exec_id": str(open_exec.id)},
@@ -119,15 +126,22 @@ class ExecServer:
         if not files.started:
             with self._seen_lock:
                 seen = open_exec.id in self._seen
+                launched = self._launched.get(open_exec.id)
             if seen:
                 self._store.finish(
                     open_exec.id, None, truncated=False, error="the command's output was removed"
                 )
-            else:
+            elif launched is None:
                 self._launch(open_exec)  # marked running, never started: a crash between
+            elif time.monotonic() - launched > self._start_grace:
+                self._store.finish(
+                    open_exec.id, None, truncated=False, error="the command never started"
+                )
+            # Else started a moment ago: its wrapper has not made its directory yet.
             return
         with self._seen_lock:
             self._seen.add(open_exec.id)
+            self._launched.pop(open_exec.id, None)
         caught_up = all(self._pump(open_exec, stream, files) for stream in STREAMS)
         if files.exit_code is not None:
             if caught_up:

@@ -37,7 +37,11 @@ def servers() -> Iterator[list[ExecServer]]:
 
 
 def server(
-    store: SandboxStore, fake: FakeSandboxEngine, run_id: uuid.UUID, cap: int = 1_000
+    store: SandboxStore,
+    fake: FakeSandboxEngine,
+    run_id: uuid.UUID,
+    cap: int = 1_000,
+    start_grace_seconds: float = 10.0,
 ) -> ExecServer:
     return ExecServer(
         fake,
@@ -47,6 +51,7 @@ def server(
         user="65534:65534",
         output_cap=cap,
         redactor=lambda: Redactor(fake.secret_values(CONTAINER, [])),
+        start_grace_seconds=start_grace_seconds,
     )
 
 
@@ -147,6 +152,45 @@ def test_exec_server__never_splits_a_character_or_a_secret(
     serving.serve_once()
 
     assert stored_text(store, exec_id) == "café pass=*** done\n".encode()
+
+
+def test_exec_server__a_command_whose_wrapper_is_not_there_yet_is_waited_for(
+    engine: Engine, registry: ToolRegistry, servers: list[ExecServer]
+):
+    """The wrapper makes the command's directory in a process of its own, a moment after the
+    start: until then the command is starting, not gone."""
+    store, fake, run_id, exec_id = sandbox_with_command(engine, registry, ["echo", "hi"])
+    serving = server(store, fake, run_id)
+    servers.append(serving)
+    serving.serve_once()  # started
+    starting = fake.execs.pop(exec_id)  # its directory not made yet
+    serving.serve_once()
+    assert exec_row(store, run_id, exec_id).status == "running"
+    starting.stdout += b"hi\n"
+    starting.exit_code = 0
+    fake.execs[exec_id] = starting
+    serving.serve_once()
+    row = exec_row(store, run_id, exec_id)
+    assert (row.status, row.exit_code, row.error) == ("finished", 0, None)
+    assert stored_text(store, exec_id) == b"hi\n"
+
+
+def test_exec_server__a_command_removed_once_seen_or_never_there_ends_with_why(
+    engine: Engine, registry: ToolRegistry, servers: list[ExecServer]
+):
+    store, fake, run_id, removed = sandbox_with_command(engine, registry, ["sleep", "9"])
+    never = store.insert_exec(run_id, NewExec(["sleep", "9"], b"", {}, "/", 60))
+    assert never is not None
+    serving = server(store, fake, run_id, start_grace_seconds=0.0)
+    servers.append(serving)
+    serving.serve_once()  # both started
+    del fake.execs[never]  # its wrapper never made its directory
+    serving.serve_once()  # the other one seen started
+    del fake.execs[removed]  # then its directory removed by the sandbox's own processes
+    serving.serve_once()
+    assert exec_row(store, run_id, never).error == "the command never started"
+    assert exec_row(store, run_id, removed).error == "the command's output was removed"
+    assert fake.start_calls == 2  # neither started again
 
 
 def test_exec_server__caps_each_stream_and_kills_an_overdue_command(
