@@ -281,7 +281,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print_machine(db.url)
         tools_file = write_tools_file(procs.logs, {"noop": NOOP})
-        env = {"RUNYARD_DATABASE_URL": db.url, "RUNYARD_TOOLS_FILE": str(tools_file)}
+        # One tenant sends every request and no worker drains them: its queued cap must hold
+        # a whole rate's runs, or the benchmark measures the cap's 429s instead of submits.
+        most_queued = int(max(rates) * args.duration) + 1_000
+        env = {
+            "RUNYARD_DATABASE_URL": db.url,
+            "RUNYARD_TOOLS_FILE": str(tools_file),
+            "RUNYARD_TENANT_MAX_QUEUED": str(max(10_000, most_queued)),
+            "RUNYARD_MAX_QUEUE_DEPTH": str(max(100_000, most_queued)),
+        }
         token: str | None = None
         if args.auth == "disabled":
             env["RUNYARD_AUTH_DISABLED"] = "true"
@@ -296,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         api_pid = procs.pid("api")
         out(
             f"auth: {args.auth}; duration per rate: {args.duration:.0f} s; "
-            f"timeout: {args.timeout:.0f} s; no worker (runs stay queued)"
+            f"timeout: {args.timeout:.0f} s; no worker (runs stay queued); "
+            f"tenant queued cap {env['RUNYARD_TENANT_MAX_QUEUED']}"
         )
         if args.warmup > 0:
             warm = asyncio.run(open_loop(port, token, 50, args.warmup, args.timeout))
