@@ -678,10 +678,27 @@ class BackendCpu:
         return sum(cpu - snapshot.get(pid, 0.0) for pid, cpu in self._seen.items())
 
 
-def process_cpu_seconds(pid: int) -> float:
-    """utime + stime of one process (all its threads)."""
+def process_cpu_seconds(pid: int, *, reaped_children: bool = False) -> float:
+    """utime + stime of one process (all its threads); with ``reaped_children``, plus what
+    the children it has waited for used."""
     fields = _stat_fields(pid)
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    ticks = int(fields[11]) + int(fields[12])
+    if reaped_children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / _CLK_TCK
+
+
+def pids_named(*names: str) -> list[int]:
+    """The pids of the processes whose command name is one of ``names``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() in names:
+                    found.append(int(entry.name))
+            except OSError:
+                continue  # gone meanwhile
+    return found
 
 
 # --- sampling profiles (py-spy) -------------------------------------------------------------

@@ -586,9 +586,11 @@ class ApiQueue(JobQueue):
         *,
         inline: InlineClaim | None = None,
         now: datetime | None = None,
+        run_id: uuid.UUID | None = None,
     ) -> EnqueueResult:
         """Enqueue if admitted, or with ``inline`` (sync mode) insert the job claimed by that
-        owner; an idempotent replay returns the first run and skips the caps.
+        owner; an idempotent replay returns the first run and skips the caps. ``run_id``: the
+        new run's id, when the caller has chosen it (a waiter subscribed to it already).
 
         Exact for the tenant caps in every API process: the statement locks the tenant's row
         of counts that every submit's insert is counted in until it commits (``SUBMIT``).
@@ -596,7 +598,7 @@ class ApiQueue(JobQueue):
         """
         if inline is None and self.queue_full(caps.max_queue_depth):
             return self.replay_or_refuse(run, AdmissionRefused("queue_full", caps.max_queue_depth))
-        params = enqueue_params(run, uuid.uuid4(), uuid.uuid4(), now, inline)
+        params = enqueue_params(run, run_id or uuid.uuid4(), uuid.uuid4(), now, inline)
         row = self._first(SUBMIT, {**params, **caps.tenant_params(), "live": WORKER_LIVE_SECONDS})
         assert row is not None
         if row.run_id is not None:

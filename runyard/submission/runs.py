@@ -111,15 +111,16 @@ class Submissions:
         self._graphs = GraphWriter(queue.engine)
 
     def accept(
-        self, request: RunRequest, *, read_back: bool
+        self, request: RunRequest, *, read_back: bool, run_id: uuid.UUID | None = None
     ) -> tuple[EnqueueResult, RunView | None]:
         """Check, then enqueue, or in sync mode insert claimed (one thread hop, blocking).
+        ``run_id``: the id a queued run is to have if this submit makes it.
 
         Raises ``UnknownTool``, ``InvalidInput``, ``AdmissionRefused``, ``IdempotencyConflict``.
         Counts the submit by result.
         """
         try:
-            result, view = self._accept(request, read_back=read_back)
+            result, view = self._accept(request, read_back=read_back, run_id=run_id)
         except Exception as exc:
             label = submission_result(exc, request_errors=SUBMIT_REQUEST_ERRORS)
             self._metrics.submissions.labels(result=label).inc()
@@ -130,15 +131,22 @@ class Submissions:
         return result, view
 
     def _accept(
-        self, request: RunRequest, *, read_back: bool
+        self, request: RunRequest, *, read_back: bool, run_id: uuid.UUID | None
     ) -> tuple[EnqueueResult, RunView | None]:
         with tracing().span("submit") as span:
-            result, view = self._submit(request, read_back=read_back, trace=span.context())
+            result, view = self._submit(
+                request, read_back=read_back, trace=span.context(), run_id=run_id
+            )
             span.set("runyard.run_id", str(result.run_id))
         return result, view
 
     def _submit(
-        self, request: RunRequest, *, read_back: bool, trace: TraceContext | None
+        self,
+        request: RunRequest,
+        *,
+        read_back: bool,
+        trace: TraceContext | None,
+        run_id: uuid.UUID | None = None,
     ) -> tuple[EnqueueResult, RunView | None]:
         run = request.prepare(self._registry)
         if trace is not None:
@@ -154,7 +162,7 @@ class Submissions:
         elif self._sync is not None:
             result = self._sync.claim_new(run, self._caps)
         else:
-            result = self._queue.submit(run, self._caps)
+            result = self._queue.submit(run, self._caps, run_id=run_id)
         ended_at_once = 0
         if build_tag is not None and result.created and self._builds is not None:
             # A run of an image whose build failed ends here: its answer is read, not built.
@@ -196,6 +204,8 @@ class Submissions:
         ``accepted`` hears the run's id as soon as it is known, before any inline run."""
         caller = caller or Caller()
         seconds = self._waits.capped(wait)
+        if seconds > 0 and self._sync is None and not request.in_graph:
+            return await self._submit_and_wait(request, seconds, caller, accepted)
         accept = functools.partial(self.accept, request, read_back=seconds <= 0)
         result, view = await anyio.to_thread.run_sync(accept)
         if accepted is not None:
@@ -209,4 +219,26 @@ class Submissions:
         if view is None:
             view = await self._waits.run(result.run_id, request.tenant, seconds, caller)
             assert view is not None  # the caller's own run
+        return Submitted(run=view, created=result.created)
+
+    async def _submit_and_wait(
+        self,
+        request: RunRequest,
+        seconds: float,
+        caller: Caller,
+        accepted: Callable[[uuid.UUID], object] | None,
+    ) -> Submitted:
+        """Queue mode with a wait: the new run's end is listened for before it is written,
+        so the submit's own answer is the first read and only its end costs another."""
+        run_id = uuid.uuid4()
+        with self._waits.from_its_insert(run_id) as wait:
+            accept = functools.partial(self.accept, request, read_back=True, run_id=run_id)
+            result, view = await anyio.to_thread.run_sync(accept)
+            if accepted is not None:
+                accepted(result.run_id)
+            if result.run_id == run_id:
+                view = await wait.until_end(view, request.tenant, seconds, caller)
+        if result.run_id != run_id:  # a replay: the run was made by an earlier submit
+            view = await self._waits.run(result.run_id, request.tenant, seconds, caller)
+        assert view is not None  # the caller's own run
         return Submitted(run=view, created=result.created)

@@ -4,14 +4,18 @@ a submit and for the reads of a run and of a batch.
 A waiter subscribes to the run ids on the API's LISTEN connection, then reads; it sleeps
 until a notification names one of its runs, or until ``poll_seconds`` pass (the safety net:
 notifications may be lost), and reads again. No database connection is held while it
-sleeps: every read borrows one for its statement only, on a worker thread.
+sleeps: every read borrows one for its statement only, on a worker thread. A submit that
+waits subscribes before its run exists (``from_its_insert``), so its own answer stands in
+for the first read.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -19,7 +23,7 @@ import anyio
 
 from runyard.domain.graph import ACTIVE
 from runyard.queue import JOBS_CHANNEL, RUNS_CHANNEL
-from runyard.reads.notify import RunNotifier
+from runyard.reads.notify import RunNotifier, Subscription
 from runyard.reads.runs import RunReader, RunView
 from runyard.submission.batches import Batches, BatchView
 
@@ -88,23 +92,40 @@ class Waits:
         """The run once terminal, or as it is after ``seconds`` (capped), or when the caller
         leaves; None at once if ``tenant`` may not see it (None: any tenant)."""
 
+        if self.capped(seconds) <= 0:
+            return await anyio.to_thread.run_sync(self._runs.view, run_id, tenant)
+        with self.from_its_insert(run_id) as wait:
+            # Subscribed first, then read: a change in between still wakes us.
+            return await wait.until_end(None, tenant, seconds, caller)
+
+    @contextlib.contextmanager
+    def from_its_insert(self, run_id: uuid.UUID) -> Iterator[RunWait]:
+        """Hear ``run_id``'s end from now on: entered before the run is written (a submit
+        that waits), no end can pass unheard, so the submit's answer is the first read."""
+        with self._notifier.subscribe(run_id, channels=END_CHANNELS) as subscription:
+            yield RunWait(functools.partial(self._run_until_end, run_id, subscription))
+
+    async def _run_until_end(
+        self,
+        run_id: uuid.UUID,
+        subscription: Subscription,
+        found: RunView | None,
+        tenant: str | None,
+        seconds: float,
+        caller: Caller,
+    ) -> RunView | None:
         async def read() -> RunView | None:
             return await anyio.to_thread.run_sync(self._runs.view, run_id, tenant)
 
-        seconds = self.capped(seconds)
-        if seconds <= 0:
-            return await read()
-        deadline = time.monotonic() + seconds
-        with self._notifier.subscribe(run_id, channels=END_CHANNELS) as subscription:
-            # Subscribed first, then read: a change in between still wakes us.
-            return await self._until(
-                read,
-                lambda run: run.status.is_terminal,
-                subscription.wait,
-                deadline,
-                caller,
-                subscription.wake,
-            )
+        return await self._until(
+            read,
+            lambda run: run.status.is_terminal,
+            subscription.wait,
+            time.monotonic() + self.capped(seconds),
+            caller,
+            subscription.wake,
+            found,
+        )
 
     async def batch(
         self, batch_id: uuid.UUID, tenant: str | None, seconds: float, caller: Caller
@@ -148,10 +169,12 @@ class Waits:
         deadline: float,
         caller: Caller,
         wake: Callable[[], None],
+        found: T | None = None,
     ) -> T | None:
-        """Read, then sleep and read again until ``done``, gone, past ``deadline`` or the
-        caller left; what the last read found."""
-        found = await read()
+        """Read (unless ``found`` is what a read would say now), then sleep and read again
+        until ``done``, gone, past ``deadline`` or the caller left; what the last read found."""
+        if found is None:
+            found = await read()
         caller.on_leave(wake)
         while found is not None and not done(found) and not caller.left:
             remaining = deadline - time.monotonic()
@@ -160,3 +183,15 @@ class Waits:
             await sleep(min(remaining, self.limits.poll_seconds))
             found = await read()
         return found
+
+
+@dataclass(frozen=True)
+class RunWait:
+    """One run's end, heard since its subscription (``Waits.from_its_insert``).
+
+    ``until_end(found, tenant, seconds, caller)``: the run once terminal, or as it is after
+    ``seconds`` (capped), or when the caller leaves; ``found`` is the run as the subscriber
+    knows it since subscribing (None: read it first).
+    """
+
+    until_end: Callable[[RunView | None, str | None, float, Caller], Awaitable[RunView | None]]

@@ -15,7 +15,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
 from runyard.platform.db import DbTimeouts, make_engine
-from runyard.queue import ClaimedJob, JobQueue
+from runyard.queue import ApiQueue, ClaimedJob, JobQueue
+from runyard.reads.runs import RunReader
 from runyard.registry.tools import ToolRegistry
 from runyard.runners.fake import FakeRunner
 from tests.integration.api.test_api_helpers import bearer, live_server, make_app, wait_until
@@ -192,6 +193,78 @@ def test_openapi__the_reads_share_the_submits_wait_parameter(client):
     assert wait_of("/v1/batches/{batch_id}", "get") == submit_wait
     assert "RUNYARD_MAX_WAIT_SECONDS" in submit_wait["description"]
     assert submit_wait["schema"]["maximum"] == 3600
+
+
+# --- a submit that waits ---
+
+
+def test_submit_wait__a_run_that_ends_before_the_request_sleeps_is_heard(
+    client, acme, queue, monkeypatch
+):
+    # A worker this fast: the run ends between its insert and the submit's answer reaching
+    # the request, before anything is read. Only a subscription made before the insert hears it.
+    submit_run = ApiQueue.submit
+
+    def submit_then_end(self: ApiQueue, *args: Any, **kwargs: Any) -> Any:
+        result = submit_run(self, *args, **kwargs)
+        assert finish_claimable(queue) == {str(result.run_id)}
+        return result
+
+    monkeypatch.setattr(ApiQueue, "submit", submit_then_end)
+    response, took = timed(
+        lambda: client.post("/v1/runs?wait=20", json={"tool": "echo"}, headers=acme)
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "succeeded" and response.json()["result"] == {"ok": 1}
+    assert took < 10  # the safety re-read was 30 s away, the wait 20 s
+
+
+def test_submit_wait__reads_the_run_once_its_end_is_heard_and_not_before(
+    client, acme, queue, monkeypatch
+):
+    reads: list[str] = []
+    view = RunReader.view
+
+    def counted(self: RunReader, run_id: Any, *args: Any) -> Any:
+        reads.append(str(run_id))
+        return view(self, run_id, *args)
+
+    monkeypatch.setattr(RunReader, "view", counted)
+    jobs: list[ClaimedJob] = []
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(client.post, "/v1/runs?wait=20", json={"tool": "echo"}, headers=acme)
+
+        def claimed() -> bool:
+            jobs.extend(claim(queue))
+            return bool(jobs)
+
+        wait_until(claimed, timeout=10)
+        time.sleep(0.5)  # the request is now asleep on its subscription
+        assert reads == [] and not waiting.done()
+        [job] = jobs
+        assert queue.finalize(job.job_id, job.lease_token, SUCCESS)
+        response = waiting.result(timeout=25)
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "succeeded"
+    assert reads == [response.json()["id"]]
+
+
+def test_submit_wait__a_replayed_key_waits_for_the_run_it_made_first(client, acme, queue):
+    key = {**acme, "Idempotency-Key": "wait-replay-1"}
+    first = client.post("/v1/runs", json={"tool": "echo"}, headers=key)
+    assert first.status_code == 202, first.text
+    [job] = claim(queue)
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(client.post, "/v1/runs?wait=20", json={"tool": "echo"}, headers=key)
+        time.sleep(0.5)  # the request is now asleep on its subscription
+        assert not waiting.done()
+        assert queue.finalize(job.job_id, job.lease_token, SUCCESS)
+        ended_at = time.monotonic()
+        response = waiting.result(timeout=25)
+    assert response.status_code == 200, response.text
+    assert response.json()["id"] == first.json()["id"]
+    assert response.json()["status"] == "succeeded"
+    assert time.monotonic() - ended_at < 10  # on its notification: the re-read was 30 s away
 
 
 # --- a batch ---
