@@ -231,3 +231,63 @@ def test_runner_ping__skipped_right_after_an_answer_asked_otherwise(
     runner.ping()
     assert [target for _, target, _ in engine.requests] == ["/_ping", "/_ping"]
     client.close()
+
+
+# --- answers read by the parser: bounded, and never a short body ---
+
+
+def raw_answer(tmp_path: Path, pieces: list[bytes]) -> SocketApi:
+    """A SocketApi whose engine answers one request with ``pieces`` (sent one by one), then
+    closes the connection."""
+    path = tmp_path / "raw.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(1)
+
+    def answer() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            received = b""
+            while b"\r\n\r\n" not in received:
+                received += conn.recv(65536)
+            for piece in pieces:
+                conn.sendall(piece)
+        listener.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    client = docker.APIClient(base_url=f"unix://{path}", version="1.41", timeout=5)
+    return SocketApi(client, str(path))
+
+
+def test_answer__read_whole_whatever_pieces_it_comes_in(tmp_path: Path):
+    body = json.dumps({"Id": "c", "Name": "x" * 5000}).encode()
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    whole = head + b"\r\n" + chunked
+    api = raw_answer(tmp_path, [whole[i : i + 7] for i in range(0, len(whole), 7)])
+    assert api.inspect_container("c") == json.loads(body)
+
+
+def test_answer__a_body_that_ends_with_the_connection_is_read_to_its_end(tmp_path: Path):
+    api = raw_answer(tmp_path, [b"HTTP/1.1 200 OK\r\n\r\n", b'{"Id": ', b'"c"}'])
+    assert api.inspect_container("c") == {"Id": "c"}
+
+
+@pytest.mark.parametrize(
+    ("pieces", "said"),
+    [
+        ([b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n", b'{"Id": "c"}'], "before its"),
+        ([b'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{"Id"'], "before its"),
+        ([b"HTTP/1.1 200 OK\r\nContent-Le"], "before its"),
+        ([b"SSH-2.0-OpenSSH_9.2\r\n"], "not HTTP/1.1"),
+        ([b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (70 << 10) + b"\r\n\r\n{}"], "head over"),
+        ([b"HTTP/1.1 200 OK\r\n" + b"X-A: b\r\n" * 101 + b"\r\n{}"], "header fields"),
+    ],
+    ids=["short-length", "short-chunks", "short-head", "not-http", "huge-head", "many-headers"],
+)
+def test_answer__cut_short_or_unreadable_is_a_connection_error(
+    tmp_path: Path, pieces: list[bytes], said: str
+):
+    api = raw_answer(tmp_path, pieces)
+    with pytest.raises(requests.exceptions.ConnectionError, match=said):
+        api.inspect_container("c")
