@@ -4,14 +4,16 @@ capped logs, its usage, ``result.json`` and the files under ``out/`` as an artif
 from __future__ import annotations
 
 import logging
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import docker.errors
 
 from runyard.artifact_store import CHUNK_SIZE, ArtifactStore, ArtifactWriter
 from runyard.artifacts.collect import CollectError, collect_dir, collect_tar
-from runyard.artifacts.rules import ArtifactLimits, ArtifactRefused, with_artifacts
+from runyard.artifacts.rules import ArtifactLimits, ArtifactRefused, is_result, with_artifacts
 from runyard.domain.attempt import AttemptResult, AttemptSpec
 from runyard.domain.outcomes import ExitFacts, StopReason, decide_exit, decide_result
 from runyard.domain.states import ErrorCode
@@ -126,9 +128,14 @@ class AttemptCollector:
         )
         if control.artifacts is None:
             return outcome
-        fence(control, spec)
+        labels = attrs.get("Config", {}).get("Labels") or {}
+        host_dir = self._dirs.host_dir(spec.container_name, labels)
+        if host_dir is None or _may_hold_artifacts(host_dir / "out"):
+            # Files are about to be written to the store (or read through the engine) on
+            # this attempt's behalf; with nothing under out/, nothing is, and no call is made.
+            fence(control, spec)
         return self._collect_artifacts(
-            container_id, spec, attrs, control.artifacts, outcome, live.redactor
+            container_id, spec, host_dir, control.artifacts, outcome, live.redactor
         )
 
     def replay_stamp(self, container_id: str, finished_text: str) -> str:
@@ -194,19 +201,17 @@ class AttemptCollector:
         self,
         container_id: str,
         spec: AttemptSpec,
-        attrs: dict[str, Any],
+        host_dir: Path | None,
         store: ArtifactStore,
         outcome: AttemptResult,
         redactor: Redactor,
     ) -> AttemptResult:
-        """Keep the files under ``out/`` as a new set, from the host work directory or the
-        engine's tar stream, the tool's secret values masked; a refusal fails a success
-        (``runyard.artifacts.rules``, ``runyard.artifacts.masking``)."""
+        """Keep the files under ``out/`` as a new set, from the host work directory (if
+        ``host_dir``) or the engine's tar stream, the tool's secret values masked; a refusal
+        fails a success (``runyard.artifacts.rules``, ``runyard.artifacts.masking``)."""
         limits = ArtifactLimits.of(spec.tool)
-        labels = attrs.get("Config", {}).get("Labels") or {}
         writer = store.writer(spec.run_id)
         try:
-            host_dir = self._dirs.host_dir(spec.container_name, labels)
             if host_dir is not None:
                 kept = collect_dir(host_dir / "out", writer, limits, redactor)
             else:
@@ -267,3 +272,15 @@ class AttemptCollector:
             return None, None
         except TRANSPORT_ERRORS as exc:
             raise RunnerUnavailable(f"cannot read the result of {container_id}: {exc}") from exc
+
+
+def _may_hold_artifacts(out: Path) -> bool:
+    """Whether ``out`` holds anything but ``result.json`` (or cannot be listed: the collection
+    then says why)."""
+    try:
+        names = os.listdir(out)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return not all(is_result(name) for name in names)

@@ -18,7 +18,7 @@ from runyard.domain.attempt import AttemptResult, AttemptSpec
 from runyard.domain.states import RunStatus
 from runyard.queue import JobQueue
 from runyard.registry.tools import ToolRegistry
-from runyard.runner import AttemptControl
+from runyard.runner import AttemptAbandoned, AttemptControl
 from runyard.runners.docker.host_workdirs import HostWorkdirs
 from runyard.runners.docker.runner import DockerRunner
 from tests.integration.docker.test_adoption_docker import orphan, release, spec_of
@@ -160,6 +160,47 @@ def test_host_workdir__collects_from_the_directory_and_refuses_links(
     script = "printf a > /runyard/out/a && ln -s /etc/shadow /runyard/out/sub"
     _, refused = collect(runner, store, queue, registry, script)
     assert (refused.status, refused.error_code) == (RunStatus.FAILED, "invalid_artifact")
+
+
+@pytest.mark.parametrize(
+    ("script", "asked"),
+    [
+        ("echo '{}' > /runyard/out/result.json", 2),  # before the create and the start only
+        ("printf a > /runyard/out/a.txt", 3),  # and before the files are stored
+    ],
+    ids=["result-only", "a-file"],
+)
+def test_host_workdir__the_lease_is_asked_before_storing_files_and_only_then(
+    docker_client: docker.DockerClient,
+    store,
+    queue: JobQueue,
+    registry: ToolRegistry,
+    tmp_path: Path,
+    engine: Engine,
+    script: str,
+    asked: int,
+):
+    runner = DockerRunner(docker_client, workdirs=HostWorkdirs.open(str(tmp_path / "attempts")))
+    run_id = queue.enqueue(new_run()).run_id
+    spec = dataclasses.replace(shell(registry, script), run_id=run_id)
+    checks: list[bool] = []
+
+    def held_until_the_collection() -> bool:
+        checks.append(True)
+        return len(checks) < 3  # lost once the container has exited
+
+    control = AttemptControl(artifacts=store)
+    control.still_owner = held_until_the_collection
+    if asked == 2:
+        outcome = runner.run(spec, control)
+        assert outcome.status is RunStatus.SUCCEEDED, outcome
+        assert outcome.artifact_set is not None and store.files(run_id, outcome.artifact_set) == []
+    else:
+        with pytest.raises(AttemptAbandoned):
+            runner.run(spec, control)
+        assert sets_left(engine) == 0  # nothing stored by an owner that lost its lease
+    runner.discard(spec.run_id, spec.attempt)
+    assert len(checks) == asked
 
 
 def test_adoption__the_adopter_collects_and_only_its_set_is_published(
