@@ -626,7 +626,8 @@ _REQUEUE_UNCHARGED: LiteralString = """
         ) AS e(type, data)
     )
     SELECT run_id, CAST(status AS text) AS status, attempts, available_at,
-           pg_notify('runyard_jobs', CAST(run_id AS text))
+           pg_notify(CASE WHEN status = 'queued' THEN 'runyard_jobs' ELSE 'runyard_runs' END,
+                     CAST(run_id AS text))
     FROM job
 """
 

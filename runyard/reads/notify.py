@@ -19,12 +19,14 @@ import anyio
 import psycopg
 from psycopg import sql
 
-from runyard.queue import EVENTS_CHANNEL, JOBS_CHANNEL, RUNS_CHANNEL
+from runyard.queue import EVENTS_CHANNEL, RUNS_CHANNEL
 
 logger = logging.getLogger(__name__)
 
-# Status changes, log chunks, and requeues (whose payload on the jobs channel is a run id).
-API_CHANNELS = (RUNS_CHANNEL, EVENTS_CHANNEL, JOBS_CHANNEL)
+# Runs' ends, and their events (status changes, log chunks, a return to the queue). Not the
+# jobs channel: every enqueue speaks there, for the workers, and what it says of a run
+# (given back to the queue) its events say too.
+API_CHANNELS = (RUNS_CHANNEL, EVENTS_CHANNEL)
 HEALTH_CHECK_SECONDS = 15.0
 
 
@@ -115,7 +117,7 @@ class RunNotifier:
             try:
                 run_id = uuid.UUID(name)
             except ValueError:
-                return  # e.g. a queue name on the jobs channel
+                return  # not a run id: nothing of ours
             for subscription in list(self._subscriptions.get(str(run_id), ())):
                 if subscription.hears(channel):
                     subscription.wake()

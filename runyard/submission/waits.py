@@ -22,17 +22,16 @@ from typing import TypeVar
 import anyio
 
 from runyard.domain.graph import ACTIVE
-from runyard.queue import JOBS_CHANNEL, RUNS_CHANNEL
+from runyard.queue import RUNS_CHANNEL
 from runyard.reads.notify import RunNotifier, Subscription
 from runyard.reads.runs import RunReader, RunView
 from runyard.submission.batches import Batches, BatchView
 
 T = TypeVar("T")
 
-# Where a run's change to a terminal state is announced: the runs channel, or the jobs
-# channel for a run given back (requeued, or cancelled on its way back to the queue). Its
-# events (its start, each log chunk) need not wake a waiter for its end.
-END_CHANNELS = (RUNS_CHANNEL, JOBS_CHANNEL)
+# Where every statement that ends a run names it. Its events (its start, each log chunk) and
+# a return to the queue need not wake a waiter for its end.
+END_CHANNELS = (RUNS_CHANNEL,)
 
 # A batch's runs notify on every status change and log chunk: one waiter re-reads its batch at
 # most this often, however many of its runs speak at once.
