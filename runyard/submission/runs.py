@@ -231,7 +231,7 @@ class Submissions:
         """Queue mode with a wait: the new run's end is listened for before it is written,
         so the submit's own answer is the first read and only its end costs another."""
         run_id = uuid.uuid4()
-        with self._waits.from_its_insert(run_id) as wait:
+        with self._waits.hearing_end_of(run_id) as wait:
             accept = functools.partial(self.accept, request, read_back=True, run_id=run_id)
             result, view = await anyio.to_thread.run_sync(accept)
             if accepted is not None:

@@ -5,7 +5,7 @@ A waiter subscribes to the run ids on the API's LISTEN connection, then reads; i
 until a notification names one of its runs, or until ``poll_seconds`` pass (the safety net:
 notifications may be lost), and reads again. No database connection is held while it
 sleeps: every read borrows one for its statement only, on a worker thread. A submit that
-waits subscribes before its run exists (``from_its_insert``), so its own answer stands in
+waits subscribes before its run exists (``hearing_end_of``), so its own answer stands in
 for the first read.
 """
 
@@ -93,14 +93,14 @@ class Waits:
 
         if self.capped(seconds) <= 0:
             return await anyio.to_thread.run_sync(self._runs.view, run_id, tenant)
-        with self.from_its_insert(run_id) as wait:
+        with self.hearing_end_of(run_id) as wait:
             # Subscribed first, then read: a change in between still wakes us.
             return await wait.until_end(None, tenant, seconds, caller)
 
     @contextlib.contextmanager
-    def from_its_insert(self, run_id: uuid.UUID) -> Iterator[RunWait]:
-        """Hear ``run_id``'s end from now on: entered before the run is written (a submit
-        that waits), no end can pass unheard, so the submit's answer is the first read."""
+    def hearing_end_of(self, run_id: uuid.UUID) -> Iterator[RunWait]:
+        """Hear ``run_id``'s end from now on. Entered before the run is written (a submit that
+        waits), no end can pass unheard: the submit's own answer is then the first read."""
         with self._notifier.subscribe(run_id, channels=END_CHANNELS) as subscription:
             yield RunWait(functools.partial(self._run_until_end, run_id, subscription))
 
@@ -186,7 +186,7 @@ class Waits:
 
 @dataclass(frozen=True)
 class RunWait:
-    """One run's end, heard since its subscription (``Waits.from_its_insert``).
+    """One run's end, heard since its subscription (``Waits.hearing_end_of``).
 
     ``until_end(found, tenant, seconds, caller)``: the run once terminal, or as it is after
     ``seconds`` (capped), or when the caller leaves; ``found`` is the run as the subscriber

@@ -131,8 +131,9 @@ class AttemptCollector:
         labels = attrs.get("Config", {}).get("Labels") or {}
         host_dir = self._dirs.host_dir(spec.container_name, labels)
         if host_dir is None or _may_hold_artifacts(host_dir / "out"):
-            # Files are about to be written to the store (or read through the engine) on
-            # this attempt's behalf; with nothing under out/, nothing is, and no call is made.
+            # Files are about to be stored (or read through the engine) on this attempt's
+            # behalf. With nothing under out/ no file is, and no engine call is made: at
+            # most a store records the empty set, which only a fenced finalize can publish.
             fence(control, spec)
         return self._collect_artifacts(
             container_id, spec, host_dir, control.artifacts, outcome, live.redactor

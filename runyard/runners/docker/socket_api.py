@@ -75,11 +75,6 @@ class Answer:
         """The body to read, as requests' streamed answers name it."""
         return self
 
-    @property
-    def status(self) -> int:
-        """The answer's status code."""
-        return self._answer.status
-
     def read(self, size: int) -> bytes:
         """Up to ``size`` bytes of the body (b"" at its end)."""
         try:
@@ -217,10 +212,12 @@ class SocketApi:
             send_request(sock, method, target, None if body is None else body.encode("utf-8"))
             response = SocketAnswer(sock)
             response.read_head()
-        except OSError as exc:
+        except BaseException as exc:
             if sock is not None:
                 sock.close()
-            raise _transport_error(exc) from exc
+            if isinstance(exc, OSError):
+                raise _transport_error(exc) from exc
+            raise
         self._answered_at = self._clock()
         answer = Answer(sock, response)
         if response.status >= 400:
