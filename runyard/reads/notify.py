@@ -198,9 +198,13 @@ class _NotifyLink:
                 self._check_health(loop.time())
         finally:
             loop.remove_reader(fd)
+            if self._broken.done():
+                self._broken.exception()  # retrieved, whatever ended the task
 
     def _readable(self) -> None:
         assert self._broken is not None
+        if self._broken.done():
+            return  # a socket at its end stays readable until the reader goes
         try:
             self._pgconn.consume_input()
             while (note := self._pgconn.notifies()) is not None:
