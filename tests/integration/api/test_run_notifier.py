@@ -90,6 +90,7 @@ def test_a_killed_link__heals_and_wakes_every_waiter(database_url: str):
     with_notifier(database_url, body)
 
 
+@pytest.mark.slow  # sits out health queries, answered and then not
 def test_a_link_that_stops_answering__is_made_anew(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ):
