@@ -230,6 +230,9 @@ def test_submit_wait__reads_the_run_once_its_end_is_heard_and_not_before(
         return view(self, run_id, *args)
 
     monkeypatch.setattr(RunReader, "view", counted)
+    # Connected first: a LISTEN link that comes up later wakes every waiter to re-read.
+    notifier = client.app.state.services.notifier
+    wait_until(notifier.connected.is_set, timeout=10)
     jobs: list[ClaimedJob] = []
     with ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(client.post, "/v1/runs?wait=20", json={"tool": "echo"}, headers=acme)
