@@ -31,6 +31,6 @@ def test_bench_containers__its_verdict_holds_each_target_at_every_concurrency() 
     met = verdict_line({1: 0.97, 2: 0.95}, {1: 12.0, 2: 30.0}, {1: 4.9, 2: 5.0}, {1: 2.0, 2: 1.5})
     assert met.count(" met ") == 4 and "missed" not in met, met
     one_short = verdict_line({1: 0.97, 2: 0.94}, {1: 12.0, 2: 31.0}, {1: 5.1}, {1: 2.0})
-    assert "c2=0.94 missed" in one_short and "c2=+31 missed" in one_short, one_short
+    assert "c2=0.940 missed" in one_short and "c2=+31 missed" in one_short, one_short
     assert "c1=5.1 missed" in one_short and "c1=2.0 met" in one_short, one_short
     assert "missed" in verdict_line({}, {}, {}, {}).split(";")[0]
