@@ -45,6 +45,13 @@ async def drained(waiter: notify.Subscription) -> None:
         pass
 
 
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait until ``condition`` holds (checked every 20 ms); fail after ``timeout``."""
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.02)
+
+
 async def send(sender: psycopg.AsyncConnection, channel: str, payload: str) -> None:
     await sender.execute("SELECT pg_notify(%s, %s)", (channel, payload))
 
@@ -95,20 +102,32 @@ def test_a_link_that_stops_answering__is_made_anew(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setattr(notify, "HEALTH_CHECK_SECONDS", 0.3)
+    # Blocked behind a lock the sender holds: asked, never answered until it lets go.
+    stuck = b"SELECT pg_advisory_lock(7301)"
     health = {"query": b"SELECT 1"}
     monkeypatch.setattr(notify._NotifyLink, "HEALTH_QUERY", property(lambda self: health["query"]))
+    checks: list[float] = []
+    check = notify._NotifyLink._check_health
+
+    def counted(link: notify._NotifyLink, now: float) -> None:
+        checks.append(now)
+        check(link, now)
+
+    monkeypatch.setattr(notify._NotifyLink, "_check_health", counted)
 
     async def body(notifier: RunNotifier, sender: psycopg.AsyncConnection) -> None:
         run_id = uuid.uuid4()
+        await sender.execute("SELECT pg_advisory_lock(7301)")
         with notifier.subscribe(run_id, channels=("runyard_runs",)) as waiter:
-            await asyncio.sleep(1.0)  # three health queries, each answered: the link stays
+            await until(lambda: len(checks) >= 3)  # the first two answered: the link stays
             assert notifier.connected.is_set() and not await waiter.wait(0.05)
-            health["query"] = b"SELECT pg_sleep(30)"  # never answered in time
+            health["query"] = stuck
             assert await waiter.wait(10)  # given up: every waiter re-reads
             health["query"] = b"SELECT 1"
             await asyncio.wait_for(notifier.connected.wait(), 10)
             await drained(waiter)
             await send(sender, "runyard_runs", str(run_id))
             assert await waiter.wait(10)
+        await sender.execute("SELECT pg_advisory_unlock(7301)")
 
     with_notifier(database_url, body)
