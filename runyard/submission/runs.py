@@ -231,13 +231,15 @@ class Submissions:
         """Queue mode with a wait: the new run's end is listened for before it is written,
         so the submit's own answer is the first read and only its end costs another."""
         run_id = uuid.uuid4()
-        with self._waits.hearing_end_of(run_id) as wait:
+        with self._waits.hearing_end_of(run_id) as heard:
             accept = functools.partial(self.accept, request, read_back=True, run_id=run_id)
             result, view = await anyio.to_thread.run_sync(accept)
             if accepted is not None:
                 accepted(result.run_id)
             if result.run_id == run_id:
-                view = await wait.until_end(view, request.tenant, seconds, caller)
+                view = await self._waits.until_end(
+                    run_id, heard, view, request.tenant, seconds, caller
+                )
         if result.run_id != run_id:  # a replay: the run was made by an earlier submit
             view = await self._waits.run(result.run_id, request.tenant, seconds, caller)
         assert view is not None  # the caller's own run

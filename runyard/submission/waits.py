@@ -12,10 +12,9 @@ for the first read.
 from __future__ import annotations
 
 import contextlib
-import functools
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -93,36 +92,38 @@ class Waits:
 
         if self.capped(seconds) <= 0:
             return await anyio.to_thread.run_sync(self._runs.view, run_id, tenant)
-        with self.hearing_end_of(run_id) as wait:
+        with self.hearing_end_of(run_id) as heard:
             # Subscribed first, then read: a change in between still wakes us.
-            return await wait.until_end(None, tenant, seconds, caller)
+            return await self.until_end(run_id, heard, None, tenant, seconds, caller)
 
-    @contextlib.contextmanager
-    def hearing_end_of(self, run_id: uuid.UUID) -> Iterator[RunWait]:
+    def hearing_end_of(self, run_id: uuid.UUID) -> contextlib.AbstractContextManager[Subscription]:
         """Hear ``run_id``'s end from now on. Entered before the run is written (a submit that
         waits), no end can pass unheard: the submit's own answer is then the first read."""
-        with self._notifier.subscribe(run_id, channels=END_CHANNELS) as subscription:
-            yield RunWait(functools.partial(self._run_until_end, run_id, subscription))
+        return self._notifier.subscribe(run_id, channels=END_CHANNELS)
 
-    async def _run_until_end(
+    async def until_end(
         self,
         run_id: uuid.UUID,
-        subscription: Subscription,
+        heard: Subscription,
         found: RunView | None,
         tenant: str | None,
         seconds: float,
         caller: Caller,
     ) -> RunView | None:
+        """The run once terminal, or as it is after ``seconds`` (capped), or when the caller
+        leaves, woken by ``heard`` (``hearing_end_of``); ``found`` is the run as the caller
+        knows it since subscribing (None: read it first)."""
+
         async def read() -> RunView | None:
             return await anyio.to_thread.run_sync(self._runs.view, run_id, tenant)
 
         return await self._until(
             read,
             lambda run: run.status.is_terminal,
-            subscription.wait,
+            heard.wait,
             time.monotonic() + self.capped(seconds),
             caller,
-            subscription.wake,
+            heard.wake,
             found,
         )
 
@@ -182,15 +183,3 @@ class Waits:
             await sleep(min(remaining, self.limits.poll_seconds))
             found = await read()
         return found
-
-
-@dataclass(frozen=True)
-class RunWait:
-    """One run's end, heard since its subscription (``Waits.hearing_end_of``).
-
-    ``until_end(found, tenant, seconds, caller)``: the run once terminal, or as it is after
-    ``seconds`` (capped), or when the caller leaves; ``found`` is the run as the subscriber
-    knows it since subscribing (None: read it first).
-    """
-
-    until_end: Callable[[RunView | None, str | None, float, Caller], Awaitable[RunView | None]]
