@@ -29,6 +29,7 @@ from typing import Any
 
 from bench.common import (
     TOOLBOX_IMAGE,
+    BackendCpu,
     BenchDatabase,
     Deadline,
     Http,
@@ -615,6 +616,8 @@ def main(argv: list[str] | None = None) -> int:
             procs.base_env["OTEL_EXPORTER_OTLP_ENDPOINT"] = sink.enter_context(otlp_sink())
         if args.inputs != "auto":  # auto: the setting left out, as a deployment would
             procs.base_env["RUNYARD_HOST_WORKDIR_ROOT"] = setting
+        # The database's backends (the API's, the worker's, this process's), sampled.
+        backends = sink.enter_context(BackendCpu(db.url))
         procs.spawn("api", ["-m", "api", "--port", str(port)])
         wait_for_api(port, procs, "api")
         out(
@@ -642,13 +645,14 @@ def main(argv: list[str] | None = None) -> int:
                 for side in sides:
                     deadline.check(f"{side} round {r} at {c}")
                     pids = {"worker": procs.pid(name), "api": procs.pid("api")}
-                    before = cpu_now(pids)
+                    before, backends_before = cpu_now(pids), backends.begin()
                     if side == "runyard":
                         res = runyard_round(port, engine, c, args.runs, deadline)
                     else:
                         res = raw_round(client, tool, image_id, session, c, args.runs, deadline)
                     after = cpu_now(pids)
                     res.cpu = {k: after[k] - before[k] for k in after}
+                    res.cpu["postgres"] = backends.used_since(backends_before)
                     results.append(res)
                     note(
                         f"c={c} round {r} {side}: {res.rate:.2f} runs/s, "
@@ -857,13 +861,15 @@ def report(
                     f"{raw_cpu['engine']:.0f}",
                     f"{ours_cpu['worker']:.1f}",
                     f"{ours_cpu['api']:.1f}",
+                    f"{ours_cpu['postgres']:.1f}",
                 ]
             )
     if cpu_rows:
         out("")
         out(
             "CPU per run, ms (machine: all processes on both cores, from /proc/stat; engine: "
-            "dockerd and containerd with the children they reaped):"
+            "dockerd and containerd with the children they reaped; Postgres: the backends of "
+            "the benchmark's database, sampled every 0.1 s):"
         )
         out(
             table(
@@ -876,6 +882,7 @@ def report(
                     "engine, raw side",
                     "runyard worker",
                     "runyard API",
+                    "runyard Postgres",
                 ],
                 cpu_rows,
             )

@@ -80,7 +80,8 @@ def worker_engines(
     slots can never exhaust: its users (the heartbeat rounds, the releases, start and stop)
     hold one connection each at most, and its statements are bounded by
     ``heartbeat_timeout``. No pre-ping: every passing database error of the worker is
-    retried."""
+    retried. Both keep the generic plans of their prepared statements: a claim planned
+    afresh at each run costs more than it does (decision 0037)."""
     engine = make_engine(
         database_url,
         pool_size=concurrency + 2,
@@ -88,6 +89,7 @@ def worker_engines(
         pre_ping=False,
         timeouts=timeouts,
         plan=plan,
+        generic_plans=True,
     )
     heartbeat_engine = make_engine(
         database_url,
@@ -96,6 +98,7 @@ def worker_engines(
         pre_ping=False,
         timeouts=heartbeat_timeouts(timeouts or DbTimeouts(), heartbeat_timeout),
         plan=plan,
+        generic_plans=True,
     )
     return engine, heartbeat_engine
 

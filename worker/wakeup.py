@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from runyard.platform.listening import listen_until_stopped
+from runyard.platform.listening import listen_until_stopped, notifications
 from runyard.platform.settings import libpq_url
 from runyard.queue import CANCEL_CHANNEL, HELD_CHANNEL, JOBS_CHANNEL
 
@@ -77,11 +77,10 @@ class Wakeups:
             self.connected.set()
             idle = 0.0
             while not self._stop.is_set():
-                got_any = False
-                for note in conn.notifies(timeout=1.0):
-                    got_any = True
+                notes = notifications(conn, 1.0)
+                for note in notes:
                     self._dispatch(note.channel, note.payload)
-                idle = 0.0 if got_any else idle + 1.0
+                idle = 0.0 if notes else idle + 1.0
                 if idle >= HEALTH_CHECK_SECONDS:
                     conn.execute("SELECT 1")
                     idle = 0.0

@@ -55,7 +55,11 @@ class DbTimeouts:
 
 
 def libpq_params(
-    timeouts: DbTimeouts, url_options: str | None = None, *, session_timeouts: bool = True
+    timeouts: DbTimeouts,
+    url_options: str | None = None,
+    *,
+    session_timeouts: bool = True,
+    generic_plans: bool = False,
 ) -> dict[str, Any]:
     """The libpq connection parameters that carry ``timeouts``.
 
@@ -64,6 +68,8 @@ def libpq_params(
     retransmissions). Session timeouts travel in ``options``, after any the URL sets, unless
     ``session_timeouts`` is off (a transaction pooler refuses that startup parameter, and a
     session setting would not follow the client from one server connection to the next).
+    ``generic_plans`` asks for ``plan_cache_mode=force_generic_plan`` the same way, unless the
+    URL's options choose a mode themselves (docs/decisions/0037-generic-plans-for-the-worker.md).
     """
     silent = timeouts.keepalives_idle_seconds + (
         timeouts.keepalives_interval_seconds * timeouts.keepalives_count
@@ -83,6 +89,8 @@ def libpq_params(
     ):
         if seconds is not None:
             options.append(f"-c {name}={max(1, round(seconds * 1000))}")
+    if generic_plans and session_timeouts and "plan_cache_mode" not in (url_options or ""):
+        options.append("-c plan_cache_mode=force_generic_plan")
     if options:
         params["options"] = " ".join(options)
     return params
@@ -96,6 +104,7 @@ def make_engine(
     pre_ping: bool = True,
     timeouts: DbTimeouts | None = None,
     plan: ConnectionPlan | None = None,
+    generic_plans: bool = False,
 ) -> Engine:
     """A pooled psycopg 3 engine; with ``pre_ping`` a connection idle for more than
     ``PRE_PING_IDLE_SECONDS`` is checked before use (one used just now is not: on a hot pool
@@ -104,7 +113,8 @@ def make_engine(
     A connection broken by a database restart that is not checked fails once, invalidates
     the pool and the caller's retry gets a fresh one (the worker retries every database
     error). Every connection gets ``timeouts`` (by default a connect timeout and keepalives
-    only), and follows ``plan`` (by default a direct connection to Postgres).
+    only), and follows ``plan`` (by default a direct connection to Postgres). With
+    ``generic_plans`` its prepared statements keep their generic plans (``libpq_params``).
     """
     url = normalize_database_url(database_url)
     timeouts = timeouts or DbTimeouts()
@@ -114,6 +124,7 @@ def make_engine(
         timeouts,
         url_options if isinstance(url_options, str) else None,
         session_timeouts=plan.session_timeouts,
+        generic_plans=generic_plans,
     )
     connect_args["prepare_threshold"] = plan.prepare_threshold
     engine = create_engine(

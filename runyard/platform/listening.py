@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+import select
 import threading
+import time
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 
@@ -27,3 +30,27 @@ def listen_until_stopped(
             lost()
             stop.wait(delay)
             delay = min(delay * 2, 10.0)
+
+
+def notifications(conn: psycopg.Connection[Any], timeout: float) -> list[psycopg.Notify]:
+    """The notifications ``conn`` has received, else those that arrive within ``timeout``
+    seconds (none if none did).
+
+    The wait is a ``poll`` of the connection's socket: psycopg's own ``notifies(timeout=)``
+    wakes every 0.1 s to look for signals, ten wake-ups a second that an idle listener would
+    pay for all day. A connection that failed raises ``psycopg.OperationalError``.
+    """
+    deadline = time.monotonic() + timeout
+    waiting = select.poll()
+    waiting.register(conn.fileno(), select.POLLIN)
+    while True:
+        # Those read with another statement's answer wait in psycopg's backlog, not on the
+        # socket; what the socket holds is read here, and its end raises.
+        got = list(conn.notifies(timeout=0))
+        if got:
+            return got
+        left = deadline - time.monotonic()
+        # Readable without a notification (a notice, the server's last words before it
+        # closes): wait on for the rest of the time.
+        if left <= 0 or not waiting.poll(left * 1000):
+            return []

@@ -13,7 +13,7 @@ import uuid
 
 import psycopg
 
-from runyard.platform.listening import listen_until_stopped
+from runyard.platform.listening import listen_until_stopped, notifications
 from runyard.platform.settings import libpq_url
 
 logger = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class ExecWakeups:
             conn.execute(f"LISTEN {EXEC_CHANNEL}")
             self._wake_all()  # anything sent before the LISTEN is found by the round it wakes
             while not self._stop.is_set():
-                for note in conn.notifies(timeout=1.0):
+                for note in notifications(conn, 1.0):
                     try:
                         run_id = uuid.UUID(note.payload)
                     except ValueError:

@@ -79,6 +79,16 @@ def test_libpq_params__without_session_timeouts_keep_the_url_options():
     assert "options" not in libpq_params(timeouts, session_timeouts=False)
 
 
+def test_libpq_params__generic_plans_only_where_session_settings_go_and_the_url_chose_none():
+    timeouts = DbTimeouts()
+    generic = "-c plan_cache_mode=force_generic_plan"
+    assert libpq_params(timeouts, generic_plans=True)["options"] == generic
+    assert "options" not in libpq_params(timeouts)
+    assert "options" not in libpq_params(timeouts, session_timeouts=False, generic_plans=True)
+    chosen = "-c plan_cache_mode=force_custom_plan"
+    assert libpq_params(timeouts, chosen, generic_plans=True)["options"] == chosen
+
+
 class _Stop(Exception):
     pass
 

@@ -142,3 +142,16 @@ def test_worker_engines__heartbeats_and_registry_never_wait_on_the_slots_pool(
             conn.close()
         main.dispose()
         heartbeat.dispose()
+
+
+def test_worker_engines__keep_the_generic_plans_of_their_statements(database_url: str):
+    main, heartbeat = worker_engines(database_url, 1)
+    try:
+        # A claim planned afresh at each run costs more than it does.
+        for worker_engine in (main, heartbeat):
+            with worker_engine.connect() as conn:
+                mode = conn.execute(text("SHOW plan_cache_mode")).scalar_one()
+                assert mode == "force_generic_plan"
+    finally:
+        main.dispose()
+        heartbeat.dispose()

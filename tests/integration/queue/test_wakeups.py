@@ -7,6 +7,7 @@ import threading
 import uuid
 
 import psycopg
+import pytest
 from sqlalchemy import Engine, text
 
 from runyard.domain.attempt import AttemptResult
@@ -198,3 +199,40 @@ def test_every_way_a_run_ends__names_it_on_a_channel_its_end_waiters_hear(
         "failed",
     ]
     assert {str(run) for run in ended} <= named
+
+
+def test_notifications__found_in_the_backlog_on_the_socket_or_none_within_the_timeout(
+    database_url: str,
+):
+    from runyard.platform.listening import notifications
+
+    with (
+        psycopg.connect(libpq_url(database_url), autocommit=True) as listener,
+        psycopg.connect(libpq_url(database_url), autocommit=True) as sender,
+    ):
+        listener.execute("LISTEN probe")
+        assert notifications(listener, 0.05) == []
+        # Read with another statement's answer: kept in psycopg's backlog, not on the socket.
+        sender.execute("NOTIFY probe, 'early'")
+        listener.execute("SELECT pg_sleep(0.05)")
+        assert [n.payload for n in notifications(listener, 0.0)] == ["early"]
+        # Sent while the listener waits.
+        later = threading.Timer(0.1, lambda: sender.execute("NOTIFY probe, 'late'"))
+        later.start()
+        try:
+            got = notifications(listener, 10.0)
+        finally:
+            later.join()
+        assert [n.payload for n in got] == ["late"]
+
+
+def test_notifications__a_connection_ended_by_the_server_raises(database_url: str, engine: Engine):
+    from runyard.platform.listening import notifications
+
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as listener:
+        listener.execute("LISTEN probe")
+        pid = listener.info.backend_pid
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        with pytest.raises(psycopg.OperationalError):
+            notifications(listener, 10.0)
