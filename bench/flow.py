@@ -75,7 +75,8 @@ def scenario(url: str, runs: int, keys: int, claims: int, interval: float) -> Ou
         conn.execute(EMPTY_SQL)
         conn.execute(RUNS_SQL, {"n": runs, "keys": keys})
         conn.execute("ANALYZE tool_runs, tool_run_jobs")
-    engine = make_engine(url, pool_size=3, max_overflow=0)
+    # As a worker's engine: its statements keep their generic plans.
+    engine = make_engine(url, pool_size=3, max_overflow=0, generic_plans=True)
     config = FlowConfig(tools={"echo": ToolFlow(key=Limit(max_running=1))})
     gate = FlowGate(engine, lambda: config)
     queue = JobQueue(engine)

@@ -189,7 +189,8 @@ def _graph_writes(url: str, body: dict[str, Any], count: int) -> list[float]:
 def _engine(url: str) -> Any:
     from runyard.platform.db import make_engine
 
-    return make_engine(url, pool_size=2, pre_ping=False)
+    # As a worker's engine: its statements keep their generic plans.
+    return make_engine(url, pool_size=2, pre_ping=False, generic_plans=True)
 
 
 def _new_run(queue: str = QUEUE) -> Any:
