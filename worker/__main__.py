@@ -154,7 +154,11 @@ def registry_watch(
         chores.append(Chore("tool registry reload", watcher.interval_seconds, watcher.check))
     if gate is not None:
         gate.follow(lambda: limits[0])
-        chores.append(Chore("flow gate", GATE_INTERVAL_SECONDS, gate.release))
+        # Resting, the gate is not called ten times a second for nothing: a held job's
+        # notification pokes the chores (``Worker.notify_held``).
+        chores.append(
+            Chore("flow gate", GATE_INTERVAL_SECONDS, gate.release, quiet_for=gate.quiet_for)
+        )
     return Chores(chores, thread_name="runyard-worker-chores")
 
 

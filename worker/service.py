@@ -321,6 +321,7 @@ class Worker:
         """A job was written held by its flow limits: the flow gate passes at its next turn."""
         if self._flow_gate is not None:
             self._flow_gate.wake()
+            self._chores.poke()  # the gate's chore sleeps while it rests
 
     def notify_cancel(self, job_id: uuid.UUID) -> None:
         """A cancel was requested for ``job_id``: stop its attempt if it runs here."""

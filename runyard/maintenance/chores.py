@@ -26,11 +26,14 @@ _SICK = (DBAPIError, PoolTimeoutError, RunnerUnavailable)
 
 @dataclass(frozen=True)
 class Chore:
-    """``run`` every ``interval_seconds``, first at once."""
+    """``run`` every ``interval_seconds``, first at once; not before ``quiet_for()`` more
+    seconds have passed when it says so (a chore that knows it has nothing to do: the loop
+    sleeps through it rather than wake for a call that does nothing, unless ``poke``d)."""
 
     name: str
     interval_seconds: float
     run: Callable[[], object]
+    quiet_for: Callable[[], float] | None = None
 
 
 class Chores:
@@ -40,14 +43,23 @@ class Chores:
         self._chores = list(chores)
         self._due = [0.0 for _ in self._chores]
         self._stop = threading.Event()
+        # Set by ``poke`` and ``stop``: the loop looks at once at what is due.
+        self._poked = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=thread_name, daemon=True)
+
+    def _next(self, index: int, now: float) -> float:
+        """When the chore at ``index`` is due (monotonic seconds), seen at ``now``."""
+        quiet_for = self._chores[index].quiet_for
+        due = self._due[index]
+        return due if quiet_for is None else max(due, now + quiet_for())
 
     def run_due(self) -> float:
         """Run every chore that is due; the seconds until the next one is."""
         for index, chore in enumerate(self._chores):
             if self._stop.is_set():
                 break
-            if time.monotonic() < self._due[index]:
+            now = time.monotonic()
+            if now < self._next(index, now):
                 continue
             self._due[index] = time.monotonic() + chore.interval_seconds
             try:
@@ -60,22 +72,31 @@ class Chores:
                 )
             except Exception:
                 logger.exception("%s crashed", chore.name, extra={"chore": chore.name})
-        return max(0.0, min(self._due, default=60.0) - time.monotonic())
+        now = time.monotonic()
+        upcoming = (self._next(index, now) for index in range(len(self._chores)))
+        return max(0.0, min(upcoming, default=now + 60.0) - now)
 
     def start(self) -> None:
         """Start the thread (nothing to do without chores; a second call does nothing)."""
         if self._chores and self._thread.ident is None:
             self._thread.start()
 
+    def poke(self) -> None:
+        """A quiet chore may have work now: look at once (any thread)."""
+        self._poked.set()
+
     def stop(self, timeout: float = 10.0) -> None:
         """Ask the thread to return and wait for the chore in progress, up to ``timeout``."""
         self._stop.set()
+        self._poked.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self._stop.wait(self.run_due())
+            # Cleared before the look: a poke during the chores wakes the wait that follows.
+            self._poked.clear()
+            self._poked.wait(self.run_due())
 
 
 def registry_reload(watcher: RegistryWatcher, *, thread_name: str) -> Chores:

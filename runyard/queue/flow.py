@@ -74,6 +74,13 @@ class FlowGate:
         """A held job was written: the next pass looks, resting or not (any thread)."""
         self._woken.set()
 
+    def quiet_for(self) -> float:
+        """Seconds the gate rests for yet (its passes make no statement until then); 0 once
+        woken, or when it does not rest."""
+        if self._rest <= 0 or self._woken.is_set():
+            return 0.0
+        return max(0.0, self._rest_until - time.monotonic())
+
     def follow(self, config: Callable[[], FlowConfig]) -> None:
         """Read the limits from ``config`` from now on (a process's reloaded registry)."""
         self._config = config

@@ -94,10 +94,13 @@ def test_gate__releases_a_key_up_to_its_maximum_and_more_as_runs_end(engine, reg
 def test_gate__rests_while_nothing_is_held_until_a_held_job_wakes_it(engine, registry):
     flows = limited(registry, key_max_running=2)
     gate = FlowGate(engine, flows.flow_config, rest_seconds=3600)
+    assert gate.quiet_for() == 0.0  # never passed yet
     assert gate.release() == 0  # nothing held anywhere: the gate rests
+    assert 3500 < gate.quiet_for() <= 3600  # its chore may sleep that long
     submit(engine, flows, 1, key="cust-1")
     assert gate.release() == 0  # resting: no pass, the job stays held
     gate.wake()  # what the held job's notification does
+    assert gate.quiet_for() == 0.0
     assert gate.release() == 1
 
 
