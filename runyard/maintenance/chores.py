@@ -49,9 +49,17 @@ class Chores:
 
     def _next(self, index: int, now: float) -> float:
         """When the chore at ``index`` is due (monotonic seconds), seen at ``now``."""
-        quiet_for = self._chores[index].quiet_for
+        chore = self._chores[index]
         due = self._due[index]
-        return due if quiet_for is None else max(due, now + quiet_for())
+        if chore.quiet_for is None:
+            return due
+        try:
+            quiet = chore.quiet_for()
+        except Exception:
+            # Not quiet, then: the chore runs on its interval rather than the thread dying.
+            logger.exception("%s could not say how long it rests", chore.name)
+            quiet = 0.0
+        return max(due, now + quiet)
 
     def run_due(self) -> float:
         """Run every chore that is due; the seconds until the next one is."""
@@ -93,9 +101,12 @@ class Chores:
             self._thread.join(timeout)
 
     def _loop(self) -> None:
-        while not self._stop.is_set():
+        while True:
             # Cleared before the look: a poke during the chores wakes the wait that follows.
+            # ``stop`` is asked after the clear, which may have taken its wake-up.
             self._poked.clear()
+            if self._stop.is_set():
+                return
             self._poked.wait(self.run_due())
 
 

@@ -89,7 +89,9 @@ def libpq_params(
     ):
         if seconds is not None:
             options.append(f"-c {name}={max(1, round(seconds * 1000))}")
-    if generic_plans and session_timeouts and "plan_cache_mode" not in (url_options or ""):
+    # Postgres takes the setting's name in either case, with dashes for underscores.
+    chosen = "plan_cache_mode" in (url_options or "").lower().replace("-", "_")
+    if generic_plans and session_timeouts and not chosen:
         options.append("-c plan_cache_mode=force_generic_plan")
     if options:
         params["options"] = " ".join(options)

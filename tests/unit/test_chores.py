@@ -47,7 +47,40 @@ def test_poke__wakes_the_loop_for_a_chore_no_longer_quiet():
 def test_stop__ends_a_loop_asleep_on_a_quiet_chore():
     chores = Chores([Chore("gate", 0.1, lambda: 0, quiet_for=lambda: 3600.0)])
     chores.start()
-    stopped = threading.Thread(target=chores.stop, kwargs={"timeout": 10})
-    stopped.start()
-    stopped.join(15)
-    assert not stopped.is_alive()
+    chores.stop(timeout=10)
+    assert not chores._thread.is_alive()
+
+
+class _StopBeforeClear(threading.Event):
+    """The loop's wake-up, with ``stop`` arriving just before the loop clears it."""
+
+    def __init__(self, chores: Chores) -> None:
+        super().__init__()
+        self.chores = chores
+        self.raced = False
+
+    def clear(self) -> None:
+        if not self.raced and self.chores._thread.ident is not None:
+            self.raced = True
+            self.chores._stop.set()  # what stop() does, before it wakes the loop
+            self.set()
+        super().clear()
+
+
+def test_stop__between_the_loops_check_and_its_clear_still_ends_it():
+    chores = Chores([Chore("gate", 0.1, lambda: 0, quiet_for=lambda: 3600.0)])
+    chores._poked = _StopBeforeClear(chores)
+    chores.start()
+    chores._thread.join(10)
+    assert not chores._thread.is_alive()  # not asleep for the hour the chore rests
+
+
+def test_run_due__a_chore_that_cannot_say_how_long_it_rests_runs_on_its_interval():
+    ran: list[int] = []
+
+    def broken() -> float:
+        raise RuntimeError("no idea")
+
+    chores = Chores([Chore("gate", 0.5, lambda: ran.append(1), quiet_for=broken)])
+    assert chores.run_due() <= 0.5
+    assert ran == [1]

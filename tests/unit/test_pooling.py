@@ -85,8 +85,8 @@ def test_libpq_params__generic_plans_only_where_session_settings_go_and_the_url_
     assert libpq_params(timeouts, generic_plans=True)["options"] == generic
     assert "options" not in libpq_params(timeouts)
     assert "options" not in libpq_params(timeouts, session_timeouts=False, generic_plans=True)
-    chosen = "-c plan_cache_mode=force_custom_plan"
-    assert libpq_params(timeouts, chosen, generic_plans=True)["options"] == chosen
+    for chosen in ("-c plan_cache_mode=force_custom_plan", "--plan-cache-mode=auto"):
+        assert libpq_params(timeouts, chosen, generic_plans=True)["options"] == chosen
 
 
 class _Stop(Exception):
