@@ -95,7 +95,7 @@ class FlowGate:
                 return 0
             self._next_pass = moment + self._interval
         if self._rest > 0:
-            if not self._woken.is_set() and time.monotonic() < self._rest_until:
+            if self.quiet_for() > 0:
                 return 0
             # Cleared before the reads: a job held after them notifies after its commit.
             self._woken.clear()
