@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import logging
 import os
@@ -15,6 +16,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from api.main import create_app
+from api.serving import QuietServer
 from runyard.platform.logs import configure
 from runyard.platform.settings import Settings
 from runyard.platform.trace_setup import set_up
@@ -24,6 +26,8 @@ logger = logging.getLogger(__name__)
 # Open event streams and waits must not hold a rolling restart up for long; sync-mode tools
 # left running are released, and adopted by another API process of the engine.
 GRACEFUL_SHUTDOWN_SECONDS = 10
+# uvicorn's exit status for a server that did not start.
+STARTUP_FAILURE = 3
 
 
 def frozen(app: FastAPI) -> FastAPI:
@@ -72,9 +76,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     if workers == 1:
         traced = set_up("runyard-api")
-        uvicorn.run(frozen(create_app(settings)), **served)
+        server = QuietServer(uvicorn.Config(frozen(create_app(settings)), **served))
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run()
         traced.shutdown()
-        return 0
+        # As uvicorn.run: a server that never started (a port in use, a failed startup).
+        return 0 if server.started else STARTUP_FAILURE
+    # Each process runs uvicorn's own server (its supervisor makes them): the tick of ten
+    # wake-ups a second stays there.
     if not settings.queue_enabled:
         parser.error("sync mode (RUNYARD_QUEUE_ENABLED=false) serves from one API process")
     if settings.ui_session_secret is None:

@@ -20,6 +20,7 @@ from types import FrameType
 import uvicorn
 
 from api.main import create_app
+from api.serving import QuietServer
 from reaper.__main__ import build_deliverer, build_reaper, build_scheduler
 from runyard.platform.db import migrate
 from runyard.platform.logs import configure
@@ -125,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             '-d \'{"tool":"echo","input":{"hello":"world"}}\'',
         ],
     )
-    server = uvicorn.Server(
+    server = QuietServer(
         uvicorn.Config(
             create_app(settings, metrics=metrics),
             host=host,

@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from sqlalchemy import Engine, text
 
 from api.main import create_app
+from api.serving import QuietServer
 from runyard.platform.settings import Settings
 from runyard.registry.tools import ToolRegistry
 from runyard.runner import Runner
@@ -84,7 +85,7 @@ def live_server(app: FastAPI) -> Iterator[str]:
         lifespan="on",
         timeout_graceful_shutdown=2,
     )
-    server = uvicorn.Server(config)
+    server = QuietServer(config)
     thread = threading.Thread(target=server.run, name="test-uvicorn", daemon=True)
     thread.start()
     wait_until(lambda: server.started or not thread.is_alive(), timeout=20)

@@ -1,0 +1,93 @@
+"""``QuietServer``: uvicorn's server with a slow tick that still stops at once when asked."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import uvicorn
+
+from api.serving import QuietServer
+from tests.integration.api.test_api_helpers import wait_until
+
+# Long enough that a stop which waited for the next tick would fail the join below.
+AN_HOUR = 3600.0
+
+
+async def hello(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The smallest ASGI app: 200 and a word."""
+    assert scope["type"] == "http"
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"hello"})
+
+
+@contextmanager
+def serving(server: QuietServer) -> Iterator[tuple[str, threading.Thread]]:
+    """Run ``server`` in a thread; yields its URL and the thread."""
+    thread = threading.Thread(target=server.run, name="test-quiet-server", daemon=True)
+    thread.start()
+    wait_until(lambda: server.started or not thread.is_alive(), timeout=20)
+    assert server.started
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", thread
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
+
+
+def quiet_server(tick_seconds: float) -> QuietServer:
+    """A server of ``hello`` on a free loopback port."""
+    config = uvicorn.Config(
+        hello, host="127.0.0.1", port=0, log_config=None, access_log=False, lifespan="off"
+    )
+    return QuietServer(config, tick_seconds=tick_seconds)
+
+
+def test_quiet_server__serves_with_a_date_header_and_stops_when_told_without_its_tick():
+    server = quiet_server(AN_HOUR)
+    with serving(server) as (url, thread):
+        answer = httpx.get(url)
+        assert (answer.status_code, answer.text) == (200, "hello")
+        assert answer.headers["date"].endswith(" GMT")
+        server.should_exit = True
+        thread.join(timeout=20)
+        assert not thread.is_alive()
+
+
+def test_quiet_server__a_signal_stops_it_without_its_tick():
+    server = quiet_server(AN_HOUR)
+    with serving(server) as (_, thread):
+        # What uvicorn's signal handler calls; here from a thread that is not the loop's.
+        threading.Thread(target=server.handle_exit, args=(signal.SIGTERM, None)).start()
+        thread.join(timeout=20)
+        assert not thread.is_alive()
+
+
+def test_quiet_server__every_tick_refreshes_the_date_header():
+    server = quiet_server(0.01)
+    counters: list[int] = []
+    tick = server.on_tick
+
+    async def counted(counter: int) -> bool:
+        counters.append(counter)
+        return await tick(counter)
+
+    server.on_tick = counted  # type: ignore[method-assign]
+    with serving(server):
+        wait_until(lambda: len(counters) >= 5, timeout=20)
+    # uvicorn refreshes the header on the ticks whose counter is a multiple of ten.
+    assert counters[:5] == [0, 10, 20, 30, 40]
+
+
+def test_quiet_server__told_to_stop_before_it_runs_it_returns():
+    server = quiet_server(AN_HOUR)
+    server.should_exit = True
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    thread.join(timeout=20)
+    assert not thread.is_alive() and server.should_exit
