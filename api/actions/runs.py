@@ -4,11 +4,12 @@ submit."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import anyio
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 
@@ -36,6 +37,8 @@ from runyard.submission.waits import Caller
 from runyard.tenancy.auth import Principal, priority_ceiling
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 
 def load_run(services: Services, principal: Principal, run_id: uuid.UUID) -> ToolRun:
@@ -128,21 +131,22 @@ async def watching_disconnect(
 ) -> T:
     """Await ``work()`` while watching for the client to leave.
 
-    An error of ``work`` comes out as itself, not wrapped in an exception group, so the
-    problem handlers still see it (a database outage stays a 503).
+    An error of ``work`` comes out as itself, so the problem handlers still see it (a
+    database outage stays a 503). The watch is a plain task: an anyio task group's cancel
+    formats the repr of the task it runs in, about a tenth of the API's CPU per waited run.
     """
-    outcome: list[T] = []
-    failure: list[Exception] = []
-    async with anyio.create_task_group() as tasks:
-        tasks.start_soon(_watch_disconnect, request, on_gone)
-        try:
-            outcome.append(await work())
-        except Exception as exc:
-            failure.append(exc)
-        tasks.cancel_scope.cancel()
-    if failure:
-        raise failure[0]
-    return outcome[0]
+    watch = asyncio.get_running_loop().create_task(_watch_disconnect(request, on_gone))
+    watch.add_done_callback(_report_watch_failure)
+    try:
+        return await work()
+    finally:
+        watch.cancel()
+
+
+def _report_watch_failure(watch: asyncio.Task[None]) -> None:
+    """Log a watch that failed (its work goes on: the client just cannot stop it)."""
+    if not watch.cancelled() and (error := watch.exception()) is not None:
+        logger.warning("watching the client failed", exc_info=error)
 
 
 async def submit(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, cast
 
 import anyio
@@ -51,6 +52,38 @@ def testwatching_disconnect__reports_a_client_that_leaves_and_returns_the_result
 
     assert anyio.run(main) == "done"
     assert gone == [True]
+
+
+class BrokenRequest:
+    async def receive(self) -> dict[str, Any]:
+        raise RuntimeError("the connection's state is gone")
+
+
+def testwatching_disconnect__a_watch_that_fails_is_logged_and_the_work_goes_on(
+    caplog: pytest.LogCaptureFixture,
+):
+    async def work() -> str:
+        await anyio.sleep(0.05)
+        return "done"
+
+    async def main() -> str:
+        return await watching_disconnect(cast(Request, BrokenRequest()), lambda: None, work)
+
+    assert anyio.run(main) == "done"
+    [record] = [r for r in caplog.records if r.message == "watching the client failed"]
+    assert record.exc_info is not None and "state is gone" in str(record.exc_info[1])
+
+
+def testwatching_disconnect__leaves_no_watch_behind_once_the_work_ends():
+    async def work() -> str:
+        return "done"
+
+    async def main() -> tuple[str, int]:
+        result = await watching_disconnect(cast(Request, FakeRequest(None)), lambda: None, work)
+        await asyncio.sleep(0)  # the watch's cancellation is delivered at its next step
+        return result, len(asyncio.all_tasks())
+
+    assert anyio.run(main) == ("done", 1)  # only main's own task
 
 
 class FakeServices:
