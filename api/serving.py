@@ -39,9 +39,11 @@ class QuietServer(uvicorn.Server):
     def should_exit(self, value: bool) -> None:
         self._exit_flag = value
         loop, asked = self._serving_loop, self._exit_asked
-        if value and loop is not None and asked is not None and not loop.is_closed():
+        if value and loop is not None and asked is not None:
             # From a signal handler or another thread: only the loop's thread-safe hand-off.
-            loop.call_soon_threadsafe(asked.set)
+            # A loop that closed meanwhile has nothing left to wake.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(asked.set)
 
     async def main_loop(self) -> None:
         """uvicorn's tick loop, waking every ``tick_seconds`` or when asked to exit."""
