@@ -67,6 +67,22 @@ REQUEST_BUILDS = _sql(
 )
 
 
+# Whether a worker's build round has anything to do: a queued run waits for a digest (in any
+# queue: FAIL_WAITING fails every queue's; REQUEST_BUILDS looks at the worker's own), or a
+# build of this engine is due or orphaned (CLAIM_BUILD's predicate). One probe of each
+# partial index; a round that finds neither skips those three statements.
+BUILD_WORK = _sql(
+    """
+    SELECT EXISTS (SELECT 1 FROM tool_run_jobs
+                   WHERE status = 'queued' AND build_tag <> '')
+        OR EXISTS (SELECT 1 FROM tool_builds
+                   WHERE engine_id = :engine_id AND status IN ('queued', 'building')
+                     AND ((status = 'queued' AND available_at <= {NOW})
+                          OR (status = 'building' AND locked_until < {NOW}))) AS pending
+    """
+)
+
+
 # One build of this engine: a queued one that is due, or one whose lease ran out (its worker
 # died: the new holder adopts the image if the engine has it, else builds again). Oldest
 # first; SKIP LOCKED, so workers of one engine never take the same row.

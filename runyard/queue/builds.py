@@ -20,6 +20,7 @@ from runyard.queue.build_sql import (
     BUILD_FAILED,
     BUILD_READY,
     BUILD_WAIT,
+    BUILD_WORK,
     CLAIM_BUILD,
     FAIL_WAITING,
     HEARTBEAT_BUILD,
@@ -98,6 +99,11 @@ class BuildQueue:
                 "now": now,
             },
         )
+
+    def pending(self, engine_id: str, *, now: datetime | None = None) -> bool:
+        """Whether a build round has work: runs wait for a digest, or a build of this
+        engine is due or orphaned."""
+        return bool(self._run(BUILD_WORK, {"engine_id": engine_id, "now": now})[0].pending)
 
     def request_builds(
         self, engine_id: str, queues: Sequence[str], *, now: datetime | None = None

@@ -112,6 +112,29 @@ def test_request_builds__only_for_the_workers_queues(builds: BuildQueue, jobs: J
     assert builds.request_builds(A, ["gpu", "default"], now=T0) == [TAG]
 
 
+def test_pending__runs_waiting_in_any_queue_or_a_due_or_orphaned_build_of_the_engine(
+    builds: BuildQueue, jobs: JobQueue
+):
+    builds.save_context(ref(), b"tar")
+    assert not builds.pending(A, now=T0)
+    jobs.enqueue(image_run(), now=T0)
+    assert not builds.pending(A, now=T0)  # a run of a plain image waits for no build
+    waiting = jobs.enqueue(built_run(queue="gpu"), now=T0).run_id
+    # FAIL_WAITING looks at every queue's runs, so any worker's round has work.
+    assert builds.pending(A, now=T0) and builds.pending(B, now=T0)
+    assert builds.request_builds(A, ["gpu"], now=T0) == [TAG]
+    assert jobs.cancel(waiting, now=T0).cancelled_now
+    assert builds.pending(A, now=T0)  # its build is queued and due
+    assert not builds.pending(B, now=T0)  # another engine's build is not B's work
+    held = builds.claim(worker_id="w", engine_id=A, lease_seconds=LEASE, now=T0)
+    assert held is not None
+    assert not builds.pending(A, now=T0)  # held under a live lease
+    assert builds.pending(A, now=T0 + timedelta(seconds=LEASE + 1))  # orphaned
+    assert builds.release(held.build_id, held.lease_token, delay=5, now=T0)
+    assert not builds.pending(A, now=T0)  # queued again, due only later
+    assert builds.pending(A, now=T0 + timedelta(seconds=6))
+
+
 def test_claim_runs__wait_for_the_build_of_their_engine_only(builds: BuildQueue, jobs: JobQueue):
     builds.save_context(ref(), b"tar")
     waiting = jobs.enqueue(built_run(), now=T0).run_id

@@ -139,9 +139,16 @@ def test_traced__a_run_that_waited_for_its_build_has_a_wait_span_linked_to_the_b
 
 
 class CountingBuildQueue(BuildQueue):
-    """A build queue that counts the build rounds' first statement."""
+    """A build queue that counts the build rounds (their probe) and the rounds' statements."""
 
-    requests = 0
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        self.rounds = 0
+        self.requests = 0
+
+    def pending(self, engine_id: str, *, now: datetime | None = None) -> bool:
+        self.rounds += 1
+        return super().pending(engine_id, now=now)
 
     def request_builds(
         self, engine_id: str, queues: Sequence[str], *, now: datetime | None = None
@@ -156,7 +163,22 @@ def test_build_agent__rounds_closer_than_min_round_seconds_are_skipped(engine: E
     agent = BuildAgent(builds, FakeBuilder(seconds=0.1), config)
     for _ in range(5):
         agent.run_once("engine-a")
-    assert builds.requests == 1
+    assert builds.rounds == 1
     time.sleep(0.35)
     agent.run_once("engine-a")
-    assert builds.requests == 2
+    assert builds.rounds == 2
+
+
+def test_build_agent__a_round_with_nothing_to_build_is_one_probe(
+    tmp_path: Path, engine: Engine, queue: JobQueue
+):
+    builds = CountingBuildQueue(engine)
+    agent = BuildAgent(builds, FakeBuilder(seconds=0.1), BuildConfig(worker_id="w1"))
+    assert not agent.run_once("engine-a")
+    assert (builds.rounds, builds.requests) == (1, 0)
+    # A run that waits for its build: the next round requests it and starts building.
+    tools = registry(tmp_path, engine)
+    queue.enqueue(prepare_run(tools, tenant="acme", tool_name="stats", input_value={}))
+    assert agent.run_once("engine-a")
+    assert (builds.rounds, builds.requests) == (2, 1)
+    assert agent.wait(timeout=10)
