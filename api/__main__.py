@@ -14,6 +14,7 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.config import STARTUP_FAILURE
 
 from api.main import create_app
 from api.serving import QuietServer
@@ -26,8 +27,6 @@ logger = logging.getLogger(__name__)
 # Open event streams and waits must not hold a rolling restart up for long; sync-mode tools
 # left running are released, and adopted by another API process of the engine.
 GRACEFUL_SHUTDOWN_SECONDS = 10
-# uvicorn's exit status for a server that did not start.
-STARTUP_FAILURE = 3
 
 
 def frozen(app: FastAPI) -> FastAPI:

@@ -74,6 +74,22 @@ def count(engine: Engine, sql: str, **params: Any) -> int:
 
 
 @contextmanager
+def served_in_thread(server: uvicorn.Server) -> Iterator[tuple[str, threading.Thread]]:
+    """Run ``server`` (on a loopback port) in a thread until the block ends; yields its URL
+    and the thread."""
+    thread = threading.Thread(target=server.run, name="test-uvicorn", daemon=True)
+    thread.start()
+    wait_until(lambda: server.started or not thread.is_alive(), timeout=20)
+    assert server.started, "the test server did not start"
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", thread
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
+
+
+@contextmanager
 def live_server(app: FastAPI) -> Iterator[str]:
     """Serve ``app`` with uvicorn on 127.0.0.1 (a free port) in a thread; yields its URL."""
     config = uvicorn.Config(
@@ -85,15 +101,6 @@ def live_server(app: FastAPI) -> Iterator[str]:
         lifespan="on",
         timeout_graceful_shutdown=2,
     )
-    server = QuietServer(config)
-    thread = threading.Thread(target=server.run, name="test-uvicorn", daemon=True)
-    thread.start()
-    wait_until(lambda: server.started or not thread.is_alive(), timeout=20)
-    assert server.started, "the test server did not start"
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=20)
-        assert not thread.is_alive(), "the test server did not stop"
+    with served_in_thread(QuietServer(config)) as (url, thread):
+        yield url
+    assert not thread.is_alive(), "the test server did not stop"

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import httpx
 import uvicorn
 
 from api.serving import QuietServer
-from tests.integration.api.test_api_helpers import wait_until
+from tests.integration.api.test_api_helpers import served_in_thread, wait_until
 
 # Long enough that a stop which waited for the next tick would fail the join below.
 AN_HOUR = 3600.0
@@ -25,21 +23,6 @@ async def hello(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"hello"})
 
 
-@contextmanager
-def serving(server: QuietServer) -> Iterator[tuple[str, threading.Thread]]:
-    """Run ``server`` in a thread; yields its URL and the thread."""
-    thread = threading.Thread(target=server.run, name="test-quiet-server", daemon=True)
-    thread.start()
-    wait_until(lambda: server.started or not thread.is_alive(), timeout=20)
-    assert server.started
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}", thread
-    finally:
-        server.should_exit = True
-        thread.join(timeout=20)
-
-
 def quiet_server(tick_seconds: float) -> QuietServer:
     """A server of ``hello`` on a free loopback port."""
     config = uvicorn.Config(
@@ -50,7 +33,7 @@ def quiet_server(tick_seconds: float) -> QuietServer:
 
 def test_quiet_server__serves_with_a_date_header_and_stops_when_told_without_its_tick():
     server = quiet_server(AN_HOUR)
-    with serving(server) as (url, thread):
+    with served_in_thread(server) as (url, thread):
         answer = httpx.get(url)
         assert (answer.status_code, answer.text) == (200, "hello")
         assert answer.headers["date"].endswith(" GMT")
@@ -61,7 +44,7 @@ def test_quiet_server__serves_with_a_date_header_and_stops_when_told_without_its
 
 def test_quiet_server__a_signal_stops_it_without_its_tick():
     server = quiet_server(AN_HOUR)
-    with serving(server) as (_, thread):
+    with served_in_thread(server) as (_, thread):
         # What uvicorn's signal handler calls; here from a thread that is not the loop's.
         threading.Thread(target=server.handle_exit, args=(signal.SIGTERM, None)).start()
         thread.join(timeout=20)
@@ -78,7 +61,7 @@ def test_quiet_server__every_tick_refreshes_the_date_header():
         return await tick(counter)
 
     server.on_tick = counted  # type: ignore[method-assign]
-    with serving(server):
+    with served_in_thread(server):
         wait_until(lambda: len(counters) >= 5, timeout=20)
     # uvicorn refreshes the header on the ticks whose counter is a multiple of ten.
     assert counters[:5] == [0, 10, 20, 30, 40]
