@@ -69,7 +69,10 @@ class LeaseSupervisor:
         self._to_release: dict[int, Flight] = {}
 
     def start(self) -> None:
-        """Start the supervising thread."""
+        """Start the supervising thread (a second call does nothing: two loops would share one
+        round, and the later would count the other's as a round not renewed)."""
+        if self._thread is not None:
+            return
         self._thread = threading.Thread(target=self._loop, name="runyard-heartbeat", daemon=True)
         self._thread.start()
 

@@ -175,15 +175,19 @@ class Worker:
     # --- lifecycle ---
 
     def start(self) -> None:
-        """Learn the engine id, register, and start the heartbeat thread."""
-        self._engine_id = self._runner.engine_id()
+        """Learn the engine id, register, and start the heartbeat thread; once (the entry point
+        starts the worker to fail early, then ``run_forever`` would start it again)."""
+        if self._engine_id is not None:
+            return
+        engine_id = self._runner.engine_id()
         if self._registry is not None:
             self._registry.register(
                 self.worker_id,
-                self._engine_id,
+                engine_id,
                 self._config.concurrency,
                 queues=self._config.queues,
             )
+        self._engine_id = engine_id
         self._supervisor.start()
         self._chores.start()
 

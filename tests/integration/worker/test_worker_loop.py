@@ -352,3 +352,19 @@ def test_worker__heartbeat_racing_the_finalize_commit_is_not_a_lost_lease(
     worker.close()
     assert status(engine, run_id) == "succeeded"
     assert metrics.leases_lost._value.get() == 0
+
+
+def test_worker__started_twice_runs_one_heartbeat_loop(queue: JobQueue):
+    # `python -m worker` starts the worker to fail early, then run_forever starts it again.
+    def loops() -> int:
+        return sum(1 for t in threading.enumerate() if t.name == "runyard-heartbeat")
+
+    before = loops()
+    worker = make_worker(queue, FakeRunner(), concurrency=1)
+    try:
+        worker.start()
+        worker.start()
+        assert loops() == before + 1
+    finally:
+        worker.stop()
+        worker.close()
