@@ -233,7 +233,9 @@ class AttemptCollector:
         except BaseException:
             store.discard(spec.run_id, writer.set_id)
             raise
-        logger.info(
+        # A line for every attempt that left no file would only repeat its "run finalized".
+        logger.log(
+            logging.INFO if kept else logging.DEBUG,
             "artifacts collected",
             extra={"run_id": str(spec.run_id), "attempt": spec.attempt, "files": kept},
         )

@@ -350,3 +350,21 @@ def test_deps__a_set_whose_paths_clash_fails_the_dependent_not_the_engine(
     assert f"cannot be copied to /runyard/deps/{first}" in outcome.error
     assert "'a-***/f' lies in 'a-***'" in outcome.error
     assert left == []
+
+
+def test_collect__logs_the_files_it_kept_and_no_info_line_for_none(
+    docker_runner: DockerRunner,
+    store,
+    queue: JobQueue,
+    registry: ToolRegistry,
+    caplog: pytest.LogCaptureFixture,
+):
+    caplog.set_level("DEBUG", logger="runyard.runners.docker.collector")
+    kept, _ = collect(docker_runner, store, queue, registry, FILES_SCRIPT)
+    empty, _ = collect(docker_runner, store, queue, registry, "true")
+    lines = {
+        (r.run_id, r.levelname, r.files)  # type: ignore[attr-defined]
+        for r in caplog.records
+        if r.getMessage() == "artifacts collected"
+    }
+    assert lines == {(str(kept.run_id), "INFO", 5), (str(empty.run_id), "DEBUG", 0)}
