@@ -82,6 +82,8 @@ class Sweeper:
         self._runner = runner
         self._grace = grace_seconds
         self._deleted_kept = deleted_kept_seconds
+        # Strays already reported (and still there): each is named once, not at every pass.
+        self._reported: set[tuple[uuid.UUID, int]] = set()
 
     def run_once(self, *, now: datetime | None = None) -> SweepResult:
         """One pass over the engine's labelled containers and volumes."""
@@ -90,6 +92,7 @@ class Sweeper:
         self._runner.engine_id()
         attempts = self._runner.managed_attempts()
         if not attempts:
+            self._reported = set()
             return SweepResult(forgotten=forgotten)
         with self._engine.connect() as conn:
             rows = conn.execute(
@@ -100,14 +103,19 @@ class Sweeper:
             r.id: (r.status, r.attempts, bool(r.settled)) for r in rows
         }
         removed = unknown = kept = 0
+        strays: set[tuple[uuid.UUID, int]] = set()
         for attempt in attempts:
             known = runs.get(attempt.run_id)
             if known is None:
                 unknown += 1
-                logger.warning(
-                    "labelled container of a run the database does not know",
-                    extra={"run_id": str(attempt.run_id), "attempt": attempt.attempt},
-                )
+                stray = (attempt.run_id, attempt.attempt)
+                strays.add(stray)
+                if stray not in self._reported:
+                    # Another deployment's, or a database's that is gone: never ours to remove.
+                    logger.warning(
+                        "labelled container of a run the database does not know",
+                        extra={"run_id": str(attempt.run_id), "attempt": attempt.attempt},
+                    )
                 continue
             status, current_attempt, settled = known
             terminal = status in ("succeeded", "failed", "timed_out", "cancelled", DELETED)
@@ -122,8 +130,9 @@ class Sweeper:
                 removed += 1
             else:
                 kept += 1
-        if removed or unknown:
+        if removed or strays - self._reported:
             logger.info("sweep", extra={"removed": removed, "unknown": unknown})
+        self._reported = strays
         return SweepResult(removed=removed, unknown=unknown, kept=kept, forgotten=forgotten)
 
     def _forget_old_tombstones(self) -> int:

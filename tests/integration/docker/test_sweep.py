@@ -183,3 +183,32 @@ def test_sweep__forgets_a_tombstone_after_its_time_and_then_leaves_the_container
     swept = Sweeper(engine, runner).run_once()
     assert (swept.forgotten, swept.removed, swept.unknown) == (1, 0, 1)
     assert tombstones(engine) == set() and (run_id, 1) in runner.containers
+
+
+def test_sweep__names_each_stray_once_while_it_stays(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+):
+    runner = FakeRunner()
+    first, second = uuid.uuid4(), uuid.uuid4()
+    sweeper = Sweeper(engine, runner, grace_seconds=60)
+    stray = "labelled container of a run the database does not know"
+
+    def logged() -> list[tuple[str, str]]:
+        lines = [(r.getMessage(), getattr(r, "run_id", "")) for r in caplog.records]
+        caplog.clear()
+        return lines
+
+    caplog.set_level("INFO", logger="runyard.maintenance.sweep")
+    runner.containers[(first, 1)] = ContainerState.EXITED
+    assert sweeper.run_once(now=T0).unknown == 1
+    assert logged() == [(stray, str(first)), ("sweep", "")]
+    assert sweeper.run_once(now=T0).unknown == 1  # still there: counted, nothing logged
+    assert logged() == []
+    runner.containers[(second, 1)] = ContainerState.EXITED
+    assert sweeper.run_once(now=T0).unknown == 2
+    assert logged() == [(stray, str(second)), ("sweep", "")]
+    del runner.containers[(first, 1)]
+    assert sweeper.run_once(now=T0).unknown == 1
+    runner.containers[(first, 1)] = ContainerState.EXITED  # gone, then back: named again
+    assert sweeper.run_once(now=T0).unknown == 2
+    assert logged() == [(stray, str(first)), ("sweep", "")]
