@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import logging
 import os
 import secrets
@@ -18,6 +17,7 @@ from uvicorn.config import STARTUP_FAILURE
 
 from api.main import create_app
 from api.serving import QuietServer
+from runyard.platform.heap import settle_heap
 from runyard.platform.logs import configure
 from runyard.platform.settings import Settings
 from runyard.platform.trace_setup import set_up
@@ -34,7 +34,7 @@ def frozen(app: FastAPI) -> FastAPI:
     schemas: some 200,000) moved out of the garbage collector's sight. They live as long as
     the process, and each full collection walked them all: about half the CPU of a batch of
     1,000 runs went to collections."""
-    gc.freeze()
+    settle_heap()
     return app
 
 
