@@ -23,6 +23,7 @@ from playwright.sync_api import (
     ConsoleMessage,
     Page,
     Request,
+    Response,
     sync_playwright,
 )
 from sqlalchemy import Engine, text
@@ -71,6 +72,9 @@ class Dashboard:
     requests: list[str] = field(default_factory=list)
     console_errors: list[str] = field(default_factory=list)
     expected_404: set[str] = field(default_factory=set)
+    # Every answer that was not a 2xx, in order ("303 POST /ui/login"): last in the repr
+    # pytest prints of a failed test, it says what a page that never showed got instead.
+    not_ok: list[str] = field(default_factory=list)
 
     def expect_404(self, path: str) -> str:
         """Note a page the test opens expecting 404; returns the path."""
@@ -99,7 +103,13 @@ class Dashboard:
         def on_request(request: Request) -> None:
             self.requests.append(request.url)
 
+        def on_response(response: Response) -> None:
+            if not 200 <= response.status < 300:
+                path = response.url.removeprefix(self.url)
+                self.not_ok.append(f"{response.status} {response.request.method} {path}")
+
         made.on("request", on_request)
+        made.on("response", on_response)
         made.on("page", on_page)
         return made
 
