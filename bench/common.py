@@ -566,10 +566,16 @@ def docker_client() -> Any:
     return docker.from_env(timeout=60)
 
 
-def remove_containers_of(client: Any, run_ids: Sequence[uuid.UUID]) -> int:
-    """Remove leftover containers and volumes of the given runs (only those). Uses the plain
-    listing (no inspect per container), so containers removed meanwhile by someone else do not
-    fail the cleanup."""
+def remove_containers_of(
+    client: Any, run_ids: Sequence[uuid.UUID], workdir_root: Path | None = None
+) -> int:
+    """Remove leftover containers, volumes and host work directories of the given runs (only
+    those). Uses the plain listing (no inspect per container), so containers removed meanwhile
+    by someone else do not fail the cleanup. A worker stopped mid-run hands its attempts over
+    and leaves their directories under ``workdir_root`` (the workers' default root)."""
+    from runyard.runners.docker.host_workdirs import parse_attempt_name
+    from runyard.runners.docker.inputs import DEFAULT_ROOT
+
     wanted = {str(r) for r in run_ids}
     removed = 0
     label = {"label": "io.runyard.managed=true"}
@@ -582,6 +588,12 @@ def remove_containers_of(client: Any, run_ids: Sequence[uuid.UUID]) -> int:
         if (volume.get("Labels") or {}).get("io.runyard.run_id") in wanted:
             with contextlib.suppress(Exception):
                 client.api.remove_volume(volume["Name"], force=True)
+    root = workdir_root or Path(DEFAULT_ROOT)
+    with contextlib.suppress(OSError):
+        for name in os.listdir(root):
+            attempt = parse_attempt_name(name)
+            if attempt is not None and str(attempt[0]) in wanted:
+                shutil.rmtree(root / name, ignore_errors=True)
     return removed
 
 

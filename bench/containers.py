@@ -661,9 +661,9 @@ def main(argv: list[str] | None = None) -> int:
             procs.stop(name)
         failed = False
     finally:
+        procs.close()  # first: a worker still running would make containers after the cleanup
         _cleanup(client, engine, session, since)
         engine.dispose()
-        procs.close()
         sink.close()
         db.close(keep=args.keep_db)
         procs.keep_logs_if(failed)
