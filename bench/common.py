@@ -573,7 +573,9 @@ def remove_containers_of(
     those). Uses the plain listing (no inspect per container), so containers removed meanwhile
     by someone else do not fail the cleanup. A worker stopped mid-run hands its attempts over
     and leaves their directories under ``workdir_root`` (the workers' default root)."""
-    from runyard.runners.docker.host_workdirs import parse_attempt_name
+    from runyard.domain.attempt import container_name
+    from runyard.runner import RunnerUnavailable
+    from runyard.runners.docker.host_workdirs import HostWorkdirs
     from runyard.runners.docker.inputs import DEFAULT_ROOT
 
     wanted = {str(r) for r in run_ids}
@@ -588,12 +590,12 @@ def remove_containers_of(
         if (volume.get("Labels") or {}).get("io.runyard.run_id") in wanted:
             with contextlib.suppress(Exception):
                 client.api.remove_volume(volume["Name"], force=True)
-    root = workdir_root or Path(DEFAULT_ROOT)
+    workdirs = HostWorkdirs(workdir_root or Path(DEFAULT_ROOT))
     with contextlib.suppress(OSError):
-        for name in os.listdir(root):
-            attempt = parse_attempt_name(name)
-            if attempt is not None and str(attempt[0]) in wanted:
-                shutil.rmtree(root / name, ignore_errors=True)
+        for run_id, attempt in workdirs.attempts():
+            if str(run_id) in wanted:
+                with contextlib.suppress(RunnerUnavailable):
+                    workdirs.remove(container_name(run_id, attempt))
     return removed
 
 
