@@ -60,7 +60,7 @@ from bench.common import (
     queue_statement,
     statement_modules,
     table,
-    wait_until,
+    wait_for_count,
 )
 from bench.otlp_sink import otlp_sink
 
@@ -170,9 +170,7 @@ def runyard_worker_round(url: str, jobs: int, concurrency: int, deadline: Deadli
         thread = threading.Thread(target=worker.run_forever, daemon=True)
         thread.start()
         try:
-            wait_until(
-                lambda: worker.finalized >= jobs, max(deadline.left(), 1), "the drain", step=0.002
-            )
+            wait_for_count(lambda: worker.finalized, jobs, max(deadline.left(), 1), "the drain")
         finally:
             drain_s = time.perf_counter() - start
             worker.stop()
@@ -886,8 +884,10 @@ def main(argv: list[str] | None = None) -> int:
             for side in order:
                 deadline.check(f"{side} round {r}")
                 cpu0, srv0 = time.process_time(), server_cpu.begin()
+                sampler0 = server_cpu.own_cpu_s()
                 res = runners[side](db.url, args.jobs, args.threads, deadline)
-                res.client_cpu_s = time.process_time() - cpu0
+                # The producer's and the side's CPU: the backend sampler's left out.
+                res.client_cpu_s = time.process_time() - cpu0 - (server_cpu.own_cpu_s() - sampler0)
                 time.sleep(0.15)  # one more sample of the backends that are closing
                 res.server_cpu_s = server_cpu.used_since(srv0)
                 rounds.append(res)
