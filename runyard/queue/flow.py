@@ -68,6 +68,9 @@ class FlowGate:
         self._rest_until = 0.0
         # Jobs held behind full scopes were seen: ``ANY_HELD`` is not asked again before this.
         self._held_seen_until = 0.0
+        # The gate rests because it found no job held at all: when the rest runs out with no
+        # wake-up, one ``ANY_HELD`` probe says whether to pass or rest again.
+        self._resting = False
         self._woken = threading.Event()
 
     def wake(self) -> None:
@@ -88,7 +91,8 @@ class FlowGate:
     def release(self, *, now: datetime | None = None) -> int:
         """One pass, unless this process made one less than the interval ago or the gate
         rests: how many held jobs it released (0 when none waits, in one statement; two
-        when it then finds none held at all and starts resting)."""
+        when it then finds none held at all and starts resting; one, ``ANY_HELD``, when a
+        rest ran out with no job held since)."""
         if self._interval > 0:
             moment = time.monotonic()
             if moment < self._next_pass:
@@ -98,7 +102,12 @@ class FlowGate:
             if self.quiet_for() > 0:
                 return 0
             # Cleared before the reads: a job held after them notifies after its commit.
+            woken = self._woken.is_set()
             self._woken.clear()
+            if self._resting and not woken and not self._any_held():
+                self._rest_until = time.monotonic() + self._rest
+                return 0
+            self._resting = False
         params = {"n": self._batch, "now": now}
         scopes = [row.scope for row in autocommit(self._engine, HELD_SCOPES, params)]
         if not scopes:
@@ -140,13 +149,18 @@ class FlowGate:
     def _maybe_rest(self) -> None:
         """After a pass that found no scope with room: rest if no job is held at all (asked
         at most once a rest period while jobs wait behind full scopes)."""
-        moment = time.monotonic()
-        if self._rest <= 0 or moment < self._held_seen_until:
+        if self._rest <= 0 or time.monotonic() < self._held_seen_until:
             return
+        if not self._any_held():
+            self._rest_until = time.monotonic() + self._rest
+            self._resting = True
+
+    def _any_held(self) -> bool:
+        """Whether any job is held at all; when one is, not asked again for a rest period."""
         if autocommit(self._engine, ANY_HELD, {})[0].held:
-            self._held_seen_until = moment + self._rest
-        else:
-            self._rest_until = moment + self._rest
+            self._held_seen_until = time.monotonic() + self._rest
+            return True
+        return False
 
 
 def _spend(tokens: float | None, used: int) -> float | None:

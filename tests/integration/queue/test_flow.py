@@ -13,11 +13,14 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
+import runyard.queue.flow
 from runyard.domain.attempt import AttemptResult
 from runyard.domain.flow_limits import Limit
 from runyard.domain.states import RunStatus
+from runyard.platform.db import autocommit
 from runyard.queue import AdmissionCaps, ApiQueue, JobQueue
 from runyard.queue.flow import FlowGate, SubmitRates
+from runyard.queue.flow_sql import ANY_HELD, HELD_SCOPES
 from runyard.reads.runs import RunReader
 from runyard.registry.tools import FlowSpec, ToolRegistry
 from runyard.submission.request import RunRequest
@@ -102,6 +105,31 @@ def test_gate__rests_while_nothing_is_held_until_a_held_job_wakes_it(engine, reg
     gate.wake()  # what the held job's notification does
     assert gate.quiet_for() == 0.0
     assert gate.release() == 1
+
+
+def test_gate__a_rest_that_runs_out_with_nothing_held_costs_one_probe(
+    engine, registry, monkeypatch
+):
+    flows = limited(registry, key_max_running=2)
+    gate = FlowGate(engine, flows.flow_config, rest_seconds=0.05)
+    asked: list[str] = []
+
+    def recording(engine: Engine, statement: Any, params: Any) -> list[Any]:
+        asked.append(statement.text)
+        return autocommit(engine, statement, params)
+
+    monkeypatch.setattr(runyard.queue.flow, "autocommit", recording)
+    assert gate.release() == 0  # nothing held anywhere: the gate rests
+    assert asked == [HELD_SCOPES.text, ANY_HELD.text]
+    for _ in range(3):
+        asked.clear()
+        time.sleep(0.06)
+        assert gate.release() == 0
+        assert asked == [ANY_HELD.text]  # the probe alone, and the gate rests again
+        assert gate.quiet_for() > 0
+    submit(engine, flows, 1, key="cust-1")  # held, its notification missed
+    time.sleep(0.06)
+    assert gate.release() == 1  # the probe finds it: a whole pass
 
 
 def test_gate__jobs_held_behind_a_full_scope_keep_it_passing(engine, registry):
