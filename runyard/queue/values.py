@@ -7,7 +7,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Self
@@ -405,24 +405,30 @@ class DepthEstimate:
 
     The depth cap was never exact across tenants (only a tenant's submits are serialized).
     A count is reused for ``ttl`` seconds, plus this process's own admits since, while that
-    stays under half the cap; nearer the cap every submit counts again.
+    stays under half the cap, and ten times as long while it stays under a tenth of it (a
+    process then admits at most a tenth of the cap unseen, less than the half it may admit
+    nearer); nearer the cap every submit counts again.
     """
 
-    def __init__(self, ttl: float = 1.0) -> None:
+    def __init__(self, ttl: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
         self._ttl = ttl
+        self._clock = clock
         self._lock = threading.Lock()
         self._depth = 0
-        self._until = 0.0
+        self._counted_at: float | None = None
 
     def far_below(self, cap: int) -> bool:
         """Whether a recent count says the queue is far from ``cap``."""
         with self._lock:
-            return time.monotonic() < self._until and self._depth * 2 < cap
+            if self._counted_at is None or self._depth * 2 >= cap:
+                return False
+            age = self._clock() - self._counted_at
+            return age < (self._ttl * 10 if self._depth * 10 < cap else self._ttl)
 
     def counted(self, depth: int) -> None:
         """Remember an exact count."""
         with self._lock:
-            self._depth, self._until = depth, time.monotonic() + self._ttl
+            self._depth, self._counted_at = depth, self._clock()
 
     def admitted(self) -> None:
         """This process queued one more run."""

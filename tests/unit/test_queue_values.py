@@ -25,6 +25,21 @@ def test_depth_estimate__own_admits_bring_it_near_the_cap():
     assert not depth.far_below(100)
 
 
+def test_depth_estimate__far_below_a_count_lasts_ten_times_as_long():
+    clock = [100.0]
+    depth = DepthEstimate(ttl=1, clock=lambda: clock[0])
+    depth.counted(9)
+    clock[0] += 9.5
+    assert depth.far_below(100)  # under a tenth of the cap: ten seconds
+    assert not depth.far_below(90)  # over a tenth: one second
+    depth.admitted()  # a tenth of the cap with its own admits: one second now
+    assert not depth.far_below(100)
+    clock[0] += 1
+    depth.counted(9)
+    clock[0] += 10
+    assert not depth.far_below(100)  # ten seconds is as long as it lasts
+
+
 def test_depth_estimate__a_count_expires():
     depth = DepthEstimate(ttl=0)
     depth.counted(0)
