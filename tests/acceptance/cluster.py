@@ -34,6 +34,9 @@ from runyard.submission.request import prepare_run
 ROOT = Path(__file__).resolve().parents[2]
 TERMINAL = ("succeeded", "failed", "timed_out", "cancelled")
 RUN_LABEL = "io.runyard.run_id"
+# How long an API process may take to answer after its start: its imports alone are seconds
+# of CPU, and beside workers and a reaper starting too on two slow cores it took over 30 s.
+API_START_SECONDS = 90
 
 FAST_TIMINGS = {
     "RUNYARD_LEASE_SECONDS": "3",
@@ -117,7 +120,7 @@ class Cluster:
         if fault:
             env["RUNYARD_FAULT"] = fault
         self._spawn(name, ["-m", "api", "--host", "127.0.0.1", "--port", str(port)], env)
-        self.wait_for(lambda: self._answers(port), 30, f"{name} to answer")
+        self.wait_for(lambda: self._answers(port), API_START_SECONDS, f"{name} to answer")
 
     def _answers(self, port: int) -> bool:
         try:
