@@ -28,6 +28,9 @@ from tests.integration.api.test_api_helpers import make_app
 from tests.webhook_receiver import Received, Receiver, receiver_on
 
 TENANT = "acceptance"
+# The first wait after a reaper starts includes the reaper's own start, seconds of CPU: on two
+# slow cores busy with other tests it took most of 20-25 s.
+REAPER_START = 60
 # Small retry timings; loopback receivers need the loopback setting.
 WEBHOOKS = {
     "RUNYARD_WEBHOOK_ALLOW_LOOPBACK": "true",
@@ -102,7 +105,7 @@ def test_webhooks__each_terminal_run_arrives_signed_as_get_shows_it(
     cluster.start_worker("w1")
     cluster.start_reaper("reaper", **WEBHOOKS)
     cluster.check_invariants()
-    cluster.wait_for(lambda: len(receiver.received) >= len(runs), 30, "every delivery")
+    cluster.wait_for(lambda: len(receiver.received) >= len(runs), REAPER_START, "every delivery")
     time.sleep(1)  # anything more would be a duplicate: there must be none here
     got = by_run(receiver.received)
     assert set(got) == {str(r) for r in runs}
@@ -133,9 +136,8 @@ def test_webhooks__a_receiver_down_for_30_s_gets_every_delivery_when_back(
     cluster.start_reaper("reaper", **WEBHOOKS)
     down_until = time.monotonic() + 30
     # Five refused connections in a row open the destination's breaker: from then on its
-    # deliveries wait, probed every few seconds, and none is lost. (The reaper's own start,
-    # seconds of CPU, comes first: on two slow, busy cores it took most of 25 s.)
-    cluster.wait_for(lambda: failed_attempts(engine) >= 5, 60, "failed attempts")
+    # deliveries wait, probed every few seconds, and none is lost.
+    cluster.wait_for(lambda: failed_attempts(engine) >= 5, REAPER_START, "failed attempts")
     time.sleep(max(0.0, down_until - time.monotonic()))
     with receiver_on(port) as receiver:
         cluster.wait_for(lambda: delivered(engine) == len(runs), 20, "every delivery")
@@ -171,7 +173,7 @@ def test_webhooks__kill_9_mid_delivery_loses_none(
     receiver.hold.clear()  # requests arrive and wait: the reaper is mid-delivery
     runs = finish_here(cluster.queue, receiver.url, 6)
     cluster.start_reaper("reaper-1", **WEBHOOKS, RUNYARD_WEBHOOK_CONCURRENCY="2")
-    cluster.wait_for(lambda: len(receiver.received) >= 2, 20, "deliveries in flight")
+    cluster.wait_for(lambda: len(receiver.received) >= 2, REAPER_START, "deliveries in flight")
     cluster.kill9("reaper-1")
     in_flight = {got.run()["id"] for got in receiver.received}
     receiver.hold.set()
@@ -208,7 +210,7 @@ def test_webhooks__a_redirect_is_not_followed_and_private_is_refused_without_the
     [run_id] = finish_here(cluster.queue, receiver.url, 1)
     strict = {k: v for k, v in WEBHOOKS.items() if k != "RUNYARD_WEBHOOK_ALLOW_LOOPBACK"}
     cluster.start_reaper("strict", **strict)
-    cluster.wait_for(lambda: failed_attempts(engine) >= 1, 20, "a refused attempt")
+    cluster.wait_for(lambda: failed_attempts(engine) >= 1, REAPER_START, "a refused attempt")
     cluster.kill9("strict")
     assert receiver.received == []
     [refused, *_] = [d for kind, d in events_of(engine, run_id) if kind == "webhook"]
@@ -217,7 +219,9 @@ def test_webhooks__a_redirect_is_not_followed_and_private_is_refused_without_the
     receiver.status = 307
     receiver.location = receiver.url.replace("/hook", "/elsewhere")
     cluster.start_reaper("lenient", **WEBHOOKS)
-    cluster.wait_for(lambda: len(receiver.of_path("/hook")) >= 2, 20, "redirected attempts")
+    cluster.wait_for(
+        lambda: len(receiver.of_path("/hook")) >= 2, REAPER_START, "redirected attempts"
+    )
     assert receiver.of_path("/elsewhere") == []
     codes = [d.get("status_code") for kind, d in events_of(engine, run_id) if kind == "webhook"]
     assert 307 in codes and delivered(engine) == 0
@@ -237,7 +241,9 @@ def test_lifecycle__started_deadline_and_completed_arrive_signed_in_order_across
     run_id = submit(cluster, "sleep", {"seconds": 6}, receiver.url, Expected("succeeded"))
     cluster.start_reaper("reaper", **WEBHOOKS)
     cluster.start_worker("w1", concurrency=1)
-    cluster.wait_for(lambda: len(receiver.received) >= 2, 30, "started and deadline notices")
+    cluster.wait_for(
+        lambda: len(receiver.received) >= 2, REAPER_START, "started and deadline notices"
+    )
     assert cluster.container_state(run_id) == "running"
     cluster.kill9("w1")
     cluster.start_worker("w2", concurrency=1)
