@@ -681,6 +681,7 @@ class BackendCpu:
             except (OSError, ValueError):
                 continue
             self._seen[int(pid)] = (int(fields[11]) + int(fields[12])) / _CLK_TCK
+        self._own_cpu_s = time.thread_time()
 
     def _run(self) -> None:
         import psycopg
@@ -689,10 +690,8 @@ class BackendCpu:
             with psycopg.connect(self._url, autocommit=True, connect_timeout=5) as conn:
                 while True:
                     self._sample(conn)
-                    self._own_cpu_s = time.thread_time()
                     if self._stop.wait(self._interval):
                         self._sample(conn)
-                        self._own_cpu_s = time.thread_time()
                         return
         except (OSError, psycopg.Error):
             self._ok = False

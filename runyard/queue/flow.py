@@ -105,7 +105,7 @@ class FlowGate:
             woken = self._woken.is_set()
             self._woken.clear()
             if self._resting and not woken and not self._any_held():
-                self._rest_until = time.monotonic() + self._rest
+                self._start_rest()
                 return 0
             self._resting = False
         params = {"n": self._batch, "now": now}
@@ -152,8 +152,12 @@ class FlowGate:
         if self._rest <= 0 or time.monotonic() < self._held_seen_until:
             return
         if not self._any_held():
-            self._rest_until = time.monotonic() + self._rest
-            self._resting = True
+            self._start_rest()
+
+    def _start_rest(self) -> None:
+        """No job is held at all: skip passes for a rest period (or until woken)."""
+        self._rest_until = time.monotonic() + self._rest
+        self._resting = True
 
     def _any_held(self) -> bool:
         """Whether any job is held at all; when one is, not asked again for a rest period."""
