@@ -1,43 +1,100 @@
 """Mounting the MCP server at ``/mcp``: a Bearer key authenticates every request (as for the
-REST API), and the SDK's session manager lives as long as the app."""
+REST API). The SDK is loaded on the first authenticated request, not at the API's start (its
+import is about a second of CPU that a process serving no MCP client never needs), and its
+sessions live until the app stops."""
 
 from __future__ import annotations
 
-import functools
+import importlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import anyio
+import anyio.to_thread
 from fastapi import FastAPI
 from fastapi.security import HTTPAuthorizationCredentials
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
-from mcp.server.auth.provider import AccessToken
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from api.deps import Services, get_principal
-from api.mcp.providers import ToolProvider, default_providers
-from api.mcp.server import PRINCIPAL_SCOPE_KEY, build_server
 from api.problems import Problem, problem_response
 from runyard.sandboxes.files import SandboxFiles
+
+if TYPE_CHECKING:
+    from api.mcp.providers import ToolProvider
+    from api.mcp.session import McpSessions
 
 logger = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
+# The modules that import the SDK, loaded on first use.
+SDK_MODULES = ("api.mcp.session", "api.mcp.providers")
+
+
+def import_sdk() -> None:
+    """Import the SDK's side of ``/mcp`` (run in a thread: the event loop serves meanwhile)."""
+    for name in SDK_MODULES:
+        importlib.import_module(name)
+
+
+class McpLoad:
+    """One lifespan's MCP sessions: loaded when the first request wants them, ended with the
+    app. ``run`` is the task that loads and then holds them."""
+
+    def __init__(self, open_sessions: Callable[[], McpSessions]) -> None:
+        self.sessions: McpSessions | None = None
+        self._open = open_sessions
+        self._wanted = anyio.Event()
+        self._settled = anyio.Event()
+        self._ended = anyio.Event()
+
+    async def run(self) -> None:
+        """Wait until a request wants the sessions, load the SDK, serve until ``end``."""
+        await self._wanted.wait()
+        if self._ended.is_set():
+            return
+        try:
+            await anyio.to_thread.run_sync(import_sdk)
+            sessions = self._open()
+        except Exception:
+            logger.exception("mcp: the SDK failed to load; /mcp answers 503")
+            self._settled.set()
+            return
+        async with sessions.run():
+            self.sessions = sessions
+            self._settled.set()
+            try:
+                await self._ended.wait()
+            finally:
+                self.sessions = None
+
+    async def ready(self) -> McpSessions | None:
+        """The sessions, loaded now if they were not; None when they cannot be (the SDK
+        failed to load, or the app is stopping)."""
+        self._wanted.set()
+        await self._settled.wait()
+        return self.sessions
+
+    def end(self) -> None:
+        """The app stops: end the sessions, and answer requests still waiting for them."""
+        self._ended.set()
+        self._wanted.set()
+        self._settled.set()
 
 
 class McpEndpoint:
     """The ASGI endpoint at ``/mcp``: authenticate, then hand the request to the SDK."""
 
     def __init__(self) -> None:
-        self.manager: StreamableHTTPSessionManager | None = None
+        self.load: McpLoad | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        if self.manager is None:
+        load = self.load
+        if load is None:
             await problem_response(503, "starting", "the API is starting")(scope, receive, send)
             return
         services: Services = scope["app"].state.services
@@ -49,14 +106,17 @@ class McpEndpoint:
             )
             await response(scope, receive, send)
             return
-        # The SDK binds a session to the credential that opened it: another key's request
-        # for the session answers as if it did not exist.
-        identity = principal.key_prefix or f"tenant:{principal.tenant}"
-        scope["user"] = AuthenticatedUser(
-            AccessToken(token=identity, client_id=identity, scopes=[], subject=principal.tenant)
-        )
-        scope[PRINCIPAL_SCOPE_KEY] = principal
-        await self.manager.handle_request(scope, receive, send)
+        sessions = await load.ready()
+        if sessions is None:
+            response = problem_response(
+                503,
+                "mcp_unavailable",
+                "the MCP server is unavailable: the API is stopping, or the MCP SDK failed "
+                "to load (the API's log says why)",
+            )
+            await response(scope, receive, send)
+            return
+        await sessions.handle(scope, receive, send, principal)
 
 
 def _credentials(scope: Scope) -> HTTPAuthorizationCredentials | None:
@@ -69,20 +129,22 @@ def _credentials(scope: Scope) -> HTTPAuthorizationCredentials | None:
     return None
 
 
-def _sandbox_files(app: Any) -> SandboxFiles:
-    """File access to sandboxes through the app's engine (made on first use, as for the
-    REST file routes)."""
-    return SandboxFiles(app.state.sandbox_engine())
+def _default_providers(services: Services, app: Any) -> list[ToolProvider]:
+    """The API's own providers, sandbox files through the app's engine (made on first use,
+    as for the REST file routes)."""
+    from api.mcp.providers import default_providers
+
+    return default_providers(services, lambda: SandboxFiles(app.state.sandbox_engine()))
 
 
 def install_mcp(
     app: FastAPI,
     providers: Callable[[Services], list[ToolProvider]] | None = None,
 ) -> None:
-    """Serve MCP at ``/mcp`` (outside the OpenAPI document): its session manager starts
-    after the app's services and stops before them. ``providers`` makes the tool providers
-    from the services (``default_providers`` if None, sandbox files through the app's
-    ``sandbox_engine``)."""
+    """Serve MCP at ``/mcp`` (outside the OpenAPI document): its sessions start on the first
+    request after the app's services and stop before them. ``providers`` makes the tool
+    providers from the services (``default_providers`` if None, sandbox files through the
+    app's ``sandbox_engine``)."""
     endpoint = McpEndpoint()
     app.router.routes.append(Route(MCP_PATH, endpoint=endpoint, include_in_schema=False))
     inner = app.router.lifespan_context
@@ -91,16 +153,23 @@ def install_mcp(
     async def lifespan(app_: Any) -> AsyncIterator[Any]:
         async with inner(app_) as state:
             services: Services = app_.state.services
-            if providers is None:
-                made = default_providers(services, functools.partial(_sandbox_files, app_))
-            else:
-                made = providers(services)
-            server = build_server(services, made)
-            endpoint.manager = StreamableHTTPSessionManager(app=server)
-            async with endpoint.manager.run():
+
+            def open_sessions() -> McpSessions:
+                from api.mcp.session import McpSessions
+
+                made = (
+                    _default_providers(services, app_) if providers is None else providers(services)
+                )
+                return McpSessions(services, made)
+
+            load = McpLoad(open_sessions)
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(load.run)
+                endpoint.load = load
                 try:
                     yield state
                 finally:
-                    endpoint.manager = None
+                    endpoint.load = None
+                    load.end()
 
     app.router.lifespan_context = lifespan

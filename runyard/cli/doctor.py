@@ -6,14 +6,10 @@ from __future__ import annotations
 
 import argparse
 
-import docker
-import docker.errors
-
 from runyard.cli.common import EXIT_FAILED, EXIT_OK, say
 from runyard.domain.isolation import KNOWN_TIERS, limits_problem, offered_tiers
 from runyard.runner import RunnerUnavailable
 from runyard.runners.docker.probes import PROBE_IMAGE, TierCheck, check_tier
-from runyard.runners.docker.runner import DockerRunner
 
 
 def report_lines(
@@ -43,6 +39,13 @@ def report_lines(
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    # The engine's client and runner are imported here, not with the CLI: every other command
+    # would pay for them at its start.
+    import docker
+    import docker.errors
+
+    from runyard.runners.docker.runner import DockerRunner
+
     try:
         client = docker.from_env(timeout=60)
         info = client.info()

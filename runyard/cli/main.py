@@ -48,11 +48,12 @@ from runyard.cli.spinner import Spinner
 from runyard.cli.usage import add_usage_commands
 from runyard.cli.waiting import follow_logs, wait_for_run
 from runyard.cli.workflows import add_workflow_commands
-from runyard.platform.settings import Settings
 from runyard_client import Run, RunyardError
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
+
+    from runyard.platform.settings import Settings
 
 SERVICES = {
     "api": ("api.__main__", "serve the HTTP API"),
@@ -68,6 +69,9 @@ def _service_main(module: str) -> Callable[[Sequence[str]], int]:
 
 def _database_settings() -> Settings:
     """The settings of a database command; a usage error when they name no usable database."""
+    # Imported here: the commands that talk to the API need no settings class at their start.
+    from runyard.platform.settings import Settings
+
     try:
         settings = Settings()
     except ValidationError as exc:

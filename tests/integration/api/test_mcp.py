@@ -458,3 +458,46 @@ def test_mcp__a_long_log_comes_as_progress_in_pieces_of_at_most_4096_characters(
     assert max(len(message) for _, message in received) == 4096
     assert [progress for progress, _ in received] == sorted({p for p, _ in received})
     assert received[-1][0] == len(LONG_LOG)
+
+
+def test_mcp__an_sdk_that_fails_to_load_answers_503_while_the_rest_of_the_api_serves(
+    database_url: str,
+    engine: Engine,
+    registry: ToolRegistry,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+):
+    loads: list[int] = []
+
+    def broken_sdk() -> None:
+        loads.append(1)
+        raise ImportError("no module named 'mcp'")
+
+    monkeypatch.setattr("api.mcp.mount.import_sdk", broken_sdk)
+    app = make_app(database_url, engine, registry, queue_enabled=False)
+    key = create_api_key(engine, "acme")
+    initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}
+    accept = {"Accept": "application/json, text/event-stream"}
+    with (
+        caplog.at_level(logging.ERROR, logger="api.mcp.mount"),
+        live_server(app) as url,
+        httpx2.Client(base_url=url, timeout=20) as http,
+    ):
+        unauthenticated = http.post("/mcp", json=initialize, headers=accept)
+        loads_before_a_key = len(loads)
+        first = http.post(
+            "/mcp", json=initialize, headers={**accept, "Authorization": f"Bearer {key}"}
+        )
+        again = http.post(
+            "/mcp", json=initialize, headers={**accept, "Authorization": f"Bearer {key}"}
+        )
+        tools = http.get("/v1/tools", headers={"Authorization": f"Bearer {key}"})
+    # An unauthenticated request is refused before anything is loaded for it.
+    assert unauthenticated.status_code == 401 and loads_before_a_key == 0
+    for answer in (first, again):
+        assert answer.status_code == 503
+        assert answer.json()["code"] == "mcp_unavailable"
+        assert "MCP SDK failed to load" in answer.json()["detail"]
+    assert loads == [1]  # one attempt to load, not one a request
+    assert tools.status_code == 200
+    assert "the SDK failed to load" in caplog.text and "no module named 'mcp'" in caplog.text
