@@ -59,7 +59,7 @@ class McpLoad:
             await anyio.to_thread.run_sync(import_sdk)
             sessions = self._open()
         except Exception:
-            logger.exception("mcp: the SDK failed to load; /mcp answers 503")
+            logger.exception("mcp: the SDK or the server failed to load; /mcp answers 503")
             self._settled.set()
             return
         async with sessions.run():
