@@ -423,7 +423,7 @@ def admission_cost(url: str, backlogs: list[int]) -> list[tuple[object, ...]]:
                 n = 30
                 t0 = time.perf_counter()
                 for _ in range(n):
-                    conn.execute(depth_sql, {"cap": caps.max_queue_depth}).fetchone()
+                    conn.execute(depth_sql, {}).fetchone()
                 depth_ms = (time.perf_counter() - t0) / n * 1000
                 t0 = time.perf_counter()
                 for _ in range(n):

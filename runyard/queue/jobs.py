@@ -565,7 +565,7 @@ class ApiQueue(JobQueue):
         """Whether the queue holds ``cap`` jobs (counted only when near it; 0: no cap)."""
         if cap <= 0 or self._depth.far_below(cap):
             return False
-        row = self._first(QUEUE_DEPTH, {"cap": cap})
+        row = self._first(QUEUE_DEPTH, {})
         assert row is not None
         depth = int(row[0])
         self._depth.counted(depth)

@@ -871,7 +871,7 @@ PRUNE_BATCHES = _sql(
 )
 
 
-# Bounded: counting stops at the cap, so a deep queue costs no more than the cap.
-QUEUE_DEPTH = _sql(
-    "SELECT count(*) FROM (SELECT 1 FROM tool_run_jobs WHERE status = 'queued' LIMIT :cap) q"
-)
+# The queued runs of every tenant, from their count rows (a few per tenant): a deep queue
+# costs no more than a shallow one. Counting the queued jobs themselves, even stopped at the
+# cap, read every entry up to it: 20-30 ms at 60,000 queued, for every submit near the cap.
+QUEUE_DEPTH = _sql("SELECT coalesce(sum(queued), 0) FROM tenant_run_counts")

@@ -745,6 +745,27 @@ def test_admission__caps_refuse(engine: Engine):
     assert full.value.reason == "queue_full"
 
 
+def test_queue_depth__is_the_queued_runs_of_every_tenant_whatever_moved(
+    engine: Engine, queue: JobQueue
+):
+    from runyard.platform.db import autocommit
+    from runyard.queue.sql import QUEUE_DEPTH
+
+    enqueue_many(queue, 4, tenant="acme")
+    enqueue_many(queue, 3, tenant="beta")
+    running = claim(queue, limit=2)
+    assert queue.finalize(running[0].job_id, running[0].lease_token, SUCCESS, now=T0)
+    gone = enqueue_many(queue, 1, tenant="beta")[0]
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM tool_runs WHERE id = :id"), {"id": gone})
+        queued_jobs = conn.execute(
+            text("SELECT count(*) FROM tool_run_jobs WHERE status = 'queued'")
+        ).scalar_one()
+    # 8 written, 2 claimed (one of them ended), 1 deleted while queued.
+    assert queued_jobs == 5
+    assert autocommit(engine, QUEUE_DEPTH, {})[0][0] == queued_jobs
+
+
 # --- one statement, one round trip ---------------------------------------------------------
 
 
