@@ -101,7 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     scheduler, registry_reload = build_scheduler(settings)
     plan = settings.connection_plan()
     wakeups = Wakeups(
-        plan.listen_url, worker.notify_job, worker.notify_cancel, on_held=worker.notify_held
+        plan.listen_url,
+        worker.notify_job,
+        worker.notify_cancel,
+        on_held=worker.notify_held,
+        on_listening=worker.notify_listening,
     )
     wakeups.start()
     threading.Thread(target=worker.run_forever, name="dev-worker", daemon=True).start()

@@ -28,7 +28,12 @@ from runyard.platform.settings import Settings
 from runyard.platform.trace_setup import set_up
 from runyard.queue import JobQueue
 from runyard.queue.builds import BuildQueue
-from runyard.queue.flow import GATE_INTERVAL_SECONDS, GATE_REST_SECONDS, FlowGate
+from runyard.queue.flow import (
+    GATE_HEARD_REST_SECONDS,
+    GATE_INTERVAL_SECONDS,
+    GATE_REST_SECONDS,
+    FlowGate,
+)
 from runyard.queue.workers import WorkerRegistry, new_worker_id
 from runyard.reads.metrics import Metrics
 from runyard.registry.reload import RegistryChanges, RegistryWatcher
@@ -203,7 +208,12 @@ def build_worker(
         metrics.serve(settings.worker_metrics_port, settings.metrics_host)
     heartbeat_queue = JobQueue(heartbeat_engine)
     # Rests while no job is held anywhere; a held job's notification wakes it (Wakeups).
-    gate = FlowGate(engine, registry.flow_config, rest_seconds=GATE_REST_SECONDS)
+    gate = FlowGate(
+        engine,
+        registry.flow_config,
+        rest_seconds=GATE_REST_SECONDS,
+        heard_rest_seconds=GATE_HEARD_REST_SECONDS,
+    )
     builds = BuildAgent(
         BuildQueue(engine, log_cap=settings.build_log_cap_bytes),
         DockerBuilder.from_env(
@@ -294,7 +304,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan = settings.connection_plan()
     log_plan(logger, plan, settings.worker_poll_seconds)
     wakeups = Wakeups(
-        plan.listen_url, worker.notify_job, worker.notify_cancel, on_held=worker.notify_held
+        plan.listen_url,
+        worker.notify_job,
+        worker.notify_cancel,
+        on_held=worker.notify_held,
+        on_listening=worker.notify_listening,
     )
     wakeups.start()
     worker.run_forever()

@@ -327,6 +327,13 @@ class Worker:
             self._flow_gate.wake()
             self._chores.poke()  # the gate's chore sleeps while it rests
 
+    def notify_listening(self, listening: bool) -> None:
+        """The LISTEN link is up (True) or lost: the flow gate rests longer only while it
+        hears every held job, and looks now for one held while the link was down."""
+        if self._flow_gate is not None:
+            self._flow_gate.hears_held(listening)
+            self._chores.poke()
+
     def notify_cancel(self, job_id: uuid.UUID) -> None:
         """A cancel was requested for ``job_id``: stop its attempt if it runs here."""
         with self._lock:

@@ -37,11 +37,13 @@ class Wakeups:
         on_cancel: Callable[[uuid.UUID], None],
         *,
         on_held: Callable[[], None] | None = None,
+        on_listening: Callable[[bool], None] | None = None,
     ) -> None:
         self._url = None if database_url is None else libpq_url(database_url)
         self._on_job = on_job
         self._on_cancel = on_cancel
         self._on_held = on_held
+        self._on_listening = on_listening
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="runyard-listen", daemon=True)
         self.connected = threading.Event()
@@ -62,6 +64,8 @@ class Wakeups:
 
     def _lost(self) -> None:
         self.connected.clear()
+        if self._on_listening is not None:
+            self._on_listening(False)
         # Something may have been missed while disconnected: let the loop poll now.
         self._on_job()
         if self._on_held is not None:
@@ -75,6 +79,8 @@ class Wakeups:
             if self._on_held is not None:
                 conn.execute(f"LISTEN {HELD_CHANNEL}")
             self.connected.set()
+            if self._on_listening is not None:
+                self._on_listening(True)
             idle = 0.0
             while not self._stop.is_set():
                 notes = notifications(conn, 1.0)

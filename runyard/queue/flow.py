@@ -40,6 +40,9 @@ GATE_INTERVAL_SECONDS = 0.1
 # With no job held anywhere, a worker's gate passes this seldom unless a held job's
 # notification wakes it: the fallback for a notification missed (or no LISTEN at all).
 GATE_REST_SECONDS = 1.0
+# The same while the worker's LISTEN link is up: every held job is written with its
+# notification, so none is missed; a link lost or back wakes the gate (``hears_held``).
+GATE_HEARD_REST_SECONDS = 10.0
 
 
 class FlowGate:
@@ -53,6 +56,7 @@ class FlowGate:
         batch: int = GATE_BATCH,
         interval_seconds: float = 0.0,
         rest_seconds: float = 0.0,
+        heard_rest_seconds: float = 0.0,
     ) -> None:
         self._engine = engine
         # Read at each pass: the limits follow the registry's reloads.
@@ -65,6 +69,9 @@ class FlowGate:
         # With ``rest_seconds``, a pass that finds no job held anywhere lets the gate rest:
         # later passes are skipped (no statement) until ``wake`` or that long after.
         self._rest = rest_seconds
+        # ... or that long while this process hears every held job's notification.
+        self._heard_rest = max(heard_rest_seconds, rest_seconds)
+        self._hearing = False
         self._rest_until = 0.0
         # Jobs held behind full scopes were seen: ``ANY_HELD`` is not asked again before this.
         self._held_seen_until = 0.0
@@ -75,6 +82,13 @@ class FlowGate:
 
     def wake(self) -> None:
         """A held job was written: the next pass looks, resting or not (any thread)."""
+        self._woken.set()
+
+    def hears_held(self, hearing: bool) -> None:
+        """This process's LISTEN link for held jobs is up (True) or lost (any thread): while
+        it is up, a rest may last the longer period. Either way the next pass looks, for a
+        job held while the link was down."""
+        self._hearing = hearing
         self._woken.set()
 
     def quiet_for(self) -> float:
@@ -107,7 +121,10 @@ class FlowGate:
             if self._resting and not woken and not self._any_held():
                 self._start_rest()
                 return 0
+            # Woken, or a job is held: passes go on until one finds none held at all (what
+            # is left of an earlier rest would skip the passes a held job needs).
             self._resting = False
+            self._rest_until = 0.0
         params = {"n": self._batch, "now": now}
         scopes = [row.scope for row in autocommit(self._engine, HELD_SCOPES, params)]
         if not scopes:
@@ -156,7 +173,7 @@ class FlowGate:
 
     def _start_rest(self) -> None:
         """No job is held at all: skip passes for a rest period (or until woken)."""
-        self._rest_until = time.monotonic() + self._rest
+        self._rest_until = time.monotonic() + (self._heard_rest if self._hearing else self._rest)
         self._resting = True
 
     def _any_held(self) -> bool:

@@ -132,6 +132,46 @@ def test_gate__a_rest_that_runs_out_with_nothing_held_costs_one_probe(
     assert gate.release() == 1  # the probe finds it: a whole pass
 
 
+def test_gate__rests_the_longer_period_only_while_it_hears_every_held_job(
+    engine, registry, monkeypatch
+):
+    flows = limited(registry, key_max_running=2)
+    gate = FlowGate(engine, flows.flow_config, rest_seconds=0.05, heard_rest_seconds=3600)
+    asked: list[str] = []
+
+    def recording(engine: Engine, statement: Any, params: Any) -> list[Any]:
+        asked.append(statement.text)
+        return autocommit(engine, statement, params)
+
+    monkeypatch.setattr(runyard.queue.flow, "autocommit", recording)
+    assert gate.release() == 0
+    assert 0 < gate.quiet_for() <= 0.05  # no link: the short rest
+    gate.hears_held(True)
+    assert gate.quiet_for() == 0.0  # the link is up: look once for a job held before it
+    assert gate.release() == 0
+    assert 3500 < gate.quiet_for() <= 3600
+    asked.clear()
+    time.sleep(0.06)
+    assert gate.release() == 0 and asked == []  # no probe where the short rest made one
+    submit(engine, flows, 1, key="cust-1")  # held while the link is down: not heard
+    gate.hears_held(False)
+    assert gate.release() == 1  # the loss wakes it, and it finds the job
+    assert gate.release() == 0
+    assert 0 < gate.quiet_for() <= 0.05  # no link: the short rest again
+
+
+def test_gate__woken_from_a_rest_it_passes_on_while_jobs_stay_held(engine, registry):
+    flows = limited(registry, key_max_running=1)
+    gate = FlowGate(engine, flows.flow_config, rest_seconds=3600)
+    queue = JobQueue(engine, flow=gate)
+    assert gate.release() == 0  # nothing held: a long rest
+    submit(engine, flows, 2, key="cust-1")
+    gate.wake()
+    [first] = claim(queue)  # the woken pass released one; the other waits for the key
+    assert queue.finalize(first.job_id, first.lease_token, DONE)
+    assert gate.release() == 1  # the rest before the wake-up is over: no second wake needed
+
+
 def test_gate__jobs_held_behind_a_full_scope_keep_it_passing(engine, registry):
     flows = limited(registry, key_max_running=1)
     submit(engine, flows, 2, key="cust-1")

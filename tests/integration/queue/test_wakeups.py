@@ -115,6 +115,36 @@ def test_wakeups__reconnect_after_the_connection_is_killed(
         wakeups.stop()
 
 
+def test_wakeups__say_when_the_link_is_up_and_when_it_is_lost(database_url: str, engine: Engine):
+    heard: list[bool] = []
+    changed = threading.Condition()
+
+    def on_listening(listening: bool) -> None:
+        with changed:
+            heard.append(listening)
+            changed.notify_all()
+
+    def wait_for(expected: list[bool]) -> None:
+        with changed:
+            assert changed.wait_for(lambda: heard == expected, timeout=10), heard
+
+    wakeups = Wakeups(database_url, lambda: None, lambda job_id: None, on_listening=on_listening)
+    wakeups.start()
+    try:
+        wait_for([True])  # its LISTENs are in place
+        with engine.connect() as conn:
+            conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                    "AND query LIKE 'LISTEN%'"
+                )
+            )
+        wait_for([True, False, True])  # lost, then back
+    finally:
+        wakeups.stop()
+
+
 def test_every_event_row__notifies_runyard_events(database_url: str, queue: JobQueue):
     import psycopg
 
