@@ -79,7 +79,8 @@ class Wakeups:
             if self._on_held is not None:
                 conn.execute(f"LISTEN {HELD_CHANNEL}")
             self.connected.set()
-            if self._on_listening is not None:
+            # Only a listener that hears held jobs may let the gate rest longer.
+            if self._on_held is not None and self._on_listening is not None:
                 self._on_listening(True)
             idle = 0.0
             while not self._stop.is_set():

@@ -53,29 +53,32 @@ class McpLoad:
     async def run(self) -> None:
         """Wait until a request wants the sessions, load the SDK, serve until ``end``."""
         await self._wanted.wait()
-        if self._ended.is_set():
-            return
         try:
+            if self._ended.is_set():
+                return
             await anyio.to_thread.run_sync(import_sdk)
+            if self._ended.is_set():
+                return
             sessions = self._open()
+            async with sessions.run():
+                self.sessions = sessions
+                self._settled.set()
+                try:
+                    await self._ended.wait()
+                finally:
+                    self.sessions = None
         except Exception:
-            logger.exception("mcp: the SDK or the server failed to load; /mcp answers 503")
+            # The REST routes serve on: only /mcp is lost (503), and the log says why.
+            logger.exception("mcp: the SDK or its server failed; /mcp answers 503")
+        finally:
             self._settled.set()
-            return
-        async with sessions.run():
-            self.sessions = sessions
-            self._settled.set()
-            try:
-                await self._ended.wait()
-            finally:
-                self.sessions = None
 
     async def ready(self) -> McpSessions | None:
         """The sessions, loaded now if they were not; None when they cannot be (the SDK
         failed to load, or the app is stopping)."""
         self._wanted.set()
         await self._settled.wait()
-        return self.sessions
+        return None if self._ended.is_set() else self.sessions
 
     def end(self) -> None:
         """The app stops: end the sessions, and answer requests still waiting for them."""
@@ -111,8 +114,8 @@ class McpEndpoint:
             response = problem_response(
                 503,
                 "mcp_unavailable",
-                "the MCP server is unavailable: the API is stopping, or the MCP SDK failed "
-                "to load (the API's log says why)",
+                "the MCP server is unavailable: the API is stopping, or the MCP SDK or its "
+                "server failed (the API's log says why)",
             )
             await response(scope, receive, send)
             return

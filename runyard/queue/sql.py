@@ -871,7 +871,8 @@ PRUNE_BATCHES = _sql(
 )
 
 
-# The queued runs of every tenant, from their count rows (a few per tenant): a deep queue
-# costs no more than a shallow one. Counting the queued jobs themselves, even stopped at the
-# cap, read every entry up to it: 20-30 ms at 60,000 queued, for every submit near the cap.
+# The queued runs of every tenant, from their count rows (up to 16 of each tenant that ever
+# had a run, kept at zero): a deep queue costs no more than a shallow one. Counting the
+# queued jobs themselves, even stopped at the cap, read every entry up to it: 20-30 ms at
+# 60,000 queued, for every submit near the cap.
 QUEUE_DEPTH = _sql("SELECT coalesce(sum(queued), 0) FROM tenant_run_counts")

@@ -7,9 +7,13 @@ import subprocess
 import sys
 
 LOADED_AT_START = """
+import os
 import sys
+os.environ["RUNYARD_DATABASE_URL"] = "postgresql://nobody@127.0.0.1:1/none"
 import api.__main__
-import api.main
+from api.main import create_app
+from runyard.platform.settings import Settings
+create_app(Settings())  # the routes and the /mcp endpoint, built as uvicorn's factory does
 print(sorted(name for name in sys.modules if name == "mcp" or name.startswith(("mcp.", "mcp_"))))
 print("api.mcp.mount" in sys.modules)
 """

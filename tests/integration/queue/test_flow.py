@@ -136,7 +136,7 @@ def test_gate__rests_the_longer_period_only_while_it_hears_every_held_job(
     engine, registry, monkeypatch
 ):
     flows = limited(registry, key_max_running=2)
-    gate = FlowGate(engine, flows.flow_config, rest_seconds=0.05, heard_rest_seconds=3600)
+    gate = FlowGate(engine, flows.flow_config, rest_seconds=0.5, heard_rest_seconds=3600)
     asked: list[str] = []
 
     def recording(engine: Engine, statement: Any, params: Any) -> list[Any]:
@@ -145,19 +145,19 @@ def test_gate__rests_the_longer_period_only_while_it_hears_every_held_job(
 
     monkeypatch.setattr(runyard.queue.flow, "autocommit", recording)
     assert gate.release() == 0
-    assert 0 < gate.quiet_for() <= 0.05  # no link: the short rest
+    assert 0 < gate.quiet_for() <= 0.5  # no link: the short rest
     gate.hears_held(True)
     assert gate.quiet_for() == 0.0  # the link is up: look once for a job held before it
     assert gate.release() == 0
     assert 3500 < gate.quiet_for() <= 3600
     asked.clear()
-    time.sleep(0.06)
+    time.sleep(0.6)
     assert gate.release() == 0 and asked == []  # no probe where the short rest made one
     submit(engine, flows, 1, key="cust-1")  # held while the link is down: not heard
     gate.hears_held(False)
     assert gate.release() == 1  # the loss wakes it, and it finds the job
     assert gate.release() == 0
-    assert 0 < gate.quiet_for() <= 0.05  # no link: the short rest again
+    assert 0 < gate.quiet_for() <= 0.5  # no link: the short rest again
 
 
 def test_gate__woken_from_a_rest_it_passes_on_while_jobs_stay_held(engine, registry):

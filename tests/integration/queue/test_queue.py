@@ -751,17 +751,21 @@ def test_queue_depth__is_the_queued_runs_of_every_tenant_whatever_moved(
     from runyard.platform.db import autocommit
     from runyard.queue.sql import QUEUE_DEPTH
 
-    enqueue_many(queue, 4, tenant="acme")
-    enqueue_many(queue, 3, tenant="beta")
-    running = claim(queue, limit=2)
+    enqueue_many(queue, 4, tenant="acme", max_attempts=2)
+    enqueue_many(queue, 3, tenant="beta", max_attempts=2)
+    running = claim(queue, limit=3)
     assert queue.finalize(running[0].job_id, running[0].lease_token, SUCCESS, now=T0)
-    gone = enqueue_many(queue, 1, tenant="beta")[0]
+    back = queue.requeue(running[1].job_id, running[1].lease_token, error_code="lost", error="x")
+    assert back.status is RunStatus.QUEUED
+    cancelled, gone = enqueue_many(queue, 2, tenant="beta")
+    assert queue.cancel(cancelled, now=T0).cancelled_now
     with engine.begin() as conn:
         conn.execute(text("DELETE FROM tool_runs WHERE id = :id"), {"id": gone})
         queued_jobs = conn.execute(
             text("SELECT count(*) FROM tool_run_jobs WHERE status = 'queued'")
         ).scalar_one()
-    # 8 written, 2 claimed (one of them ended), 1 deleted while queued.
+    # 9 written; 3 claimed: one ended, one given back to the queue, one still running; one
+    # cancelled and one deleted while queued.
     assert queued_jobs == 5
     assert autocommit(engine, QUEUE_DEPTH, {})[0][0] == queued_jobs
 

@@ -128,7 +128,13 @@ def test_wakeups__say_when_the_link_is_up_and_when_it_is_lost(database_url: str,
         with changed:
             assert changed.wait_for(lambda: heard == expected, timeout=10), heard
 
-    wakeups = Wakeups(database_url, lambda: None, lambda job_id: None, on_listening=on_listening)
+    wakeups = Wakeups(
+        database_url,
+        lambda: None,
+        lambda job_id: None,
+        on_held=lambda: None,
+        on_listening=on_listening,
+    )
     wakeups.start()
     try:
         wait_for([True])  # its LISTENs are in place
