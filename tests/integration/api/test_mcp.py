@@ -500,7 +500,4 @@ def test_mcp__an_sdk_that_fails_to_load_answers_503_while_the_rest_of_the_api_se
         assert "the MCP SDK or its server failed" in answer.json()["detail"]
     assert loads == [1]  # one attempt to load, not one a request
     assert tools.status_code == 200
-    assert (
-        "the SDK or its server failed" in caplog.text
-        and "no module named 'mcp'" in caplog.text
-    )
+    assert "the SDK or its server failed" in caplog.text and "no module named 'mcp'" in caplog.text
