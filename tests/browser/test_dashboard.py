@@ -125,8 +125,9 @@ def test_run_page__a_failed_panel_read_is_tried_again(browser: Browser, dashboar
         re.compile(r"/ui/runs/[0-9a-f-]{36}/panel$"),
         lambda route: route.fulfill(status=503, body="busy") if failing[0] else route.continue_(),
     )
-    # Due in a few seconds: the page is shown while the run is still queued.
-    run_at = datetime.now(UTC) + timedelta(seconds=4)
+    # Due in a few seconds: the page is shown while the run is still queued (on two slow,
+    # busy cores its first render came after a run due in four seconds had started).
+    run_at = datetime.now(UTC) + timedelta(seconds=12)
     response = context.request.post(
         "/v1/runs",
         data={"tool": "sleep", "input": {"seconds": 120}, "run_at": run_at.isoformat()},
