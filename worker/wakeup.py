@@ -64,11 +64,12 @@ class Wakeups:
 
     def _lost(self) -> None:
         self.connected.clear()
+        # Something may have been missed while disconnected: let the loop poll now, and the
+        # flow gate look (told the link is lost, it looks at once).
+        self._on_job()
         if self._on_listening is not None:
             self._on_listening(False)
-        # Something may have been missed while disconnected: let the loop poll now.
-        self._on_job()
-        if self._on_held is not None:
+        elif self._on_held is not None:
             self._on_held()
 
     def _listen(self) -> None:

@@ -5,6 +5,7 @@ sessions live until the app stops."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -132,12 +133,21 @@ def _credentials(scope: Scope) -> HTTPAuthorizationCredentials | None:
     return None
 
 
-def _default_providers(services: Services, app: Any) -> list[ToolProvider]:
-    """The API's own providers, sandbox files through the app's engine (made on first use,
-    as for the REST file routes)."""
+def _open_sessions(
+    services: Services,
+    app: Any,
+    providers: Callable[[Services], list[ToolProvider]] | None,
+) -> McpSessions:
+    """The sessions over ``providers`` (the API's own if None, sandbox files through the
+    app's engine, made on first use as for the REST file routes)."""
     from api.mcp.providers import default_providers
+    from api.mcp.session import McpSessions
 
-    return default_providers(services, lambda: SandboxFiles(app.state.sandbox_engine()))
+    if providers is None:
+        made = default_providers(services, lambda: SandboxFiles(app.state.sandbox_engine()))
+    else:
+        made = providers(services)
+    return McpSessions(services, made)
 
 
 def install_mcp(
@@ -155,17 +165,7 @@ def install_mcp(
     @asynccontextmanager
     async def lifespan(app_: Any) -> AsyncIterator[Any]:
         async with inner(app_) as state:
-            services: Services = app_.state.services
-
-            def open_sessions() -> McpSessions:
-                from api.mcp.session import McpSessions
-
-                made = (
-                    _default_providers(services, app_) if providers is None else providers(services)
-                )
-                return McpSessions(services, made)
-
-            load = McpLoad(open_sessions)
+            load = McpLoad(functools.partial(_open_sessions, app_.state.services, app_, providers))
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(load.run)
                 endpoint.load = load
