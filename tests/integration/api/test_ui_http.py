@@ -218,7 +218,8 @@ def test_pages__queue_workers_tools_show_their_figures(app_client: TestClient, e
     mine = submit(app_client, engine, "acme")
     submit(app_client, engine, "acme")
     submit(app_client, engine, "globex")
-    queue = JobQueue(engine)
+    # A backoff long enough that the retry still waits when the last page is read.
+    queue = JobQueue(engine, backoff_base_seconds=600.0, backoff_max_seconds=600.0)
     [job] = queue.claim(worker_id="w-live", engine_id="engine-a", limit=1, lease_seconds=30)
     assert queue.requeue(job.job_id, job.lease_token, error_code="x", error="retry me").owned
     WorkerRegistry(engine).register("w-live", "engine-a", 4)
