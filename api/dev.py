@@ -105,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker.notify_job,
         worker.notify_cancel,
         on_held=worker.notify_held,
+        on_build=worker.notify_build,
         on_listening=worker.notify_listening,
     )
     wakeups.start()

@@ -57,6 +57,9 @@ HEARTBEAT_POOL_SIZE = 2
 # The build round (three statements) runs at most this often, not at every wake-up: under a
 # stream of submits the claim loop wakes for each run, and builds take seconds anyway.
 BUILD_ROUND_SECONDS = 1.0
+# The same, after a round found nothing to build, while the worker's LISTEN link is up: every
+# job that waits for a build is written with its notification (``Worker.notify_build``).
+BUILD_HEARD_REST_SECONDS = 10.0
 
 
 def heartbeat_timeouts(timeouts: DbTimeouts, round_timeout: float | None) -> DbTimeouts:
@@ -228,6 +231,7 @@ def build_worker(
             lease_seconds=settings.lease_seconds,
             heartbeat_seconds=settings.heartbeat_interval,
             min_round_seconds=BUILD_ROUND_SECONDS,
+            heard_rest_seconds=BUILD_HEARD_REST_SECONDS,
         ),
         UsageLedger(engine),
     )
@@ -308,6 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker.notify_job,
         worker.notify_cancel,
         on_held=worker.notify_held,
+        on_build=worker.notify_build,
         on_listening=worker.notify_listening,
     )
     wakeups.start()

@@ -47,6 +47,10 @@ class BuildConfig:
     # Rounds closer together than this are skipped: the claim loop calls one at every wake-up
     # (a notification per submitted run), and a build is still asked for within this long.
     min_round_seconds: float = 0.0
+    # While this process hears every job written that waits for a build (``hears_builds``), a
+    # round that finds nothing to do lets the next ones skip their probe for this long, unless
+    # such a job is written (``wake``). 0: every round probes.
+    heard_rest_seconds: float = 0.0
 
 
 class _LogPipe:
@@ -107,11 +111,25 @@ class BuildAgent:
         self._on_trouble: Callable[[str], None] = lambda error: None
         self._on_ready: Callable[[], None] = lambda: None
         self._last_round = -math.inf
+        self._hearing = False
+        self._asked = threading.Event()
+        self._rest_until = -math.inf
 
     def bind(self, on_trouble: Callable[[str], None], on_ready: Callable[[], None]) -> None:
         """What to call when the engine fails a build call, and when a build is ready."""
         self._on_trouble = on_trouble
         self._on_ready = on_ready
+
+    def wake(self) -> None:
+        """A job that waits for a build was written: the next round probes (any thread)."""
+        self._asked.set()
+
+    def hears_builds(self, hearing: bool) -> None:
+        """This process's LISTEN link for build-waiting jobs is up (True) or lost (any
+        thread): while it is up, a round that found nothing lets the next ones rest. Either
+        way the next round probes, for a job written while the link was down."""
+        self._hearing = hearing
+        self._asked.set()
 
     @property
     def busy(self) -> bool:
@@ -127,10 +145,17 @@ class BuildAgent:
         now = time.monotonic()
         if now - self._last_round < self._config.min_round_seconds:
             return False
+        if now < self._rest_until and not self._asked.is_set():
+            return False
+        # Cleared before the probe: a job written while it runs asks for the next round.
+        self._asked.clear()
         self._last_round = now
         # Most rounds find nothing: one probe instead of the three statements below.
         if not self._builds.pending(engine_id):
+            rest = self._config.heard_rest_seconds if self._hearing else 0.0
+            self._rest_until = now + rest
             return False
+        self._rest_until = -math.inf
         requested = self._builds.request_builds(engine_id, queues or self._config.queues)
         for tag in requested:
             logger.info("build queued", extra={"tag": tag, "engine_id": engine_id})

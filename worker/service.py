@@ -20,7 +20,7 @@ from runyard.attempts.owner import AttemptOwner, NextClaim
 from runyard.attempts.policy import OwnerPolicy
 from runyard.maintenance.chores import Chores
 from runyard.maintenance.sweep import Sweeper
-from runyard.queue import ClaimedJob, JobQueue
+from runyard.queue import BUILDS_CHANNEL, HELD_CHANNEL, ClaimedJob, JobQueue
 from runyard.queue.completer import BatchCompleter
 from runyard.queue.flow import FlowGate
 from runyard.queue.workers import WorkerRegistry
@@ -327,12 +327,23 @@ class Worker:
             self._flow_gate.wake()
             self._chores.poke()  # the gate's chore sleeps while it rests
 
-    def notify_listening(self, listening: bool) -> None:
-        """The LISTEN link is up (True) or lost: the flow gate rests longer only while it
-        hears every held job, and looks now for one held while the link was down."""
+    def notify_build(self) -> None:
+        """A job that waits for a build was written: the build round looks at the next claim
+        round, which runs now."""
+        if self._builds is not None:
+            self._builds.wake()
+            self._wake.set()
+
+    def notify_listening(self, channels: frozenset[str]) -> None:
+        """The LISTEN link is up, hearing ``channels``, or lost (none): the flow gate and the
+        build round rest longer only while they hear every job of their kind, and look now
+        for one written while the link was down."""
         if self._flow_gate is not None:
-            self._flow_gate.hears_held(listening)
+            self._flow_gate.hears_held(HELD_CHANNEL in channels)
             self._chores.poke()
+        if self._builds is not None:
+            self._builds.hears_builds(BUILDS_CHANNEL in channels)
+            self._wake.set()
 
     def notify_cancel(self, job_id: uuid.UUID) -> None:
         """A cancel was requested for ``job_id``: stop its attempt if it runs here."""

@@ -2,7 +2,7 @@
 
 Polling stays the source of truth; a notification only makes the worker react sooner: a new
 job wakes the claim loop, a cancel reaches the attempt before the next heartbeat, a job
-written held wakes the flow gate.
+written held wakes the flow gate, a job that waits for a build wakes the build round.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import psycopg
 
 from runyard.platform.listening import listen_until_stopped, notifications
 from runyard.platform.settings import libpq_url
-from runyard.queue import CANCEL_CHANNEL, HELD_CHANNEL, JOBS_CHANNEL
+from runyard.queue import BUILDS_CHANNEL, CANCEL_CHANNEL, HELD_CHANNEL, JOBS_CHANNEL
 
 logger = logging.getLogger(__name__)
 
@@ -37,12 +37,16 @@ class Wakeups:
         on_cancel: Callable[[uuid.UUID], None],
         *,
         on_held: Callable[[], None] | None = None,
-        on_listening: Callable[[bool], None] | None = None,
+        on_build: Callable[[], None] | None = None,
+        on_listening: Callable[[frozenset[str]], None] | None = None,
     ) -> None:
         self._url = None if database_url is None else libpq_url(database_url)
         self._on_job = on_job
         self._on_cancel = on_cancel
         self._on_held = on_held
+        self._on_build = on_build
+        # Told the channels heard once the link is up (an empty set once it is lost): only a
+        # listener that hears every job of a kind may let what polls for that kind rest longer.
         self._on_listening = on_listening
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="runyard-listen", daemon=True)
@@ -65,24 +69,28 @@ class Wakeups:
     def _lost(self) -> None:
         self.connected.clear()
         # Something may have been missed while disconnected: let the loop poll now, and the
-        # flow gate look (told the link is lost, it looks at once).
+        # flow gate and the build round look (told the link is lost, they look at once).
         self._on_job()
         if self._on_listening is not None:
-            self._on_listening(False)
-        elif self._on_held is not None:
-            self._on_held()
+            self._on_listening(frozenset())
+        else:
+            for wake in (self._on_held, self._on_build):
+                if wake is not None:
+                    wake()
 
     def _listen(self) -> None:
         assert self._url is not None
         with psycopg.connect(self._url, autocommit=True, connect_timeout=5) as conn:
             conn.execute(f"LISTEN {JOBS_CHANNEL}")
             conn.execute(f"LISTEN {CANCEL_CHANNEL}")
-            if self._on_held is not None:
-                conn.execute(f"LISTEN {HELD_CHANNEL}")
+            heard = {JOBS_CHANNEL, CANCEL_CHANNEL}
+            for channel, wake in ((HELD_CHANNEL, self._on_held), (BUILDS_CHANNEL, self._on_build)):
+                if wake is not None:
+                    conn.execute(f"LISTEN {channel}")
+                    heard.add(channel)
             self.connected.set()
-            # Only a listener that hears held jobs may let the gate rest longer.
-            if self._on_held is not None and self._on_listening is not None:
-                self._on_listening(True)
+            if self._on_listening is not None:
+                self._on_listening(frozenset(heard))
             idle = 0.0
             while not self._stop.is_set():
                 notes = notifications(conn, 1.0)
@@ -98,6 +106,8 @@ class Wakeups:
             self._on_job()
         elif channel == HELD_CHANNEL and self._on_held is not None:
             self._on_held()
+        elif channel == BUILDS_CHANNEL and self._on_build is not None:
+            self._on_build()
         elif channel == CANCEL_CHANNEL:
             try:
                 self._on_cancel(uuid.UUID(payload))

@@ -9,6 +9,7 @@ they take and return. Importers use the names re-exported here.
 from __future__ import annotations
 
 from runyard.queue.jobs import (
+    BUILDS_CHANNEL,
     CANCEL_CHANNEL,
     EVENTS_CHANNEL,
     HELD_CHANNEL,
@@ -31,6 +32,7 @@ from runyard.queue.values import (
 )
 
 __all__ = [
+    "BUILDS_CHANNEL",
     "CANCEL_CHANNEL",
     "EVENTS_CHANNEL",
     "HELD_CHANNEL",

@@ -249,7 +249,7 @@ RELEASE_BUILD = _sql(
 
 # An admin asks for a digest's build ahead of runs, or again after a failure: failed rows
 # (and with :force, ready ones) are queued again; engines with a live worker of the tool's
-# queue that have no row get one. Workers are woken.
+# queue that have no row get one. Workers are woken, their build rounds too.
 REBUILD = _sql(
     """
     WITH engines AS (
@@ -273,7 +273,8 @@ REBUILD = _sql(
         RETURNING id
     )
     SELECT (SELECT count(*) FROM again) AS again, (SELECT count(*) FROM made) AS made,
-           pg_notify('runyard_jobs', CAST(:queue AS text)) AS woken
+           pg_notify('runyard_jobs', CAST(:queue AS text)) AS woken,
+           pg_notify('runyard_builds', CAST(:queue AS text)) AS builds_woken
     """
 )
 

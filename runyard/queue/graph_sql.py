@@ -125,7 +125,7 @@ INSERT_GRAPH = _sql(
                CASE WHEN i.error IS NOT NULL THEN 'dependency_failed' END,
                coalesce(i.spec #>> '{build,tag}', ''), i.flow_scopes
         FROM item i JOIN run ON run.id = i.run_id
-        RETURNING run_id, queue, status, waiting_on, available_at, flow_scopes
+        RETURNING run_id, queue, status, waiting_on, available_at, flow_scopes, build_tag
     ), deps AS (
         INSERT INTO tool_run_deps (run_id, depends_on)
         SELECT e.run_id, e.depends_on FROM edge e JOIN run ON run.id = e.run_id
@@ -149,7 +149,10 @@ INSERT_GRAPH = _sql(
             FROM (SELECT DISTINCT queue FROM job
                   WHERE status = 'queued' AND waiting_on = 0) q) AS woken,
            (SELECT count(pg_notify('runyard_held', q.queue))
-            FROM (SELECT DISTINCT queue FROM job WHERE flow_scopes IS NOT NULL) q) AS held
+            FROM (SELECT DISTINCT queue FROM job WHERE flow_scopes IS NOT NULL) q) AS held,
+           (SELECT count(pg_notify('runyard_builds', q.queue))
+            FROM (SELECT DISTINCT queue FROM job
+                  WHERE status = 'queued' AND build_tag <> '') q) AS builds
     """
 )
 

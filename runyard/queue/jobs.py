@@ -90,6 +90,8 @@ _EVENT_TYPE = re.compile(r"[a-z][a-z0-9_]{0,31}")
 JOBS_CHANNEL = "runyard_jobs"
 # A job written held by its flow limits: the flow gates pass again (``FlowGate.wake``).
 HELD_CHANNEL = "runyard_held"
+# A job written that waits for a build: the workers' build rounds look again (``BuildAgent.wake``).
+BUILDS_CHANNEL = "runyard_builds"
 CANCEL_CHANNEL = "runyard_cancel"
 RUNS_CHANNEL = "runyard_runs"
 

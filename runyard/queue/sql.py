@@ -91,13 +91,22 @@ _HELD_NOTIFY: LiteralString = """
          THEN pg_notify('runyard_held', CAST(:queue AS text)) END AS held_notified
 """
 
+# A queued job that waits for a build wakes the workers' build rounds, which rest while no
+# queued job waits for one (``worker.builds``).
+_BUILD_NOTIFY: LiteralString = """
+    CASE WHEN NOT claim.by_api AND coalesce(CAST(:spec AS jsonb) #>> '{build,tag}', '') <> ''
+         THEN pg_notify('runyard_builds', CAST(:queue AS text)) END AS build_notified
+"""
+
 ENQUEUE = _sql(
     "WITH admitted AS (SELECT 1), "
     + _CLAIM_AT_INSERT
     + _ENQUEUE_CTES
     + "SELECT id, pg_notify('runyard_jobs', CAST(:queue AS text)), "
     + _HELD_NOTIFY
-    + " FROM run"
+    + ", "
+    + _BUILD_NOTIFY
+    + " FROM run, claim"
 )
 
 
@@ -223,7 +232,10 @@ SUBMIT = _sql(
                 THEN pg_notify('runyard_jobs', CAST(:queue AS text)) END AS notified,
            CASE WHEN job.run_id IS NOT NULL THEN (SELECT """
     + _HELD_NOTIFY
-    + """) END AS held
+    + """) END AS held,
+           CASE WHEN job.run_id IS NOT NULL THEN (SELECT """
+    + _BUILD_NOTIFY
+    + """) END AS build
     FROM decision d CROSS JOIN claim LEFT JOIN job ON true
     """
 )

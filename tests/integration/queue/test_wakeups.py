@@ -5,23 +5,51 @@ from __future__ import annotations
 import dataclasses
 import threading
 import uuid
+from pathlib import Path
 
 import psycopg
 import pytest
 from sqlalchemy import Engine, text
 
+from runyard.builds.setup import with_builds
 from runyard.domain.attempt import AttemptResult
 from runyard.domain.graph import Node
 from runyard.domain.states import RunStatus
-from runyard.platform.settings import libpq_url
-from runyard.queue import HELD_CHANNEL, AdmissionCaps, ApiQueue, ClaimedJob, JobQueue, NewRun
+from runyard.platform.settings import Settings, libpq_url
+from runyard.queue import (
+    BUILDS_CHANNEL,
+    CANCEL_CHANNEL,
+    HELD_CHANNEL,
+    JOBS_CHANNEL,
+    AdmissionCaps,
+    ApiQueue,
+    ClaimedJob,
+    JobQueue,
+    NewRun,
+)
+from runyard.queue.builds import BuildQueue
 from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
+from runyard.registry.tools import ToolRegistry, load_registry
+from runyard.submission.request import prepare_run
 from runyard.submission.waits import END_CHANNELS
 from worker.wakeup import Wakeups
 
 
 def new_run() -> NewRun:
     return NewRun(tenant="t", tool="echo", spec={}, input={})
+
+
+def built_tools(tmp_path: Path, engine: Engine) -> ToolRegistry:
+    """A registry whose tool ``stats`` is built from a Dockerfile (its runs wait for a build)."""
+    (tmp_path / "stats").mkdir()
+    (tmp_path / "stats" / "Dockerfile").write_text("FROM runyard/toolbox:latest\n")
+    (tmp_path / "tools.toml").write_text(
+        '[tools.stats]\nbuild = { context = "stats" }\ncommand = ["true"]\n'
+    )
+    settings = Settings(database_url="unused")
+    return with_builds(
+        load_registry(tmp_path / "tools.toml", settings), BuildQueue(engine), settings
+    )
 
 
 def test_wakeups__job_and_cancel_notifications_arrive(
@@ -88,6 +116,33 @@ def test_submit_and_graph_write__a_held_job_notifies_runyard_held(
     assert seen == ["default", "default"]  # the two held jobs' queue, not the free ones'
 
 
+def test_submit_graph_write_and_rebuild__a_job_waiting_for_a_build_notifies_runyard_builds(
+    database_url: str, engine: Engine, queue: JobQueue, tmp_path: Path
+):
+    tools = built_tools(tmp_path, engine)
+    built = prepare_run(tools, tenant="acme", tool_name="stats", input_value={})
+    tag = built.spec["build"]["tag"]
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as listener:
+        listener.execute(f"LISTEN {BUILDS_CHANNEL}")
+        queue.enqueue(new_run())
+        queue.enqueue(dataclasses.replace(built, queue="q-enqueue"))
+        ApiQueue(engine).submit(new_run(), AdmissionCaps())
+        ApiQueue(engine).submit(dataclasses.replace(built, queue="q-submit"), AdmissionCaps())
+        GraphWriter(engine).submit(
+            GraphSubmit("acme", [GraphRun(new_run(), Node(None, ()))]), AdmissionCaps()
+        )
+        GraphWriter(engine).submit(
+            GraphSubmit(
+                "acme", [GraphRun(dataclasses.replace(built, queue="q-graph"), Node(None, ()))]
+            ),
+            AdmissionCaps(),
+        )
+        BuildQueue(engine).rebuild(tag, queue="q-rebuild")
+        seen = [note.payload for note in listener.notifies(timeout=1.0, stop_after=5)]
+    # The queues of the jobs that wait for a build and the rebuild's; none of the others.
+    assert seen == ["q-enqueue", "q-submit", "q-graph", "q-rebuild"]
+
+
 def test_wakeups__reconnect_after_the_connection_is_killed(
     database_url: str, queue: JobQueue, engine: Engine
 ):
@@ -115,16 +170,27 @@ def test_wakeups__reconnect_after_the_connection_is_killed(
         wakeups.stop()
 
 
-def test_wakeups__say_when_the_link_is_up_and_when_it_is_lost(database_url: str, engine: Engine):
-    heard: list[bool] = []
+@pytest.mark.parametrize(
+    ("held", "build", "channels"),
+    [
+        (True, True, {JOBS_CHANNEL, CANCEL_CHANNEL, HELD_CHANNEL, BUILDS_CHANNEL}),
+        (True, False, {JOBS_CHANNEL, CANCEL_CHANNEL, HELD_CHANNEL}),
+        (False, True, {JOBS_CHANNEL, CANCEL_CHANNEL, BUILDS_CHANNEL}),
+    ],
+    ids=["both", "held-only", "builds-only"],
+)
+def test_wakeups__say_which_channels_they_hear_once_up_and_none_once_lost(
+    database_url: str, engine: Engine, held: bool, build: bool, channels: set[str]
+):
+    heard: list[frozenset[str]] = []
     changed = threading.Condition()
 
-    def on_listening(listening: bool) -> None:
+    def on_listening(channels: frozenset[str]) -> None:
         with changed:
-            heard.append(listening)
+            heard.append(channels)
             changed.notify_all()
 
-    def wait_for(expected: list[bool]) -> None:
+    def wait_for(expected: list[frozenset[str]]) -> None:
         with changed:
             assert changed.wait_for(lambda: heard == expected, timeout=10), heard
 
@@ -132,12 +198,14 @@ def test_wakeups__say_when_the_link_is_up_and_when_it_is_lost(database_url: str,
         database_url,
         lambda: None,
         lambda job_id: None,
-        on_held=lambda: None,
+        on_held=(lambda: None) if held else None,
+        on_build=(lambda: None) if build else None,
         on_listening=on_listening,
     )
+    up, lost = frozenset(channels), frozenset[str]()
     wakeups.start()
     try:
-        wait_for([True])  # its LISTENs are in place
+        wait_for([up])  # its LISTENs are in place
         with engine.connect() as conn:
             conn.execute(
                 text(
@@ -146,7 +214,7 @@ def test_wakeups__say_when_the_link_is_up_and_when_it_is_lost(database_url: str,
                     "AND query LIKE 'LISTEN%'"
                 )
             )
-        wait_for([True, False, True])  # lost, then back
+        wait_for([up, lost, up])  # lost, then back
     finally:
         wakeups.stop()
 

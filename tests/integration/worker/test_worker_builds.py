@@ -3,6 +3,7 @@ their engine's build, many runs on two workers make one build."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -14,7 +15,7 @@ from sqlalchemy import Engine, text
 from runyard.builders.fake import FakeBuilder
 from runyard.builds.setup import with_builds
 from runyard.platform.settings import Settings
-from runyard.queue import JobQueue
+from runyard.queue import BUILDS_CHANNEL, JobQueue
 from runyard.queue.builds import BuildQueue
 from runyard.registry.tools import ToolRegistry, load_registry
 from runyard.runners.fake import FakeRunner
@@ -23,6 +24,7 @@ from runyard.usage.ledger import UsageLedger
 from tests.otlp_receiver import traced_to_receiver
 from worker.builds import BuildAgent, BuildConfig
 from worker.service import Worker, WorkerConfig
+from worker.wakeup import Wakeups
 
 REGISTRY = """
 [tools.stats]
@@ -182,3 +184,52 @@ def test_build_agent__a_round_with_nothing_to_build_is_one_probe(
     assert agent.run_once("engine-a")
     assert (builds.rounds, builds.requests) == (2, 1)
     assert agent.wait(timeout=10)
+
+
+def test_build_agent__rests_after_a_round_with_nothing_only_while_it_hears_build_jobs(
+    tmp_path: Path, engine: Engine, queue: JobQueue, database_url: str
+):
+    builds = CountingBuildQueue(engine)
+    config = BuildConfig(worker_id="w1", heard_rest_seconds=600.0)
+    agent = BuildAgent(builds, FakeBuilder(seconds=0.1), config)
+    # Not hearing: every round probes.
+    agent.run_once("engine-a")
+    agent.run_once("engine-a")
+    assert builds.rounds == 2
+    woken = threading.Event()
+
+    def on_build() -> None:
+        agent.wake()
+        woken.set()
+
+    wakeups = Wakeups(
+        database_url,
+        lambda: None,
+        lambda job_id: None,
+        on_build=on_build,
+        on_listening=lambda channels: agent.hears_builds(BUILDS_CHANNEL in channels),
+    )
+    wakeups.start()
+    try:
+        assert wakeups.connected.wait(10)
+        agent.run_once("engine-a")  # told the link is up, it looks once
+        assert builds.rounds == 3
+        for _ in range(3):
+            assert not agent.run_once("engine-a")  # nothing found: it rests
+        # A run of a tool built from source: its notification ends the rest.
+        tools = registry(tmp_path, engine)
+        queue.enqueue(prepare_run(tools, tenant="acme", tool_name="stats", input_value={}))
+        assert woken.wait(10)
+        assert agent.run_once("engine-a")
+        assert (builds.rounds, builds.requests) == (4, 1)
+        assert agent.wait(timeout=10)
+    finally:
+        wakeups.stop()
+    # The link lost: the next round looks, and none rests after it.
+    agent.hears_builds(False)
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM tool_run_jobs"))
+    before = builds.rounds
+    for _ in range(3):
+        agent.run_once("engine-a")
+    assert builds.rounds == before + 3
