@@ -24,7 +24,8 @@ HEALTH_CHECK_SECONDS = 15.0
 
 
 class Wakeups:
-    """Listens on the job and cancel channels; reconnects with backoff when the link drops.
+    """Listens on the job and cancel channels (and the held and build ones when asked to);
+    reconnects with backoff when the link drops.
 
     Without a URL (behind a transaction pooler with no direct one) it never listens: the
     claim loop polls, and a cancel arrives with the next heartbeat.

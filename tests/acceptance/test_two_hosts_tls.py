@@ -127,7 +127,17 @@ def test_two_hosts__api_host_and_worker_host_over_tls_run_a_tool(
             # engine is its own.
             cluster.start_api("api", RUNYARD_QUEUE_ENABLED="true")
             cluster.start_reaper()
-            cluster.start_worker("host-b", concurrency=1, DOCKER_HOST=worker_engine.host)
+            # The default lease, not the cluster's 3 s: with those, a heartbeat round (a TLS
+            # handshake and a password exchange when it connects) that a loaded machine holds
+            # up for 0.5 s has its connection cut by the worker, by design, and logs the
+            # cut connection's "SSL error: unexpected eof", which says nothing about TLS.
+            cluster.start_worker(
+                "host-b",
+                concurrency=1,
+                DOCKER_HOST=worker_engine.host,
+                RUNYARD_LEASE_SECONDS="30",
+                RUNYARD_HEARTBEAT_SECONDS="10",
+            )
             port = cluster.ports["api"]
             answer = httpx2.post(
                 f"http://127.0.0.1:{port}/v1/runs?wait=60",
