@@ -89,9 +89,10 @@ class Wakeups:
                 if wake is not None:
                     conn.execute(f"LISTEN {channel}")
                     heard.add(channel)
-            self.connected.set()
+            # Told first: once ``connected`` is set, whoever waits on it finds them told.
             if self._on_listening is not None:
                 self._on_listening(frozenset(heard))
+            self.connected.set()
             idle = 0.0
             while not self._stop.is_set():
                 notes = notifications(conn, 1.0)

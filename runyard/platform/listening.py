@@ -30,6 +30,13 @@ def listen_until_stopped(
             lost()
             stop.wait(delay)
             delay = min(delay * 2, 10.0)
+        except Exception:
+            # A callback's own bug: the thread lives on, and whoever rests on what it hears
+            # is told it is lost (else a gate would rest its longer period for good).
+            logger.exception("%s failed; listening again", what)
+            lost()
+            stop.wait(delay)
+            delay = min(delay * 2, 10.0)
 
 
 def notifications(conn: psycopg.Connection[Any], timeout: float) -> list[psycopg.Notify]:

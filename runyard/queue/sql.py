@@ -544,6 +544,11 @@ FINALIZE_AND_CLAIM = _sql(
 )
 
 
+# A job back in the queue that waits for a build wakes the build rounds: the engine that had
+# its build may be the one that died (``worker.builds``).
+_REQUEUED_BUILD_NOTIFY: LiteralString = """CASE WHEN status = 'queued' AND build_tag <> ''
+                THEN pg_notify('runyard_builds', queue) END AS build_notified"""
+
 # A lost attempt goes back to the queue with backoff while attempts remain, else fails.
 # Equal jitter keeps the delay growing with the attempt number: [b/2, b] * 2^(n-1).
 REQUEUE = _sql(
@@ -564,7 +569,7 @@ REQUEUE = _sql(
             last_error = :error, updated_at = {NOW}
         WHERE id = :job_id AND status = 'running'
           AND (lease_token = :token OR (CAST(:token AS uuid) IS NULL AND locked_until IS NULL))
-        RETURNING run_id, status, attempts, max_attempts, available_at
+        RETURNING run_id, status, attempts, max_attempts, available_at, queue, build_tag
     ), run AS (
         UPDATE tool_runs r
         SET status = job.status, attempts = job.attempts,
@@ -589,7 +594,10 @@ REQUEUE = _sql(
     )
     SELECT run_id, CAST(status AS text) AS status, attempts, available_at,
            pg_notify(CASE WHEN status = 'queued' THEN 'runyard_jobs' ELSE 'runyard_runs' END,
-                     CAST(run_id AS text))
+                     CAST(run_id AS text)),
+           """
+    + _REQUEUED_BUILD_NOTIFY
+    + """
     FROM job
     """
 )
@@ -611,7 +619,8 @@ MARK_CONTAINER_REQUESTED = _sql(
 # An attempt whose tool never ran goes back to the queue, and the attempt it was charged is
 # given back (its number is reused: a container left ``created`` under it is removed and made
 # anew by the next owner, never adopted as a running twin). ``{WHICH}`` says who may know.
-_REQUEUE_UNCHARGED: LiteralString = """
+_REQUEUE_UNCHARGED: LiteralString = (
+    """
     WITH job AS (
         UPDATE tool_run_jobs
         SET status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
@@ -622,7 +631,7 @@ _REQUEUE_UNCHARGED: LiteralString = """
             deadline_at = NULL, container_requested_at = NULL, updated_at = {NOW},
             finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN {NOW} END
         WHERE id = :job_id AND status = 'running' AND {WHICH}
-        RETURNING run_id, status, attempts, available_at
+        RETURNING run_id, status, attempts, available_at, queue, build_tag
     ), run AS (
         UPDATE tool_runs r
         SET status = job.status, attempts = job.attempts,
@@ -639,9 +648,13 @@ _REQUEUE_UNCHARGED: LiteralString = """
     )
     SELECT run_id, CAST(status AS text) AS status, attempts, available_at,
            pg_notify(CASE WHEN status = 'queued' THEN 'runyard_jobs' ELSE 'runyard_runs' END,
-                     CAST(run_id AS text))
+                     CAST(run_id AS text)),
+           """
+    + _REQUEUED_BUILD_NOTIFY
+    + """
     FROM job
 """
+)
 
 # No container was ever asked for (a crash before the start): the lease holder, or the
 # reaper once the lease is cleared, puts the run back at once (``:delay`` 0).

@@ -143,6 +143,40 @@ def test_submit_graph_write_and_rebuild__a_job_waiting_for_a_build_notifies_runy
     assert seen == ["q-enqueue", "q-submit", "q-graph", "q-rebuild"]
 
 
+def test_requeues__a_job_back_in_the_queue_that_waits_for_a_build_notifies_runyard_builds(
+    database_url: str, engine: Engine, queue: JobQueue, tmp_path: Path
+):
+    tools = built_tools(tmp_path, engine)
+    built = dataclasses.replace(
+        prepare_run(tools, tenant="acme", tool_name="stats", input_value={}), max_attempts=3
+    )
+    builds = BuildQueue(engine)
+    for name in ("q-requeue", "q-unstarted"):
+        queue.enqueue(dataclasses.replace(built, queue=name))
+    queue.enqueue(dataclasses.replace(new_run(), queue="q-plain", max_attempts=3))
+    # The build is ready on engine "e": its runs may be claimed there.
+    assert builds.request_builds("e", ["q-requeue"])
+    held = builds.claim(worker_id="b", engine_id="e", lease_seconds=30)
+    assert held is not None and builds.ready(held.build_id, held.lease_token, "sha256:x")
+
+    def claim(name: str) -> ClaimedJob:
+        [job] = queue.claim(worker_id="w", engine_id="e", limit=1, lease_seconds=30, queues=(name,))
+        return job
+
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as listener:
+        listener.execute(f"LISTEN {BUILDS_CHANNEL}")
+        job = claim("q-requeue")
+        assert queue.requeue(job.job_id, job.lease_token, error_code="x", error="lost").owned
+        job = claim("q-unstarted")
+        queue.requeue_unstarted(job.job_id, job.lease_token)
+        job = claim("q-plain")
+        assert queue.requeue(job.job_id, job.lease_token, error_code="x", error="lost").owned
+        seen = [note.payload for note in listener.notifies(timeout=1.0, stop_after=3)]
+    # Back in the queue and waiting for a build (the engine that had it may be gone): the
+    # built tool's two jobs; not the plain one.
+    assert seen == ["q-requeue", "q-unstarted"]
+
+
 def test_wakeups__reconnect_after_the_connection_is_killed(
     database_url: str, queue: JobQueue, engine: Engine
 ):

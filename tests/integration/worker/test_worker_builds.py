@@ -212,7 +212,7 @@ def test_build_agent__rests_after_a_round_with_nothing_only_while_it_hears_build
     wakeups.start()
     try:
         assert wakeups.connected.wait(10)
-        agent.run_once("engine-a")  # told the link is up, it looks once
+        agent.run_once("engine-a")  # the first round with the link up looks
         assert builds.rounds == 3
         for _ in range(3):
             assert not agent.run_once("engine-a")  # nothing found: it rests
@@ -233,3 +233,30 @@ def test_build_agent__rests_after_a_round_with_nothing_only_while_it_hears_build
     for _ in range(3):
         agent.run_once("engine-a")
     assert builds.rounds == before + 3
+
+
+def test_worker__tells_its_build_round_what_the_listener_hears_and_wakes_it(
+    engine: Engine, queue: JobQueue
+):
+    builds = CountingBuildQueue(engine)
+    agent = BuildAgent(
+        builds, FakeBuilder(seconds=0.1), BuildConfig(worker_id="w1", heard_rest_seconds=600.0)
+    )
+    w = Worker(queue, FakeRunner(engine_id="engine-a"), WorkerConfig(worker_id="w1"), builds=agent)
+    w.notify_listening(frozenset({"runyard_jobs", "runyard_held"}))  # no build channel
+    w.run_once()
+    w.run_once()
+    assert builds.rounds == 2  # not hearing build jobs: no rest
+    w.notify_listening(frozenset({"runyard_jobs", BUILDS_CHANNEL}))
+    for _ in range(3):
+        w.run_once()
+    assert builds.rounds == 3  # one look, then the rest
+    w.notify_build()
+    w.run_once()
+    w.run_once()
+    assert builds.rounds == 4  # woken once
+    w.notify_listening(frozenset())  # the link lost
+    w.run_once()
+    w.run_once()
+    assert builds.rounds == 6
+    w.stop()
