@@ -24,6 +24,7 @@ from playwright.sync_api import (
     Page,
     Request,
     Response,
+    expect,
     sync_playwright,
 )
 from sqlalchemy import Engine, text
@@ -48,6 +49,17 @@ def chromium_executable() -> str:
     if not found:
         pytest.fail("no Chromium: run scripts/ensure-chromium (Debian package 'chromium')")
     return found
+
+
+# An expectation's wait: a page that loads within it passes. Playwright's 5 s default was
+# too short for the first page of a freshly started API while a worker, Chromium and two
+# other tests start beside it on a 2-core machine (a login's redirect was seen to take longer).
+EXPECT_SECONDS = 20
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _patient_expectations() -> None:
+    expect.set_options(timeout=EXPECT_SECONDS * 1000)
 
 
 @pytest.fixture(scope="module")
