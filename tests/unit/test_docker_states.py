@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import uuid
+from types import SimpleNamespace
 from typing import Any, cast
 
 import docker
@@ -11,7 +13,7 @@ import pytest
 from runyard.domain.states import ContainerState
 from runyard.domain.usage import Counters
 from runyard.runner import RunnerUnavailable
-from runyard.runners.docker.collector import AttemptCollector
+from runyard.runners.docker.collector import LAST_ENTRIES, AttemptCollector
 from runyard.runners.docker.egress import EgressGate
 from runyard.runners.docker.host_workdirs import AttemptDirs
 from runyard.runners.docker.runner import DockerRunner
@@ -81,27 +83,62 @@ def test_collect__a_container_being_removed_has_no_outputs_to_trust(status: str)
         )
 
 
-class StubLogsApi(StubApi):
-    def __init__(self, last_line: bytes) -> None:
-        super().__init__("exited")
-        self.last_line = last_line
+def frame(stream: int, entry: bytes) -> bytes:
+    """One entry of Docker's multiplexed log stream."""
+    return bytes([stream, 0, 0, 0]) + len(entry).to_bytes(4, "big") + entry
 
-    def logs(self, container: str, **kwargs: Any) -> bytes:
-        assert kwargs == {"stdout": True, "stderr": True, "timestamps": True, "tail": 1}
-        return self.last_line
+
+class StubLogsApi(StubApi):
+    """The log endpoint of an exited container, as docker-py's low-level client reaches it."""
+
+    def __init__(self, entries: list[tuple[int, bytes]]) -> None:
+        super().__init__("exited")
+        self.body = b"".join(frame(stream, entry) for stream, entry in entries)
+        self.params: dict[str, Any] = {}
+
+    def _url(self, path: str, *args: str) -> str:
+        return path.format(*args)
+
+    def _get(self, url: str, *, params: dict[str, Any], stream: bool) -> Any:
+        self.params = params
+        return SimpleNamespace(raw=io.BytesIO(self.body), close=lambda: None)
+
+    def _raise_for_status(self, response: Any) -> None:
+        return None
+
+
+EXIT = "2026-11-26T03:24:44Z"
 
 
 @pytest.mark.parametrize(
-    ("last_line", "expected"),
+    ("entries", "expected"),
     [
         # The engine stamped the last line after the exit (it copies output asynchronously).
-        (b"2026-11-26T03:24:44.5Z three\n", "2026-11-26T03:24:44.5Z"),
-        (b"2026-11-26T03:24:44.000000001Z x\n", "2026-11-26T03:24:44.000000001Z"),
+        ([(1, b"2026-11-26T03:24:44.5Z three\n")], "2026-11-26T03:24:44.5Z"),
+        ([(1, b"2026-11-26T03:24:44.000000001Z x\n")], "2026-11-26T03:24:44.000000001Z"),
+        # stdout's later-stamped line written before stderr's earlier one: the latest stamp,
+        # not the last entry's.
+        (
+            [
+                (1, b"2026-11-26T03:24:44.541956915Z one\n"),
+                (1, b"2026-11-26T03:24:44.542441403Z three\n"),
+                (2, b"2026-11-26T03:24:44.541956915Z two\n"),
+            ],
+            "2026-11-26T03:24:44.542441403Z",
+        ),
+        # A piece of output with no newline, then the next entry: each frame is its own.
+        (
+            [(1, b"2026-11-26T03:24:44.7Z " + b"x" * 20_000), (2, b"2026-11-26T03:24:44.6Z y\n")],
+            "2026-11-26T03:24:44.7Z",
+        ),
         # Earlier than the exit, or no log at all: the exit time.
-        (b"2026-11-26T03:24:43.9Z three\n", "2026-11-26T03:24:44Z"),
-        (b"", "2026-11-26T03:24:44Z"),
+        ([(1, b"2026-11-26T03:24:43.9Z three\n")], EXIT),
+        ([], EXIT),
     ],
 )
-def test_replay_stamp__never_earlier_than_the_last_logged_line(last_line: bytes, expected: str):
-    collector = collector_of(StubLogsApi(last_line))
-    assert collector.replay_stamp("c0ffee", "2026-11-26T03:24:44Z") == expected
+def test_replay_stamp__never_earlier_than_any_logged_line(
+    entries: list[tuple[int, bytes]], expected: str
+):
+    api = StubLogsApi(entries)
+    assert collector_of(api).replay_stamp("c0ffee", EXIT) == expected
+    assert api.params["timestamps"] == 1 and api.params["tail"] == LAST_ENTRIES

@@ -32,7 +32,12 @@ from runyard.runners.docker.engine_calls import (
 from runyard.runners.docker.hardening import WORKDIR
 from runyard.runners.docker.host_workdirs import AttemptDirs
 from runyard.runners.docker.live_logs import AttemptLogs, timestamp_key
-from runyard.runners.docker.outputs import parse_result_archive, stat_is_link, stored_logs
+from runyard.runners.docker.outputs import (
+    last_entry_stamps,
+    parse_result_archive,
+    stat_is_link,
+    stored_logs,
+)
 from runyard.runners.docker.usage_meter import UsageMeter
 from runyard.runners.docker.watch import AttemptWatch
 
@@ -41,6 +46,10 @@ logger = logging.getLogger(__name__)
 SIGKILL_EXIT = 137
 # How long an unexplained SIGKILL exit waits for the engine's OOM record (seconds, in steps).
 OOM_EVENT_WAITS = (0.1, 0.2, 0.3, 0.4)
+# Entries read from the log's end for its latest stamp. A stream's copier stamps an entry
+# and then writes it, one at a time, so at most one entry of the other stream follows the
+# latest-stamped one; the rest is margin.
+LAST_ENTRIES = 4
 
 
 class AttemptCollector:
@@ -148,15 +157,17 @@ class AttemptCollector:
         return max(finished_text, last, key=timestamp_key)
 
     def last_log_stamp(self, container_id: str) -> str | None:
-        """The engine timestamp of the container's last log entry, if it has one."""
+        """The latest engine timestamp of the container's log entries, if it has any.
+
+        The log keeps the entries in the order they were written, not stamped: each stream
+        is copied by a thread of its own that stamps an entry and then writes it, so an entry
+        of one stream may follow a later-stamped one of the other. The latest stamp is
+        therefore among the last few entries, not always the last (``LAST_ENTRIES``)."""
         try:
-            raw = self._api.logs(container_id, stdout=True, stderr=True, timestamps=True, tail=1)
+            stamps = last_entry_stamps(self._api, container_id, LAST_ENTRIES)
         except TRANSPORT_ERRORS:
             return None
-        last = bytes(raw).split(b" ", 1)[0].decode("ascii", errors="replace").strip()
-        if not last or not last[:4].isdigit():
-            return None
-        return last
+        return max(stamps, key=timestamp_key) if stamps else None
 
     def _exited_attrs(self, container_id: str, stopped_for: StopReason | None) -> dict[str, Any]:
         """The exited container's inspect document. A SIGKILL nobody here sent may be the

@@ -94,6 +94,47 @@ def frames(raw: Any) -> Iterator[tuple[int, bytes]]:
             yield stream_id, piece
 
 
+def frame_heads(raw: Any, size: int) -> Iterator[bytes]:
+    """The first ``size`` bytes of each frame's payload in Docker's multiplexed stream (the
+    rest of each frame read and dropped)."""
+    while True:
+        header = _read_exactly(raw, 8)
+        if len(header) < 8:
+            return
+        left = int.from_bytes(header[4:8], "big")
+        head = _read_exactly(raw, min(left, size))
+        left -= len(head)
+        while left > 0:
+            piece = raw.read(min(left, _READ_PIECE))
+            if not piece:
+                break
+            left -= len(piece)
+        yield head
+        if left > 0:
+            return
+
+
+# "2026-11-26T03:24:44.123456789Z ": a stamp and its space fit in this many bytes.
+_STAMP_BYTES = 40
+
+
+def last_entry_stamps(api: Any, container_id: str, entries: int) -> list[str]:
+    """The engine timestamps of the container's last ``entries`` log entries, both streams,
+    in the order the log keeps them (one request)."""
+    params = _log_params(stdout=True, stderr=True, follow=False, timestamps=True, since=None)
+    params["tail"] = entries
+    response = _open_logs(api, container_id, params)
+    stamps: list[str] = []
+    try:
+        for head in frame_heads(response.raw, _STAMP_BYTES):
+            stamp = head.split(b" ", 1)[0].decode("ascii", errors="replace")
+            if stamp[:4].isdigit():
+                stamps.append(stamp)
+    finally:
+        response.close()
+    return stamps
+
+
 def stored_logs(
     api: Any, container_id: str, cap: int, redactor: Redactor | None = None
 ) -> tuple[HeadTailBuffer, HeadTailBuffer]:
