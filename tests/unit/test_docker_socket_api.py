@@ -17,7 +17,7 @@ import pytest
 import requests.exceptions
 
 from runyard.runners.docker import runner as runner_module
-from runyard.runners.docker.outputs import stored_logs
+from runyard.runners.docker.outputs import latest_entry_stamp, stored_logs
 from runyard.runners.docker.runner import DockerRunner
 from runyard.runners.docker.socket_api import MAX_ANSWER_BYTES, SocketApi, socket_api
 
@@ -175,6 +175,17 @@ def test_stored_logs__frames_read_from_a_chunked_stream(engine: Engine, api: Soc
     out, err = stored_logs(api, "c", cap=1024)
     assert (out.text(), err.text()) == ("out line\nmore\n", "err line\n")
     assert engine.requests[0][1].startswith("/v1.41/containers/c/logs?stdout=1&stderr=1")
+
+
+def test_latest_entry_stamp__the_last_entries_with_their_stamps(engine: Engine, api: SocketApi):
+    def frame(stream: int, payload: bytes) -> bytes:
+        return bytes([stream, 0, 0, 0]) + len(payload).to_bytes(4, "big") + payload
+
+    body = frame(1, b"2026-11-26T03:24:44.542Z three\n") + frame(2, b"2026-11-26T03:24:44.5Z two\n")
+    engine.reply = lambda method, target: (200, body, True)
+    assert latest_entry_stamp(api, "c", 64) == "2026-11-26T03:24:44.542Z"
+    target = engine.requests[0][1]
+    assert "timestamps=1" in target and "tail=64" in target
 
 
 def test_answer__larger_than_the_cap_is_refused(engine: Engine, api: SocketApi):

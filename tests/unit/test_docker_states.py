@@ -126,6 +126,13 @@ EXIT = "2026-11-26T03:24:44Z"
             ],
             "2026-11-26T03:24:44.542441403Z",
         ),
+        # A line longer than 16 KiB is written in pieces that all carry its first piece's
+        # stamp: five of them after stderr's later line.
+        (
+            [(2, b"2026-11-26T03:24:44.9Z done\n")]
+            + [(1, b"2026-11-26T03:24:44.8Z " + b"x" * 16_384)] * 5,
+            "2026-11-26T03:24:44.9Z",
+        ),
         # A piece of output with no newline, then the next entry: each frame is its own.
         (
             [(1, b"2026-11-26T03:24:44.7Z " + b"x" * 20_000), (2, b"2026-11-26T03:24:44.6Z y\n")],

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import docker.errors
+import urllib3.exceptions
 
 from runyard.artifact_store import CHUNK_SIZE, ArtifactStore, ArtifactWriter
 from runyard.artifacts.collect import CollectError, collect_dir, collect_tar
@@ -33,7 +34,7 @@ from runyard.runners.docker.hardening import WORKDIR
 from runyard.runners.docker.host_workdirs import AttemptDirs
 from runyard.runners.docker.live_logs import AttemptLogs, timestamp_key
 from runyard.runners.docker.outputs import (
-    last_entry_stamps,
+    latest_entry_stamp,
     parse_result_archive,
     stat_is_link,
     stored_logs,
@@ -46,10 +47,12 @@ logger = logging.getLogger(__name__)
 SIGKILL_EXIT = 137
 # How long an unexplained SIGKILL exit waits for the engine's OOM record (seconds, in steps).
 OOM_EVENT_WAITS = (0.1, 0.2, 0.3, 0.4)
-# Entries read from the log's end for its latest stamp. A stream's copier stamps an entry
-# and then writes it, one at a time, so at most one entry of the other stream follows the
-# latest-stamped one; the rest is margin.
-LAST_ENTRIES = 4
+# Entries read from the log's end for its latest stamp. Each stream's copier stamps an entry
+# and then writes it, one at a time, so after the latest-stamped entry come at most one
+# entry of the other stream, or the rest of a line longer than 16 KiB, which the engine
+# writes in 16 KiB pieces that all carry its first piece's stamp: 64 entries cover a line of
+# up to a mebibyte, and read at most that much.
+LAST_ENTRIES = 64
 
 
 class AttemptCollector:
@@ -149,7 +152,7 @@ class AttemptCollector:
         )
 
     def replay_stamp(self, container_id: str, finished_text: str) -> str:
-        """The later of the exit time and the last log line's engine timestamp: under load
+        """The later of the exit time and the latest log line's engine timestamp: under load
         the engine stamps a line when it copies it, which can be after the exit."""
         last = self.last_log_stamp(container_id)
         if last is None:
@@ -162,12 +165,11 @@ class AttemptCollector:
         The log keeps the entries in the order they were written, not stamped: each stream
         is copied by a thread of its own that stamps an entry and then writes it, so an entry
         of one stream may follow a later-stamped one of the other. The latest stamp is
-        therefore among the last few entries, not always the last (``LAST_ENTRIES``)."""
+        therefore among the last entries, not always the last (``LAST_ENTRIES``)."""
         try:
-            stamps = last_entry_stamps(self._api, container_id, LAST_ENTRIES)
-        except TRANSPORT_ERRORS:
+            return latest_entry_stamp(self._api, container_id, LAST_ENTRIES)
+        except (*TRANSPORT_ERRORS, urllib3.exceptions.HTTPError):
             return None
-        return max(stamps, key=timestamp_key) if stamps else None
 
     def _exited_attrs(self, container_id: str, stopped_for: StopReason | None) -> dict[str, Any]:
         """The exited container's inspect document. A SIGKILL nobody here sent may be the

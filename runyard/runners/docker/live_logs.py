@@ -245,7 +245,7 @@ class AttemptLogs:
         """The whole (capped) log of an attempt that ended before anyone followed it.
 
         Only the runner that started the container calls it, so no chunk of this attempt
-        exists yet. One chunk per stream, stamped no earlier than the last line's timestamp:
+        exists yet. One chunk per stream, stamped no earlier than the latest line's timestamp:
         an adopter after us resumes past all of them (no repeat), and one before this point
         finds no chunk and follows from the start (no loss).
         """

@@ -16,6 +16,7 @@ from docker.types import CancellableStream
 from runyard.domain.tool_json import DEFAULT_MAX_DEPTH, decode_result
 from runyard.platform.capture import HeadTailBuffer
 from runyard.registry.redact import Redactor, StreamRedactor
+from runyard.runners.docker.live_logs import timestamp_key
 from runyard.runners.docker.socket_api import SocketApi
 
 STDOUT_FRAME = 1
@@ -118,21 +119,23 @@ def frame_heads(raw: Any, size: int) -> Iterator[bytes]:
 _STAMP_BYTES = 40
 
 
-def last_entry_stamps(api: Any, container_id: str, entries: int) -> list[str]:
-    """The engine timestamps of the container's last ``entries`` log entries, both streams,
-    in the order the log keeps them (one request)."""
+def latest_entry_stamp(api: Any, container_id: str, entries: int) -> str | None:
+    """The latest engine timestamp among the container's last ``entries`` log entries, both
+    streams (one request; None when it has no log)."""
     params = _log_params(stdout=True, stderr=True, follow=False, timestamps=True, since=None)
     params["tail"] = entries
     response = _open_logs(api, container_id, params)
-    stamps: list[str] = []
+    latest: str | None = None
     try:
         for head in frame_heads(response.raw, _STAMP_BYTES):
             stamp = head.split(b" ", 1)[0].decode("ascii", errors="replace")
-            if stamp[:4].isdigit():
-                stamps.append(stamp)
+            if stamp[:4].isdigit() and (
+                latest is None or timestamp_key(stamp) > timestamp_key(latest)
+            ):
+                latest = stamp
     finally:
         response.close()
-    return stamps
+    return latest
 
 
 def stored_logs(
