@@ -23,7 +23,7 @@ def test_reclaim__the_old_attempts_exit_keeps_the_new_attempts_heartbeat_and_can
 ):
     queue = JobQueue(engine, backoff_base_seconds=0.0, backoff_max_seconds=0.0)
     first_running, let_first_leave, first_left = (threading.Event() for _ in range(3))
-    second_cancelled = threading.Event()
+    second_running, second_cancelled = threading.Event(), threading.Event()
 
     def handler(spec: AttemptSpec, control: AttemptControl) -> AttemptResult:
         if spec.attempt == 1:
@@ -32,6 +32,7 @@ def test_reclaim__the_old_attempts_exit_keeps_the_new_attempts_heartbeat_and_can
             assert let_first_leave.wait(20)
             first_left.set()
             raise AttemptAbandoned()
+        second_running.set()
         if control.cancel.wait(20):
             second_cancelled.set()
             return AttemptResult(status=RunStatus.CANCELLED, exit_code=None)
@@ -63,7 +64,9 @@ def test_reclaim__the_old_attempts_exit_keeps_the_new_attempts_heartbeat_and_can
         assert first_left.wait(20) and first_freed_its_slot.wait(20)
         assert worker.free_slots() == 1  # attempt 2 still holds its slot
 
-        # Attempt 2 still has its slot: heartbeats renew it and a cancel reaches it.
+        # Attempt 2 still has its slot: heartbeats renew it and a cancel reaches it (once
+        # its tool runs: a cancel that comes sooner ends it before the start, no tool run).
+        assert second_running.wait(20)
         queue.cancel(run_id)
         worker.heartbeat_once()
         assert second_cancelled.wait(10)
