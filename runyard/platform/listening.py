@@ -25,15 +25,13 @@ def listen_until_stopped(
         try:
             listen()
             delay = 0.5
-        except psycopg.Error as exc:
-            logger.warning("%s connection lost; reconnecting", what, extra={"error": str(exc)})
-            lost()
-            stop.wait(delay)
-            delay = min(delay * 2, 10.0)
-        except Exception:
-            # A callback's own bug: the thread lives on, and whoever rests on what it hears
-            # is told it is lost (else a gate would rest its longer period for good).
-            logger.exception("%s failed; listening again", what)
+        except Exception as exc:
+            if isinstance(exc, psycopg.Error):
+                logger.warning("%s connection lost; reconnecting", what, extra={"error": str(exc)})
+            else:
+                # A callback's own bug: the thread lives on, and whoever rests on what it
+                # hears is told it is lost (else a gate would rest its longer period for good).
+                logger.exception("%s failed; listening again", what)
             lost()
             stop.wait(delay)
             delay = min(delay * 2, 10.0)

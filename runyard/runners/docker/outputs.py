@@ -79,40 +79,40 @@ def _read_exactly(raw: Any, size: int) -> bytes:
     return data
 
 
-def frames(raw: Any) -> Iterator[tuple[int, bytes]]:
-    """``(stream id, payload piece)`` from Docker's multiplexed stream format."""
+def _frame_sizes(raw: Any) -> Iterator[tuple[int, int]]:
+    """``(stream id, payload size)`` of each frame header; the caller reads the payload."""
     while True:
         header = _read_exactly(raw, 8)
         if len(header) < 8:
             return
-        stream_id = header[0]
-        left = int.from_bytes(header[4:8], "big")
-        while left > 0:
-            piece = raw.read(min(left, _READ_PIECE))
-            if not piece:
-                return
-            left -= len(piece)
+        yield header[0], int.from_bytes(header[4:8], "big")
+
+
+def _payload(raw: Any, size: int) -> Iterator[bytes]:
+    """A frame's payload in pieces (fewer bytes if the stream ends first)."""
+    while size > 0:
+        piece = raw.read(min(size, _READ_PIECE))
+        if not piece:
+            return
+        size -= len(piece)
+        yield piece
+
+
+def frames(raw: Any) -> Iterator[tuple[int, bytes]]:
+    """``(stream id, payload piece)`` from Docker's multiplexed stream format."""
+    for stream_id, size in _frame_sizes(raw):
+        for piece in _payload(raw, size):
             yield stream_id, piece
 
 
 def frame_heads(raw: Any, size: int) -> Iterator[bytes]:
     """The first ``size`` bytes of each frame's payload in Docker's multiplexed stream (the
     rest of each frame read and dropped)."""
-    while True:
-        header = _read_exactly(raw, 8)
-        if len(header) < 8:
-            return
-        left = int.from_bytes(header[4:8], "big")
+    for _, left in _frame_sizes(raw):
         head = _read_exactly(raw, min(left, size))
-        left -= len(head)
-        while left > 0:
-            piece = raw.read(min(left, _READ_PIECE))
-            if not piece:
-                break
-            left -= len(piece)
+        for _ in _payload(raw, left - len(head)):
+            pass
         yield head
-        if left > 0:
-            return
 
 
 # "2026-11-26T03:24:44.123456789Z ": a stamp and its space fit in this many bytes.

@@ -11,11 +11,10 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, text
 
-from runyard.builds.setup import with_builds
 from runyard.domain.attempt import AttemptResult
 from runyard.domain.graph import Node
 from runyard.domain.states import RunStatus
-from runyard.platform.settings import Settings, libpq_url
+from runyard.platform.settings import libpq_url
 from runyard.queue import (
     BUILDS_CHANNEL,
     CANCEL_CHANNEL,
@@ -29,27 +28,14 @@ from runyard.queue import (
 )
 from runyard.queue.builds import BuildQueue
 from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
-from runyard.registry.tools import ToolRegistry, load_registry
 from runyard.submission.request import prepare_run
 from runyard.submission.waits import END_CHANNELS
+from tests.integration.builds.support import built_tools
 from worker.wakeup import Wakeups
 
 
 def new_run() -> NewRun:
     return NewRun(tenant="t", tool="echo", spec={}, input={})
-
-
-def built_tools(tmp_path: Path, engine: Engine) -> ToolRegistry:
-    """A registry whose tool ``stats`` is built from a Dockerfile (its runs wait for a build)."""
-    (tmp_path / "stats").mkdir()
-    (tmp_path / "stats" / "Dockerfile").write_text("FROM runyard/toolbox:latest\n")
-    (tmp_path / "tools.toml").write_text(
-        '[tools.stats]\nbuild = { context = "stats" }\ncommand = ["true"]\n'
-    )
-    settings = Settings(database_url="unused")
-    return with_builds(
-        load_registry(tmp_path / "tools.toml", settings), BuildQueue(engine), settings
-    )
 
 
 def test_wakeups__job_and_cancel_notifications_arrive(

@@ -13,33 +13,21 @@ from pathlib import Path
 from sqlalchemy import Engine, text
 
 from runyard.builders.fake import FakeBuilder
-from runyard.builds.setup import with_builds
-from runyard.platform.settings import Settings
 from runyard.queue import BUILDS_CHANNEL, JobQueue
 from runyard.queue.builds import BuildQueue
-from runyard.registry.tools import ToolRegistry, load_registry
+from runyard.registry.tools import ToolRegistry
 from runyard.runners.fake import FakeRunner
 from runyard.submission.request import prepare_run
 from runyard.usage.ledger import UsageLedger
+from tests.integration.builds.support import built_tools
 from tests.otlp_receiver import traced_to_receiver
 from worker.builds import BuildAgent, BuildConfig
 from worker.service import Worker, WorkerConfig
 from worker.wakeup import Wakeups
 
-REGISTRY = """
-[tools.stats]
-build = { context = "stats" }
-command = ["true"]
-"""
-
 
 def registry(tmp_path: Path, engine: Engine) -> ToolRegistry:
-    (tmp_path / "stats").mkdir()
-    (tmp_path / "stats" / "Dockerfile").write_text("FROM runyard/toolbox:latest\n")
-    (tmp_path / "tools.toml").write_text(REGISTRY)
-    settings = Settings(database_url="unused")
-    loaded = load_registry(tmp_path / "tools.toml", settings)
-    return with_builds(loaded, BuildQueue(engine), settings)
+    return built_tools(tmp_path, engine)
 
 
 def worker(queue: JobQueue, engine: Engine, builder: FakeBuilder, worker_id: str) -> Worker:
