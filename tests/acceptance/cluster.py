@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -245,23 +246,36 @@ class Cluster:
             time.sleep(0.1)
 
     def drain(self, timeout: float = 90) -> None:
-        """Wait until every accepted run is terminal."""
-        self.wait_for(
-            lambda: all(self.status(r) in TERMINAL for r in self.accepted),
-            timeout,
-            "the backlog to drain",
-        )
+        """Wait until every accepted run is terminal, failing once no run has ended for
+        ``timeout`` seconds: a stuck run fails the wait, a slow machine does not."""
+        open_runs = [r for r in self.accepted if self.status(r) not in TERMINAL]
+        stalled_at = time.monotonic() + timeout
+        while open_runs:
+            if time.monotonic() > stalled_at:
+                raise AssertionError(
+                    f"no run ended in {timeout} s; {len(open_runs)} still open\n"
+                    f"{self.diagnostics()}"
+                )
+            time.sleep(0.2)
+            still_open = [r for r in open_runs if self.status(r) not in TERMINAL]
+            if len(still_open) < len(open_runs):
+                stalled_at = time.monotonic() + timeout
+            open_runs = still_open
 
     def diagnostics(self) -> str:
-        """Statuses and the tail of each process log, for a failing assertion."""
-        statuses = {r: self.status(r) for r in self.accepted}
-        # The runs still open first: they are what a drain waits on.
-        order = sorted(statuses, key=lambda r: statuses[r] in TERMINAL)
-        lines = [f"{r}: {statuses[r]} {self._job(r)}" for r in order[:20]]
+        """The tail of each process log, then the statuses, for a failing assertion."""
+        lines = []
         for name in self.procs:
             tail = self.log_of(name).splitlines()[-15:]
             lines.append(f"--- {name} (rc={self.procs[name].poll()})")
             lines.extend(tail)
+        statuses = {r: self.status(r) for r in self.accepted}
+        # The runs still open last, where a cut report keeps them: they are what a drain
+        # waits on.
+        still_open = [r for r in statuses if statuses[r] not in TERMINAL]
+        counts = Counter(statuses.values())
+        lines.append(f"--- runs by status: {dict(counts)}")
+        lines.extend(f"{r}: {statuses[r]} {self._job(r)}" for r in still_open[:20])
         return "\n".join(lines)
 
     def _job(self, run_id: uuid.UUID) -> dict[str, Any]:

@@ -112,17 +112,26 @@ def test_sigterm_with_three_long_tools__handed_over_none_restarted(cluster: Clus
         ).scalar_one()
     assert unleased == 3  # released at once, not left to expire
     assert all(cluster.container_state(r) == "running" for r in runs)  # tools kept running
-    released_at = time.monotonic()
     cluster.start_worker("w2", concurrency=3)
     cluster.wait_for(
-        lambda: all(cluster.run_row(r).adoptions == 1 for r in runs), 10, "adoption of all three"
+        lambda: all(cluster.run_row(r).adoptions == 1 for r in runs), 30, "adoption of all three"
     )
-    adopted_within = time.monotonic() - released_at
     cluster.check_invariants()
     for r in runs:
         row = cluster.run_row(r)
         assert row.attempts == 1 and row.stdout.count("sleeping") == 1
-    assert adopted_within < 0.5 + 5  # one reaper interval plus a worker's start-up
+    # Handed over, not recovered: each lease was given back, none was left to expire. The test
+    # bounds no duration; timing targets live in the benchmarks.
+    with cluster.engine.connect() as conn:
+        kinds = conn.execute(
+            text(
+                "SELECT type, count(*) FROM tool_run_events"
+                " WHERE run_id = ANY(:runs) AND type IN ('released', 'lease_expired')"
+                " GROUP BY type"
+            ),
+            {"runs": runs},
+        ).all()
+    assert dict(kinds) == {"released": 3}
 
 
 def test_database_connections_killed_mid_run__worker_reconnects(cluster: Cluster):
