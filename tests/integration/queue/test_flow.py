@@ -282,12 +282,17 @@ def test_gate__a_rate_of_five_a_second_holds_within_ten_percent_over_30_seconds(
     flows = limited(registry, starts_per_second=5)
     submit(engine, flows, 200)
     queue = claimer(engine, flows)
-    begin = time.monotonic()
+    begin = last_round = time.monotonic()
     started = 0
+    unasked = 0.0  # seconds past a full bucket between two rounds: starts no gate could give
     while time.monotonic() - begin < 30:
         for job in claim(queue, limit=10):
             started += 1
             assert queue.finalize(job.job_id, job.lease_token, DONE)
         time.sleep(0.05)
-    # A full bucket (5) at the start, then five a second.
-    assert 150 * 0.9 <= started - 5 <= 150 * 1.1, started
+        now = time.monotonic()
+        unasked += max(0.0, now - last_round - 1.0)  # the bucket (5) fills in a second
+        last_round = now
+    # A full bucket (5) at the start, then five a second; less only where a busy machine kept
+    # this claimer from asking for longer than the bucket takes to fill.
+    assert 150 * 0.9 - 5 * unasked <= started - 5 <= 150 * 1.1, (started, unasked)
