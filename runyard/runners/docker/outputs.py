@@ -125,17 +125,12 @@ def latest_entry_stamp(api: Any, container_id: str, entries: int) -> str | None:
     params = _log_params(stdout=True, stderr=True, follow=False, timestamps=True, since=None)
     params["tail"] = entries
     response = _open_logs(api, container_id, params)
-    latest: str | None = None
     try:
-        for head in frame_heads(response.raw, _STAMP_BYTES):
-            stamp = head.split(b" ", 1)[0].decode("ascii", errors="replace")
-            if stamp[:4].isdigit() and (
-                latest is None or timestamp_key(stamp) > timestamp_key(latest)
-            ):
-                latest = stamp
+        heads = frame_heads(response.raw, _STAMP_BYTES)
+        stamps = (head.split(b" ", 1)[0].decode("ascii", errors="replace") for head in heads)
+        return max((s for s in stamps if s[:4].isdigit()), key=timestamp_key, default=None)
     finally:
         response.close()
-    return latest
 
 
 def stored_logs(

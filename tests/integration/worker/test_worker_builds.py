@@ -15,7 +15,6 @@ from sqlalchemy import Engine, text
 from runyard.builders.fake import FakeBuilder
 from runyard.queue import BUILDS_CHANNEL, JobQueue
 from runyard.queue.builds import BuildQueue
-from runyard.registry.tools import ToolRegistry
 from runyard.runners.fake import FakeRunner
 from runyard.submission.request import prepare_run
 from runyard.usage.ledger import UsageLedger
@@ -24,10 +23,6 @@ from tests.otlp_receiver import traced_to_receiver
 from worker.builds import BuildAgent, BuildConfig
 from worker.service import Worker, WorkerConfig
 from worker.wakeup import Wakeups
-
-
-def registry(tmp_path: Path, engine: Engine) -> ToolRegistry:
-    return built_tools(tmp_path, engine)
 
 
 def worker(queue: JobQueue, engine: Engine, builder: FakeBuilder, worker_id: str) -> Worker:
@@ -58,7 +53,7 @@ def until(condition: Callable[[], bool], workers: list[Worker], seconds: float =
 def test_ten_runs_on_two_workers_of_one_engine__one_build_then_all_succeed(
     tmp_path: Path, engine: Engine, queue: JobQueue
 ):
-    tools = registry(tmp_path, engine)
+    tools = built_tools(tmp_path, engine)
     run_ids: list[uuid.UUID] = []
     for i in range(10):
         run_ids.append(
@@ -91,7 +86,7 @@ def build_usage(engine: Engine) -> list[tuple[str | None, float | None, float]]:
 def test_failed_build__fails_the_waiting_runs_with_the_log_tail(
     tmp_path: Path, engine: Engine, queue: JobQueue
 ):
-    tools = registry(tmp_path, engine)
+    tools = built_tools(tmp_path, engine)
     run = prepare_run(tools, tenant="acme", tool_name="stats", input_value={})
     run_id = queue.enqueue(run).run_id
     builder = FakeBuilder(fail=frozenset({run.spec["build"]["tag"]}))
@@ -111,7 +106,7 @@ def test_failed_build__fails_the_waiting_runs_with_the_log_tail(
 def test_traced__a_run_that_waited_for_its_build_has_a_wait_span_linked_to_the_build(
     tmp_path: Path, engine: Engine, queue: JobQueue
 ):
-    tools = registry(tmp_path, engine)
+    tools = built_tools(tmp_path, engine)
     run_id = queue.enqueue(prepare_run(tools, tenant="acme", tool_name="stats", input_value={}))
     with traced_to_receiver() as (receiver, tracing):
         workers = [worker(queue, engine, FakeBuilder(seconds=0.2), "w1")]
@@ -167,7 +162,7 @@ def test_build_agent__a_round_with_nothing_to_build_is_one_probe(
     assert not agent.run_once("engine-a")
     assert (builds.rounds, builds.requests) == (1, 0)
     # A run that waits for its build: the next round requests it and starts building.
-    tools = registry(tmp_path, engine)
+    tools = built_tools(tmp_path, engine)
     queue.enqueue(prepare_run(tools, tenant="acme", tool_name="stats", input_value={}))
     assert agent.run_once("engine-a")
     assert (builds.rounds, builds.requests) == (2, 1)
@@ -205,7 +200,7 @@ def test_build_agent__rests_after_a_round_with_nothing_only_while_it_hears_build
         for _ in range(3):
             assert not agent.run_once("engine-a")  # nothing found: it rests
         # A run of a tool built from source: its notification ends the rest.
-        tools = registry(tmp_path, engine)
+        tools = built_tools(tmp_path, engine)
         queue.enqueue(prepare_run(tools, tenant="acme", tool_name="stats", input_value={}))
         assert woken.wait(10)
         assert agent.run_once("engine-a")
