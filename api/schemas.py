@@ -11,7 +11,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstrai
 
 from runyard.domain.flow_limits import CONCURRENCY_KEY_PATTERN
 from runyard.domain.graph import MAX_DEPENDENCIES
-from runyard.reads.runs import RunView
+from runyard.reads.run_view import RunView
 from runyard.registry.tools import TOOL_NAME_PATTERN, bounds_schema, within_bounds
 from runyard.submission.request import RunRequest
 from runyard.tenancy.auth import MAX_KEY_TOOLS
@@ -154,7 +154,8 @@ class RunCreate(BaseModel):
     frozen=True, config=ConfigDict(json_schema_extra={"examples": [RUN_EXAMPLE]})
 )
 class RunOut(RunView):
-    """A run as the API shows it: the fields of the read model (``runyard.reads.runs.RunView``)."""
+    """A run as the API shows it: the fields of the read model
+    (``runyard.reads.run_view.RunView``)."""
 
 
 class RunPage(BaseModel):

@@ -22,7 +22,8 @@ from runyard.maintenance.retention import delete_run as delete_stored_run
 from runyard.platform.models import ToolRun
 from runyard.queue import AdmissionRefused, IdempotencyConflict
 from runyard.queue.graph import UnknownDependency
-from runyard.reads.runs import LOG_STREAMS, RunReader, RunView
+from runyard.reads.run_view import RunView
+from runyard.reads.runs import LOG_STREAMS, RunReader
 from runyard.submission.batches import TooManyDependencies
 from runyard.submission.request import (
     AboveMaximum,

@@ -16,7 +16,7 @@ from pydantic import TypeAdapter
 
 from api.problems import Problem
 from runyard.artifact_store import ArtifactFile
-from runyard.reads.runs import RunView
+from runyard.reads.run_view import RunView
 
 RUN_SCHEME = "runyard"
 RUN_URI_TEMPLATE = "runyard://runs/{run_id}"

@@ -21,7 +21,8 @@ from api.deps import Services, visible_tenant
 from api.mcp.answers import problem_answer, run_answer
 from api.problems import Problem
 from runyard.reads.notify import Subscription
-from runyard.reads.runs import LOG_STREAMS, RunReader, RunView
+from runyard.reads.run_view import RunView
+from runyard.reads.runs import LOG_STREAMS, RunReader
 from runyard.submission.request import RunRequest
 from runyard.submission.waits import Caller
 from runyard.tenancy.auth import Principal

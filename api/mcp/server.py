@@ -27,7 +27,9 @@ from api.mcp.idempotency import BadIdempotencyKey, call_idempotency_key
 from api.mcp.providers import ToolCall, ToolProvider
 from api.mcp.runs import Progress
 from runyard.artifacts.reads import Found
-from runyard.reads.runs import BadCursor, RunFilter, RunReader, RunView
+from runyard.reads.cursors import BadCursor
+from runyard.reads.run_view import RunView
+from runyard.reads.runs import RunFilter, RunReader
 from runyard.tenancy.auth import Principal
 
 # The ASGI scope entry where the endpoint leaves the authenticated caller.

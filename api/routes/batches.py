@@ -17,7 +17,7 @@ from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
 from api.problems import Problem
 from api.routes import IdempotencyKey, WaitSeconds
 from runyard.queue.graph import GraphResult
-from runyard.reads.runs import BadCursor, decode_cursor_parts, encode_cursor_parts
+from runyard.reads.cursors import BadCursor, decode_cursor_parts, encode_cursor_parts
 from runyard.submission.batches import BatchView
 from runyard.tenancy.auth import priority_ceiling
 

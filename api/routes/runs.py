@@ -18,7 +18,9 @@ from api.problems import Problem
 from api.routes import RUN_NOT_FOUND, IdempotencyKey, WaitSeconds
 from api.schemas import RunCreate, RunOut, RunPage
 from runyard.domain.states import RunMode, RunStatus
-from runyard.reads.runs import BadCursor, RunFilter, RunReader, RunView
+from runyard.reads.cursors import BadCursor
+from runyard.reads.run_view import RunView
+from runyard.reads.runs import RunFilter, RunReader
 from runyard.registry.tools import TOOL_NAME_PATTERN
 from runyard.tenancy.auth import priority_ceiling
 

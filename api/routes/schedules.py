@@ -12,7 +12,7 @@ from api.deps import PrincipalDep, ServicesDep
 from api.openapi import BODY_ERRORS, COMMON_ERRORS, problem
 from api.problems import Problem
 from api.schedule_schemas import ScheduleCreate, ScheduleOut, SchedulePage
-from runyard.reads.runs import BadCursor
+from runyard.reads.cursors import BadCursor
 from runyard.tenancy.auth import priority_ceiling
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"], responses=COMMON_ERRORS)

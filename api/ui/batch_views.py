@@ -22,8 +22,8 @@ from api.ui.batch_graph import batch_graph, ordered
 from api.ui.context import SessionDep, UiContext, UiDep, UiError, check_csrf
 from api.ui.session import Session
 from api.ui.views import form_fields, page
+from runyard.reads.cursors import BadCursor, decode_cursor_parts, encode_cursor_parts
 from runyard.reads.dashboard_workflows import batch_summaries, scheduled_runs
-from runyard.reads.runs import BadCursor, decode_cursor_parts, encode_cursor_parts
 from runyard.submission.batches import BatchView
 
 T = TypeVar("T")

@@ -35,9 +35,9 @@ from runyard.domain.bulk import (
 from runyard.domain.run_search import SearchIn, day_bounds, parse_day, parse_search
 from runyard.domain.states import RunStatus
 from runyard.platform.models import ToolRun
+from runyard.reads.cursors import BadCursor
 from runyard.reads.dashboard_workflows import scheduled_runs
 from runyard.reads.run_search import TEXT_SEARCH_WINDOW, RunSearch, search_runs
-from runyard.reads.runs import BadCursor
 
 logger = logging.getLogger(__name__)
 

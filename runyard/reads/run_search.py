@@ -21,7 +21,8 @@ from sqlalchemy.orm import Session, aliased
 from runyard.domain.run_search import SearchTerm
 from runyard.domain.states import RunStatus
 from runyard.platform.models import ToolRun
-from runyard.reads.runs import decode_cursor, encode_cursor, encode_cursor_parts
+from runyard.reads.cursors import encode_cursor_parts
+from runyard.reads.runs import decode_cursor, encode_cursor
 
 # The most rows a text search reads per page.
 TEXT_SEARCH_WINDOW = 2000

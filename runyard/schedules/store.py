@@ -13,7 +13,7 @@ from sqlalchemy import Engine, TextClause
 
 from runyard.domain.schedule_slots import Cadence, CadenceProblem, CatchUp
 from runyard.platform.db import autocommit
-from runyard.reads.runs import decode_cursor_parts, encode_cursor_parts
+from runyard.reads.cursors import decode_cursor_parts, encode_cursor_parts
 from runyard.registry.tools import ToolRegistry
 from runyard.schedules.sql import (
     DELETE_SCHEDULE,

@@ -26,7 +26,8 @@ from runyard.queue.builds import BuildQueue
 from runyard.queue.graph import GraphRun, GraphSubmit, GraphWriter
 from runyard.queue.values import QueuedRun
 from runyard.reads.metrics import Metrics
-from runyard.reads.runs import RunReader, RunView, trace_id_of
+from runyard.reads.run_view import RunView, trace_id_of
+from runyard.reads.runs import RunReader
 from runyard.registry.tools import ToolRegistry
 from runyard.submission.quota import DailyQuota
 from runyard.submission.request import RunRequest

@@ -23,7 +23,8 @@ import anyio
 from runyard.domain.graph import ACTIVE
 from runyard.queue import RUNS_CHANNEL
 from runyard.reads.notify import RunNotifier, Subscription
-from runyard.reads.runs import RunReader, RunView
+from runyard.reads.run_view import RunView
+from runyard.reads.runs import RunReader
 from runyard.submission.batches import Batches, BatchView
 
 T = TypeVar("T")

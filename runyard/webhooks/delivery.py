@@ -51,7 +51,7 @@ from runyard.platform.db import autocommit
 from runyard.platform.settings import Settings
 from runyard.platform.tracing import Attributes, tracing
 from runyard.reads.metrics import Metrics, Role
-from runyard.reads.runs import RunReader, RunView
+from runyard.reads.run_view import RunView, read_run_spec, read_run_view
 from runyard.traces.context import trace_of
 from runyard.usage.ledger import UsageLedger
 from runyard.webhooks.http import HttpAttempt, post
@@ -473,7 +473,7 @@ class WebhookDeliverer:
 
     def _deliver(self, claimed: Claimed, now: datetime | None) -> str:
         """One attempt and its record; the outcome's name (a DeliveryPass field)."""
-        view = RunReader(self._engine).view(claimed.run_id, None)
+        view = read_run_view(self._engine, claimed.run_id, None)
         if view is None:
             return "fenced"  # the run was deleted, and its delivery with it
         attempt = self._traced_attempt(claimed, view)
@@ -529,12 +529,11 @@ class WebhookDeliverer:
         traced = tracing()
         if not traced.enabled:
             return self._attempt(claimed, view)
-        run = RunReader(self._engine).get(claimed.run_id, None)
         attributes: Attributes = {
             "runyard.run_id": str(claimed.run_id),
             "runyard.attempt": claimed.attempt,
         }
-        parent = trace_of(run.spec) if run is not None else None
+        parent = trace_of(read_run_spec(self._engine, claimed.run_id))
         with traced.span("webhook.delivery", parent=parent, attributes=attributes) as span:
             attempt = self._attempt(claimed, view)
             if attempt.status_code is not None:

@@ -21,7 +21,7 @@ from api.mcp.providers import PERMISSIVE_SCHEMA, mcp_input_schema
 from api.schemas import RUN_EXAMPLE
 from runyard.artifact_store import ArtifactFile
 from runyard.domain.states import RunStatus
-from runyard.reads.runs import RunView
+from runyard.reads.run_view import RunView
 from runyard.registry.tools import ToolSpec
 
 RUN = uuid.UUID("00000000-0000-4000-8000-000000000001")

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from api.schemas import RUN_EXAMPLE, RunOut
-from runyard.reads.runs import RUN_VIEW, RunView
+from runyard.reads.run_view import RUN_VIEW, RunView
 
 FIELDS = [field.name for field in dataclasses.fields(RunView)]
 

@@ -20,7 +20,7 @@ from api.schemas import RunOut
 from runyard.domain.states import RunStatus
 from runyard.domain.webhook_fairness import BreakerPolicy, Caps
 from runyard.platform.settings import Settings
-from runyard.reads.runs import RunView
+from runyard.reads.run_view import RunView
 from runyard.webhooks.delivery import WebhookConfig, retry_delay, run_json, signed_headers
 from runyard.webhooks.tenant import new_secret
 from runyard.webhooks.urls import (
