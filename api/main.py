@@ -51,7 +51,7 @@ from runyard.maintenance.upkeep import Upkeep
 from runyard.platform.db import DbTimeouts, make_engine
 from runyard.platform.idle_ping import ping_when_idle
 from runyard.platform.pooling import connection_plan, log_plan
-from runyard.platform.schema_version import script_heads
+from runyard.platform.schema_version import MIGRATION_HEADS
 from runyard.platform.settings import Settings, libpq_url
 from runyard.queue import AdmissionCaps, ApiQueue
 from runyard.queue.builds import BuildQueue
@@ -268,7 +268,7 @@ def create_app(
             registry=tools,
             notifier=notifier,
             caps=caps,
-            migration_heads=script_heads(),
+            migration_heads=MIGRATION_HEADS,
             events_limiter=anyio.CapacityLimiter(settings.events_db_concurrency),
             submissions=Submissions(
                 queue,
