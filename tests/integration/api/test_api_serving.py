@@ -7,7 +7,9 @@ import threading
 from typing import Any
 
 import httpx
+import pytest
 import uvicorn
+from sse_starlette.sse import AppStatus
 
 from api.serving import QuietServer
 from tests.integration.api.test_api_helpers import served_in_thread, wait_until
@@ -42,7 +44,11 @@ def test_quiet_server__serves_with_a_date_header_and_stops_when_told_without_its
         assert not thread.is_alive()
 
 
-def test_quiet_server__a_signal_stops_it_without_its_tick():
+def test_quiet_server__a_signal_stops_it_without_its_tick(monkeypatch: pytest.MonkeyPatch):
+    # The MCP SDK's SSE library wraps uvicorn's handle_exit to set a process-wide flag that
+    # ends every SSE response of the process from then on. This process serves on after the
+    # test (later tests' MCP sessions would end unanswered), so the flag is put back.
+    monkeypatch.setattr(AppStatus, "should_exit", AppStatus.should_exit)
     server = quiet_server(AN_HOUR)
     with served_in_thread(server) as (_, thread):
         # What uvicorn's signal handler calls; here from a thread that is not the loop's.
