@@ -21,8 +21,8 @@ from sqlalchemy.orm import Session, aliased
 from runyard.domain.run_search import SearchTerm
 from runyard.domain.states import RunStatus
 from runyard.platform.models import ToolRun
-from runyard.reads.cursors import encode_cursor_parts
-from runyard.reads.runs import decode_cursor, encode_cursor
+from runyard.reads.cursors import decode_cursor_parts, encode_cursor_parts
+from runyard.reads.runs import encode_cursor
 
 # The most rows a text search reads per page.
 TEXT_SEARCH_WINDOW = 2000
@@ -70,7 +70,7 @@ def filtered(search: RunSearch, cursor: str | None = None) -> Select[ToolRun]:
     if term is not None and term.ids is not None:
         query = query.where(ToolRun.id.between(term.ids.low, term.ids.high))
     if cursor is not None:
-        stamp, last_id = decode_cursor(cursor)
+        stamp, last_id = decode_cursor_parts(cursor)
         query = query.where(tuple_(ToolRun.requested_at, ToolRun.id) < tuple_(stamp, last_id))
     return query.order_by(ToolRun.requested_at.desc(), ToolRun.id.desc())
 

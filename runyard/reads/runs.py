@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
 
 from sqlalchemy import Engine, select, text, tuple_
 from sqlalchemy.orm import Session
@@ -56,11 +55,6 @@ class EventPage:
 def encode_cursor(run: ToolRun) -> str:
     """An opaque keyset cursor: the last row's ``requested_at`` and ``id``."""
     return encode_cursor_parts(run.requested_at, run.id)
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
-    """Inverse of ``encode_cursor``; raises ``BadCursor`` for anything else."""
-    return decode_cursor_parts(cursor)
 
 
 class RunReader:
@@ -117,7 +111,7 @@ class RunReader:
         if filters.mode is not None:
             query = query.where(ToolRun.mode == filters.mode)
         if cursor is not None:
-            stamp, last_id = decode_cursor(cursor)
+            stamp, last_id = decode_cursor_parts(cursor)
             query = query.where(tuple_(ToolRun.requested_at, ToolRun.id) < tuple_(stamp, last_id))
         query = query.order_by(ToolRun.requested_at.desc(), ToolRun.id.desc()).limit(limit + 1)
         with Session(self._engine, expire_on_commit=False) as session:
